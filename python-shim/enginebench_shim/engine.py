@@ -1,0 +1,167 @@
+"""The thin Python side of enginebench: one vLLM engine, driven by Rust.
+
+Rust owns the request loop and every clock. This module only
+  * builds the engine from a `vllm serve` flag list through vLLM's own serve
+    argument parser (no flag list is kept here),
+  * adds requests (token-id prompts for the perf sweep, text prompts for evals),
+  * runs one `LLMEngine.step()` and returns what it produced in compact form,
+  * shuts the engine down.
+
+Everything crossing into Rust is plain ints, strings and lists so that a step
+costs as little as possible outside vLLM.
+"""
+
+import sys
+import traceback
+
+
+class FlagError(ValueError):
+    """A `vllm serve` flag that vLLM's own parser rejected."""
+
+
+def _serve_parser():
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+
+    def _error(message):
+        # argparse would print usage and sys.exit(2); Rust wants an exception.
+        raise FlagError(message)
+
+    parser.error = _error
+    return parser
+
+
+def parse_serve_args(argv):
+    """Parses `argv` (model first, then flags) exactly as `vllm serve` does."""
+    args = _serve_parser().parse_args(list(argv))
+    if getattr(args, "model_tag", None):
+        args.model = args.model_tag
+    return args
+
+
+class Engine:
+    """One in-process vLLM engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)."""
+
+    def __init__(self, argv):
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.usage.usage_lib import UsageContext
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        args = parse_serve_args(argv)
+        engine_args = EngineArgs.from_cli_args(args)
+        # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
+        self.engine = LLMEngine.from_engine_args(
+            engine_args, usage_context=UsageContext.OPENAI_API_SERVER
+        )
+        self.model_config = self.engine.model_config
+        tok = self.engine.get_tokenizer()
+        self.tokenizer = tok
+        special = set(getattr(tok, "all_special_ids", []) or [])
+        vocab = len(tok)
+        # Token ids a random prompt may use: the whole vocabulary minus special
+        # tokens, as vLLM's RandomDataset samples them.
+        self.allowed_token_ids = [i for i in range(vocab) if i not in special]
+
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        self._TokensPrompt = TokensPrompt
+        self._SamplingParams = SamplingParams
+        self._DELTA = RequestOutputKind.DELTA
+        self._FINAL = RequestOutputKind.FINAL_ONLY
+        self._text_rids = set()
+
+    def info(self):
+        """Engine facts for the result file: dict of str -> str/int."""
+        import platform
+
+        import torch
+        import vllm
+
+        mc = self.model_config
+        pc = self.engine.vllm_config.parallel_config
+        return {
+            "vllm": vllm.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "model": str(mc.model),
+            "dtype": str(mc.dtype).replace("torch.", ""),
+            "max_model_len": int(mc.max_model_len),
+            "tensor_parallel_size": int(pc.tensor_parallel_size),
+            "pipeline_parallel_size": int(pc.pipeline_parallel_size),
+            "vocab_size": len(self.tokenizer),
+        }
+
+    def add_tokens(self, rid, token_ids, max_tokens, ignore_eos):
+        """Adds a perf request: token-id prompt, greedy, outputs as per-step deltas."""
+        params = self._SamplingParams(
+            max_tokens=max_tokens,
+            min_tokens=max_tokens if ignore_eos else 0,
+            ignore_eos=ignore_eos,
+            temperature=0.0,
+            output_kind=self._DELTA,
+        )
+        self.engine.add_request(
+            str(rid), self._TokensPrompt(prompt_token_ids=token_ids), params
+        )
+
+    def add_text(self, rid, prompt, max_tokens, stop):
+        """Adds an eval request: text prompt, greedy, only the final output is returned."""
+        params = self._SamplingParams(
+            max_tokens=max_tokens,
+            temperature=0.0,
+            stop=list(stop),
+            output_kind=self._FINAL,
+        )
+        self._text_rids.add(rid)
+        self.engine.add_request(str(rid), prompt, params)
+
+    def step(self):
+        """Runs one engine step.
+
+        Returns (deltas, finished_texts):
+          deltas: flat list [rid, new_tokens, finished, rid, new_tokens, finished, ...]
+          finished_texts: list of (rid, text, n_output_tokens) for finished text requests
+        """
+        deltas = []
+        texts = None
+        for out in self.engine.step():
+            comp = out.outputs[0]
+            rid = int(out.request_id)
+            deltas.append(rid)
+            deltas.append(len(comp.token_ids))
+            deltas.append(1 if out.finished else 0)
+            if out.finished and rid in self._text_rids:
+                self._text_rids.discard(rid)
+                if texts is None:
+                    texts = []
+                texts.append((rid, comp.text, len(comp.token_ids)))
+        return deltas, texts
+
+    def abort(self, rids):
+        self.engine.abort_request([str(r) for r in rids])
+
+    def has_unfinished(self):
+        return self.engine.has_unfinished_requests()
+
+    def shutdown(self):
+        core = getattr(self.engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
+
+def format_exception(exc):
+    """(message, traceback text) for a Python exception, for Rust's error type."""
+    msg = f"{type(exc).__name__}: {exc}"
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return msg, tb
+
+
+def set_multiprocessing_executable(python):
+    """Makes spawned children run the venv's python, never the Rust binary."""
+    import multiprocessing
+
+    multiprocessing.set_executable(python)
+    sys.executable = python
