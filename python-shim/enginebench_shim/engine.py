@@ -11,8 +11,8 @@ Everything crossing into Rust is plain ints, strings and lists so that a step
 costs as little as possible outside vLLM.
 """
 
+import json  # noqa: F401  (used from Rust: json.dumps(engine.info()))
 import sys
-import traceback
 
 
 class FlagError(ValueError):
@@ -150,13 +150,6 @@ class Engine:
         core = getattr(self.engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
-
-
-def format_exception(exc):
-    """(message, traceback text) for a Python exception, for Rust's error type."""
-    msg = f"{type(exc).__name__}: {exc}"
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return msg, tb
 
 
 def set_multiprocessing_executable(python):

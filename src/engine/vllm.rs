@@ -1,0 +1,115 @@
+//! [`StepEngine`] over vLLM through the Python shim (`python-shim/enginebench_shim/engine.py`).
+
+use std::ffi::CString;
+
+use anyhow::{Context, Result};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use pyo3::{intern, Py, PyAny};
+
+use super::pyerror::PyResultExt;
+use super::{Completion, Delta, StepEngine, StepOutput};
+
+/// The shim's source, compiled into the binary so it can never go missing.
+const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engine.py");
+
+/// An in-process vLLM engine.
+pub struct VllmEngine {
+    engine: Py<PyAny>,
+    /// Facts about the built engine (versions, model, dtype, parallel sizes), JSON.
+    pub info: serde_json::Value,
+    /// Token ids a random prompt may use (vocabulary minus special tokens).
+    pub allowed_token_ids: Vec<u32>,
+}
+
+impl VllmEngine {
+    /// Builds the engine from a `vllm serve` argument list (model first), parsed
+    /// by vLLM's own serve parser. `venv_python` becomes multiprocessing's
+    /// executable so nothing Python spawns re-runs this binary.
+    ///
+    /// Errors: a [`super::pyerror::PythonError`] for rejected flags or a failed
+    /// engine start, with vLLM's message.
+    pub fn build(argv: &[String], venv_python: &str) -> Result<VllmEngine> {
+        Python::attach(|py| {
+            let code = CString::new(SHIM_SOURCE)?;
+            let module = PyModule::from_code(
+                py,
+                &code,
+                c"enginebench_shim/engine.py",
+                c"enginebench_shim_engine",
+            )
+            .py_context(py)
+            .context("loading the enginebench Python shim")?;
+            module
+                .call_method1("set_multiprocessing_executable", (venv_python,))
+                .py_context(py)?;
+            let engine = module.call_method1("Engine", (argv.to_vec(),)).py_context(py)?;
+            let info: String = module
+                .getattr("json")
+                .and_then(|json| json.call_method1("dumps", (engine.call_method0("info")?,)))
+                .and_then(|s| s.extract())
+                .py_context(py)?;
+            let allowed_token_ids: Vec<u32> =
+                engine.getattr("allowed_token_ids").and_then(|v| v.extract()).py_context(py)?;
+            Ok(VllmEngine {
+                engine: engine.unbind(),
+                info: serde_json::from_str(&info)?,
+                allowed_token_ids,
+            })
+        })
+    }
+
+    /// Shuts the engine core down; errors are returned, not raised.
+    pub fn shutdown(&mut self) -> Result<()> {
+        Python::attach(|py| self.engine.call_method0(py, "shutdown").map(drop).py_context(py))
+    }
+}
+
+impl StepEngine for VllmEngine {
+    fn add_tokens(
+        &mut self,
+        rid: u64,
+        prompt: &[u32],
+        max_tokens: u32,
+        ignore_eos: bool,
+    ) -> Result<()> {
+        Python::attach(|py| {
+            let ids = PyList::new(py, prompt).py_context(py)?;
+            self.engine
+                .call_method1(py, intern!(py, "add_tokens"), (rid, ids, max_tokens, ignore_eos))
+                .map(drop)
+                .py_context(py)
+        })
+    }
+
+    fn add_text(&mut self, rid: u64, prompt: &str, max_tokens: u32, stop: &[String]) -> Result<()> {
+        Python::attach(|py| {
+            self.engine
+                .call_method1(py, intern!(py, "add_text"), (rid, prompt, max_tokens, stop.to_vec()))
+                .map(drop)
+                .py_context(py)
+        })
+    }
+
+    fn step(&mut self, out: &mut StepOutput) -> Result<()> {
+        out.clear();
+        Python::attach(|py| {
+            let result = self.engine.call_method0(py, intern!(py, "step")).py_context(py)?;
+            let result = result.bind(py).cast::<PyTuple>().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let flat: Vec<u64> = result.get_item(0).and_then(|d| d.extract()).py_context(py)?;
+            out.deltas.extend(flat.chunks_exact(3).map(|c| Delta {
+                rid: c[0],
+                new_tokens: c[1] as u32,
+                finished: c[2] != 0,
+            }));
+            let texts = result.get_item(1).py_context(py)?;
+            if !texts.is_none() {
+                let texts: Vec<(u64, String, u32)> = texts.extract().py_context(py)?;
+                out.completions.extend(texts.into_iter().map(|(rid, text, output_tokens)| {
+                    Completion { rid, text, output_tokens }
+                }));
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,5 @@
+//! Accuracy on the same engine: GSM8K with lm-eval's prompt, filters and metric.
+
+pub mod filters;
+pub mod gsm8k;
+pub mod score;

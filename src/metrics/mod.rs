@@ -1,0 +1,9 @@
+//! Latency and throughput figures, computed as `vllm bench serve` computes
+//! them (vllm/benchmarks/serve.py, `calculate_metrics`).
+
+pub mod point;
+pub mod request;
+pub mod stats;
+
+pub use point::{PointFigures, point_figures};
+pub use request::RequestRecord;

@@ -1,0 +1,145 @@
+//! Figures of one sweep point from its request records.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::request::RequestRecord;
+use super::stats::Summary;
+
+/// Percentiles reported for every latency metric (InferenceX's 90/99/99.9).
+pub const PERCENTILES: [f64; 3] = [90.0, 99.0, 99.9];
+
+/// Throughput and latency of one point, as `vllm bench serve` reports them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointFigures {
+    /// Requests that finished normally.
+    pub completed: u32,
+    /// Requests that failed or were aborted (never dropped silently).
+    pub failed: u32,
+    /// Prompt tokens of completed requests.
+    pub total_input_tokens: u64,
+    /// Generated tokens of completed requests.
+    pub total_output_tokens: u64,
+    /// From the first request sent to the last token received, s.
+    pub duration_s: f64,
+    /// completed / duration, req/s.
+    pub request_throughput: f64,
+    /// total_output_tokens / duration, tok/s.
+    pub output_throughput: f64,
+    /// (total_input_tokens + total_output_tokens) / duration, tok/s.
+    pub total_token_throughput: f64,
+    /// `{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`, named as bench serve names
+    /// them (`p99.9_ttft_ms` for 99.9), ms.
+    #[serde(flatten)]
+    pub latency_ms: BTreeMap<String, f64>,
+}
+
+impl PointFigures {
+    /// A latency figure by key, e.g. `median_tpot_ms`; NaN when absent.
+    pub fn ms(&self, key: &str) -> f64 {
+        self.latency_ms.get(key).copied().unwrap_or(f64::NAN)
+    }
+}
+
+/// Computes a point's figures. Only completed requests count toward tokens
+/// and latencies, as in bench serve; TPOT only from requests with more than
+/// one output token.
+pub fn point_figures(records: &[RequestRecord], duration_s: f64) -> PointFigures {
+    let done: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
+    let ms = |v: Option<f64>| v.map(|s| s * 1000.0);
+    let ttft: Vec<f64> = done.iter().filter_map(|r| ms(r.ttft_s())).collect();
+    let tpot: Vec<f64> = done.iter().filter_map(|r| ms(r.tpot_s())).collect();
+    let e2el: Vec<f64> = done.iter().filter_map(|r| ms(r.e2el_s())).collect();
+    let itl: Vec<f64> = done.iter().flat_map(|r| r.itl_s.iter().map(|s| s * 1000.0)).collect();
+
+    let total_input_tokens: u64 = done.iter().map(|r| u64::from(r.input_tokens)).sum();
+    let total_output_tokens: u64 = done.iter().map(|r| u64::from(r.output_tokens)).sum();
+    let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
+
+    let mut latency_ms = BTreeMap::new();
+    for (name, values) in [("ttft", &ttft), ("tpot", &tpot), ("itl", &itl), ("e2el", &e2el)] {
+        let s = Summary::of(values, &PERCENTILES);
+        latency_ms.insert(format!("mean_{name}_ms"), s.mean);
+        latency_ms.insert(format!("median_{name}_ms"), s.median);
+        latency_ms.insert(format!("std_{name}_ms"), s.std);
+        for (p, v) in s.percentiles {
+            latency_ms.insert(format!("p{}_{name}_ms", percentile_word(p)), v);
+        }
+    }
+
+    PointFigures {
+        completed: done.len() as u32,
+        failed: (records.len() - done.len()) as u32,
+        total_input_tokens,
+        total_output_tokens,
+        duration_s,
+        request_throughput: per_s(done.len() as f64),
+        output_throughput: per_s(total_output_tokens as f64),
+        total_token_throughput: per_s((total_input_tokens + total_output_tokens) as f64),
+        latency_ms,
+    }
+}
+
+/// `99` for 99.0, `99.9` for 99.9, as bench serve formats percentile keys.
+pub fn percentile_word(p: f64) -> String {
+    if p.fract() == 0.0 { format!("{}", p as i64) } else { format!("{p}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(send: f64, arrivals: &[(f64, u32)]) -> RequestRecord {
+        let mut r = RequestRecord { input_tokens: 10, send_s: send, ..Default::default() };
+        for &(t, n) in arrivals {
+            r.on_tokens(t, n);
+        }
+        r
+    }
+
+    #[test]
+    fn hand_computed_timeline() {
+        // Two requests, conc 2, duration 1.0 s.
+        // A: sent 0.0, tokens at 0.2, 0.3, 0.4 -> TTFT 200, E2EL 400, TPOT 100, ITL 100, 100
+        // B: sent 0.0, tokens at 0.4, 0.6, 1.0 -> TTFT 400, E2EL 1000, TPOT 300, ITL 200, 400
+        let recs = [req(0.0, &[(0.2, 1), (0.3, 1), (0.4, 1)]), req(0.0, &[(0.4, 1), (0.6, 1), (1.0, 1)])];
+        let f = point_figures(&recs, 1.0);
+        assert_eq!((f.completed, f.failed), (2, 0));
+        assert_eq!((f.total_input_tokens, f.total_output_tokens), (20, 6));
+        assert_eq!(f.request_throughput, 2.0);
+        assert_eq!(f.output_throughput, 6.0);
+        assert_eq!(f.total_token_throughput, 26.0);
+        let close = |k: &str, v: f64| assert!((f.ms(k) - v).abs() < 1e-9, "{k}: {} != {v}", f.ms(k));
+        close("mean_ttft_ms", 300.0);
+        close("median_ttft_ms", 300.0);
+        close("std_ttft_ms", 100.0);
+        close("mean_e2el_ms", 700.0);
+        close("mean_tpot_ms", 200.0);
+        close("median_itl_ms", 150.0);
+        close("mean_itl_ms", 200.0);
+        // np.percentile([100, 100, 200, 400], 99) = 200 + 0.97 * 200
+        close("p99_itl_ms", 394.0);
+        assert!(f.latency_ms.contains_key("p99.9_ttft_ms"));
+        assert!(f.latency_ms.contains_key("p90_e2el_ms"));
+    }
+
+    #[test]
+    fn failed_requests_are_counted_not_measured() {
+        let mut bad = req(0.0, &[(0.1, 1)]);
+        bad.error = Some("aborted".into());
+        let recs = [req(0.0, &[(0.5, 1)]), bad, RequestRecord::default()];
+        let f = point_figures(&recs, 0.5);
+        assert_eq!((f.completed, f.failed), (1, 2));
+        assert_eq!(f.total_output_tokens, 1);
+        // output_len 1: no TPOT sample, so TPOT figures are 0 as in bench serve.
+        assert_eq!(f.ms("mean_tpot_ms"), 0.0);
+        assert!((f.ms("mean_ttft_ms") - 500.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn percentile_keys() {
+        assert_eq!(percentile_word(99.0), "99");
+        assert_eq!(percentile_word(99.9), "99.9");
+    }
+}

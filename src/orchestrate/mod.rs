@@ -1,0 +1,10 @@
+//! Process model: the orchestrator (no Python in it) plans the run and writes
+//! results; a worker process (the same binary, hidden subcommand `__worker`)
+//! embeds Python with the recipe's environment and drives one engine. They
+//! talk in JSON lines: the job goes in on the worker's stdin, messages come
+//! back on its stdout, and everything Python prints goes to its stderr, which
+//! the orchestrator saves as `worker.log`.
+
+pub mod protocol;
+pub mod run;
+pub mod worker;

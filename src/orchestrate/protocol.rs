@@ -1,0 +1,59 @@
+//! The messages between orchestrator and worker.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::result::PointResult;
+
+/// What a worker is asked to do with its one engine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    /// The venv's interpreter (becomes Python's `sys.executable`).
+    pub python: PathBuf,
+    /// `vllm serve` arguments: the model, then the flags.
+    pub engine_argv: Vec<String>,
+    pub points: Vec<PointSpec>,
+    #[serde(default)]
+    pub eval: Option<EvalJob>,
+}
+
+/// One sweep point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PointSpec {
+    pub conc: u32,
+    pub isl: u32,
+    pub osl: u32,
+    pub num_prompts: u32,
+    pub warmups: u32,
+    /// Seed of this point's prompts.
+    pub seed: u64,
+}
+
+/// Text prompts to complete greedily (the eval's generation step).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvalJob {
+    pub prompts: Vec<String>,
+    pub max_tokens: u32,
+    pub stop: Vec<String>,
+    /// Requests kept in flight.
+    pub concurrency: u32,
+}
+
+/// Worker -> orchestrator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// The engine is built.
+    Ready { engine: serde_json::Value, engine_start_s: f64 },
+    /// `done` of `total` requests of `phase` finished.
+    Progress { phase: String, done: u64, total: u64 },
+    /// A measured point.
+    Point { point: PointResult },
+    /// Eval completions, in prompt order.
+    Eval { completions: Vec<String>, output_tokens: u64, duration_s: f64 },
+    /// The worker failed; nothing more follows.
+    Error { message: String, traceback: Option<String> },
+    /// All work done, engine shut down.
+    Done,
+}

@@ -1,0 +1,262 @@
+//! Recipes: what InferenceX-style launchers hold (environment, `vllm serve`
+//! flags, a sweep, an eval), as TOML.
+//!
+//! ```toml
+//! name = "smollm2-135m-cpu"
+//! model = "bundled:smollm2-135m-instruct"   # or a hub id / local path
+//! hardware = "cpu"
+//! [env]
+//! VLLM_CPU_KVCACHE_SPACE = "2"
+//! [engine]
+//! args = ["--dtype", "float32", "--enforce-eager"]
+//! [sweep]
+//! isl = 256
+//! osl = 128
+//! conc = [1, 4, 16]
+//! [eval]
+//! task = "gsm8k"
+//! limit = 50
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::error::usage;
+
+/// The default recipe, used when `run` gets no recipe path.
+pub const DEFAULT_RECIPE: &str = "recipes/cpu/smollm2-135m.toml";
+
+/// A parsed recipe. Unknown keys are errors.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    pub name: String,
+    /// Hub id, local path, or `bundled:NAME` for a model prepared by set-up.
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// e.g. "cpu", "h200", "mi300x", "mi355x".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
+    #[serde(default = "default_framework")]
+    pub framework: String,
+    /// Environment variables set before the interpreter starts.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub engine: EngineSection,
+    pub sweep: Sweep,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<EvalSection>,
+}
+
+fn default_framework() -> String {
+    "vllm".into()
+}
+
+/// `[engine]`: the `vllm serve` flag list, exactly as on the command line.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// `[sweep]`: one ISL/OSL pair over a list of concurrencies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// Input sequence length, tokens per prompt.
+    pub isl: u32,
+    /// Output sequence length, tokens generated per request (`ignore_eos`).
+    pub osl: u32,
+    /// Concurrencies: requests kept in flight by the closed loop.
+    pub conc: Vec<u32>,
+    /// Measured requests per point as a multiple of `conc` (InferenceX: 10).
+    #[serde(default = "default_prompts_per_conc")]
+    pub prompts_per_conc: u32,
+    /// Fixed measured requests per point; overrides `prompts_per_conc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_prompts: Option<u32>,
+    /// Warm-up requests per point as a multiple of `conc` (InferenceX: 2),
+    /// run before the measured ones and excluded from the figures.
+    #[serde(default = "default_warmups_per_conc")]
+    pub warmups_per_conc: u32,
+    /// Seed of the random token-id prompts.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_prompts_per_conc() -> u32 {
+    10
+}
+fn default_warmups_per_conc() -> u32 {
+    2
+}
+
+impl Sweep {
+    /// Measured requests at concurrency `conc`.
+    pub fn num_prompts_at(&self, conc: u32) -> u32 {
+        self.num_prompts.unwrap_or(self.prompts_per_conc * conc)
+    }
+}
+
+/// `[eval]`: the accuracy check run on the same engine after the sweep.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSection {
+    /// Task name; `gsm8k` (lm-eval's 5-shot) is the one available.
+    #[serde(default = "default_task")]
+    pub task: String,
+    /// Questions scored; all of the split when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Eval requests kept in flight.
+    #[serde(default = "default_eval_conc")]
+    pub concurrency: u32,
+}
+
+fn default_task() -> String {
+    "gsm8k".into()
+}
+fn default_eval_conc() -> u32 {
+    64
+}
+
+impl Recipe {
+    /// Reads and checks a recipe file.
+    ///
+    /// Errors (usage): unreadable file; TOML syntax or schema errors, with the
+    /// file, line and column; values out of range.
+    pub fn load(path: &Path) -> Result<Recipe> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| usage(format!("cannot read recipe {}: {e}", path.display())))?;
+        Recipe::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses recipe text; `origin` names it in error messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Recipe> {
+        let recipe: Recipe = toml::from_str(text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|s| {
+                    let (line, col) = line_col(text, s.start);
+                    format!(":{line}:{col}")
+                })
+                .unwrap_or_default();
+            usage(format!("recipe {origin}{at}: {}", e.message()))
+        })?;
+        recipe.validate(origin)?;
+        Ok(recipe)
+    }
+
+    fn validate(&self, origin: &str) -> Result<()> {
+        let bad = |what: String| Err(usage(format!("recipe {origin}: {what}")));
+        if self.framework != "vllm" {
+            return bad(format!("framework = {:?} is not supported; use \"vllm\"", self.framework));
+        }
+        if self.sweep.isl == 0 || self.sweep.osl == 0 {
+            return bad("sweep.isl and sweep.osl must be at least 1 token".into());
+        }
+        if self.sweep.conc.is_empty() || self.sweep.conc.contains(&0) {
+            return bad(format!(
+                "sweep.conc = {:?}: give a non-empty list of concurrencies >= 1",
+                self.sweep.conc
+            ));
+        }
+        if self.sweep.num_prompts == Some(0) || self.sweep.prompts_per_conc == 0 {
+            return bad("sweep: num_prompts / prompts_per_conc must be at least 1".into());
+        }
+        if let Some(eval) = &self.eval {
+            if eval.task != "gsm8k" {
+                return bad(format!("eval.task = {:?} is unknown; known tasks: gsm8k", eval.task));
+            }
+            if eval.concurrency == 0 {
+                return bad("eval.concurrency must be at least 1".into());
+            }
+        }
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return bad(format!("env: {k:?} is not a valid environment variable name"));
+            }
+        }
+        Ok(())
+    }
+
+    /// True when the recipe targets the CPU backend.
+    pub fn is_cpu(&self) -> bool {
+        self.hardware.as_deref().is_some_and(|h| h.eq_ignore_ascii_case("cpu"))
+    }
+}
+
+/// Finds the default recipe next to the binary's clone or in the current directory.
+pub fn default_recipe_path() -> PathBuf {
+    let candidates = std::env::current_exe()
+        .ok()
+        .into_iter()
+        .flat_map(|exe| exe.ancestors().map(Path::to_path_buf).collect::<Vec<_>>())
+        .chain(std::env::current_dir().ok());
+    for dir in candidates {
+        let p = dir.join(DEFAULT_RECIPE);
+        if p.exists() {
+            return p;
+        }
+    }
+    PathBuf::from(DEFAULT_RECIPE)
+}
+
+/// 1-based line and column of byte offset `at` in `text`.
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rfind('\n').map_or(before.len(), |nl| before.len() - nl - 1) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "t"
+model = "bundled:smollm2-135m-instruct"
+hardware = "cpu"
+[engine]
+args = ["--dtype", "float32"]
+[sweep]
+isl = 64
+osl = 16
+conc = [1, 4]
+"#;
+
+    #[test]
+    fn parses_with_defaults() {
+        let r = Recipe::parse(GOOD, "t.toml").unwrap();
+        assert_eq!(r.sweep.conc, vec![1, 4]);
+        assert_eq!(r.sweep.num_prompts_at(4), 40);
+        assert_eq!(r.sweep.warmups_per_conc, 2);
+        assert!(r.is_cpu());
+        assert!(r.eval.is_none());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_position() {
+        let text = GOOD.replace("osl = 16", "osl = 16\nconcurrency = 3");
+        let err = Recipe::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(err.contains("t.toml:10:1"), "{err}");
+        assert!(err.contains("concurrency"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        let text = GOOD.replace("conc = [1, 4]", "conc = []");
+        let err = Recipe::parse(&text, "t.toml").unwrap_err();
+        assert!(err.downcast_ref::<crate::error::UsageError>().is_some());
+        assert!(err.to_string().contains("sweep.conc"));
+    }
+}

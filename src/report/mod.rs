@@ -1,0 +1,6 @@
+//! The outputs of a run: the result document, its files on disk, and the
+//! terminal table.
+
+pub mod files;
+pub mod result;
+pub mod table;

@@ -1,0 +1,108 @@
+//! The terminal summary: one row per point, then the GSM8K line.
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{CellAlignment, Table};
+
+use super::result::{Gsm8kResult, PointResult};
+
+/// Renders the per-point table. Latency cells are "mean / median / p99" in ms.
+pub fn points_table(points: &[PointResult]) -> String {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header(vec![
+        "ISL/OSL",
+        "conc",
+        "done",
+        "req/s",
+        "out tok/s",
+        "total tok/s",
+        "TTFT ms\nmean/med/p99",
+        "TPOT ms\nmean/med/p99",
+        "ITL ms\nmean/med/p99",
+        "E2EL ms\nmean/med/p99",
+        "steps",
+        "step ms\nmean",
+    ]);
+    for p in points {
+        let f = &p.figures;
+        let lat = |m: &str| {
+            format!(
+                "{} / {} / {}",
+                fmt(f.ms(&format!("mean_{m}_ms"))),
+                fmt(f.ms(&format!("median_{m}_ms"))),
+                fmt(f.ms(&format!("p99_{m}_ms")))
+            )
+        };
+        let done = if f.failed > 0 {
+            format!("{}/{} ({} failed)", f.completed, p.num_prompts, f.failed)
+        } else {
+            format!("{}/{}", f.completed, p.num_prompts)
+        };
+        table.add_row(vec![
+            format!("{}/{}", p.isl, p.osl),
+            p.conc.to_string(),
+            done,
+            format!("{:.2}", f.request_throughput),
+            format!("{:.1}", f.output_throughput),
+            format!("{:.1}", f.total_token_throughput),
+            lat("ttft"),
+            lat("tpot"),
+            lat("itl"),
+            lat("e2el"),
+            p.steps.to_string(),
+            fmt(p.mean_step_ms),
+        ]);
+    }
+    for col in table.column_iter_mut().skip(1) {
+        col.set_cell_alignment(CellAlignment::Right);
+    }
+    table.to_string()
+}
+
+/// One line for GSM8K.
+pub fn gsm8k_line(g: &Gsm8kResult) -> String {
+    format!(
+        "GSM8K ({}-shot, shots: {}): n = {}, exact_match strict-match = {:.2}% ± {:.2}, flexible-extract = {:.2}% ± {:.2}, {:.1} s ({:.1} output tok/s)",
+        g.num_fewshot,
+        g.fewshot_source,
+        g.n,
+        100.0 * g.exact_match_strict,
+        100.0 * g.exact_match_strict_stderr,
+        100.0 * g.exact_match_flexible,
+        100.0 * g.exact_match_flexible_stderr,
+        g.duration_s,
+        if g.duration_s > 0.0 { g.output_tokens as f64 / g.duration_s } else { 0.0 },
+    )
+}
+
+/// Milliseconds with precision that suits their size.
+fn fmt(ms: f64) -> String {
+    if !ms.is_finite() {
+        "-".into()
+    } else if ms >= 100.0 {
+        format!("{ms:.0}")
+    } else if ms >= 10.0 {
+        format!("{ms:.1}")
+    } else {
+        format!("{ms:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{RequestRecord, point_figures};
+
+    #[test]
+    fn table_has_a_row_per_point() {
+        let mut r = RequestRecord { input_tokens: 4, ..Default::default() };
+        r.on_tokens(0.010, 1);
+        r.on_tokens(0.020, 1);
+        let figures = point_figures(&[r], 0.02);
+        let p = PointResult { conc: 1, isl: 4, osl: 2, num_prompts: 1, warmups: 0, figures, steps: 2, mean_step_ms: 10.0 };
+        let t = points_table(&[p.clone(), PointResult { conc: 4, ..p }]);
+        assert!(t.contains("4/2"));
+        assert!(t.contains("10.0 / 10.0 / 10.0"), "{t}"); // TTFT 10 ms
+        assert_eq!(t.lines().filter(|l| l.contains("1/1")).count(), 2);
+    }
+}
