@@ -7,6 +7,8 @@ use pyo3::{PyErr, Python};
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct PythonError {
+    /// The exception's class name, e.g. `FlagError`.
+    pub type_name: String,
     /// `ExceptionType: message`, the last line of a Python traceback.
     pub message: String,
     /// The formatted traceback (shown under `-v`).
@@ -14,6 +16,11 @@ pub struct PythonError {
 }
 
 impl PythonError {
+    /// True for a `vllm serve` flag that vLLM's parser rejected (bad input).
+    pub fn is_flag_error(&self) -> bool {
+        self.type_name == "FlagError"
+    }
+
     /// Captures `err` (type, message, traceback) while attached to `py`.
     pub fn from_py(py: Python<'_>, err: &PyErr) -> PythonError {
         let type_name = err
@@ -23,10 +30,10 @@ impl PythonError {
             .unwrap_or_else(|_| "Exception".into());
         let value = err.value(py).to_string();
         let message =
-            if value.is_empty() { type_name } else { format!("{type_name}: {value}") };
+            if value.is_empty() { type_name.clone() } else { format!("{type_name}: {value}") };
         let traceback =
             err.traceback(py).and_then(|tb| tb.format().ok()).map(|tb| format!("{tb}{message}"));
-        PythonError { message, traceback }
+        PythonError { type_name, message, traceback }
     }
 }
 

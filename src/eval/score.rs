@@ -11,6 +11,8 @@ pub struct Sample {
     /// SHA-256 of the prompt text, hex.
     pub prompt_sha256: String,
     pub completion: String,
+    /// Tokens generated for `completion`.
+    pub output_tokens: u32,
     pub strict: String,
     pub flexible: String,
     pub gold: String,
@@ -19,7 +21,7 @@ pub struct Sample {
 }
 
 /// Scores one completion against the gold answer.
-pub fn score(doc_id: usize, prompt: &str, completion: &str, gold: &str) -> Sample {
+pub fn score(doc_id: usize, prompt: &str, completion: &str, output_tokens: u32, gold: &str) -> Sample {
     use sha2::{Digest, Sha256};
     let strict = strict_match(completion);
     let flexible = flexible_extract(completion);
@@ -27,6 +29,7 @@ pub fn score(doc_id: usize, prompt: &str, completion: &str, gold: &str) -> Sampl
         doc_id,
         prompt_sha256: format!("{:x}", Sha256::digest(prompt.as_bytes())),
         completion: completion.to_string(),
+        output_tokens,
         strict_correct: exact_match(&strict, gold),
         flexible_correct: exact_match(&flexible, gold),
         strict,
@@ -57,9 +60,9 @@ mod tests {
 
     #[test]
     fn scores_both_filters() {
-        let s = score(3, "p", "She pays 5 + 7 = 12.\n#### 12\n\nQ", "5+7=12\n#### 12");
+        let s = score(3, "p", "She pays 5 + 7 = 12.\n#### 12\n\nQ", 9, "5+7=12\n#### 12");
         assert!(s.strict_correct && s.flexible_correct);
-        let s = score(3, "p", "The answer is 12.", "#### 12");
+        let s = score(3, "p", "The answer is 12.", 4, "#### 12");
         assert!(!s.strict_correct && s.flexible_correct);
         assert_eq!(s.strict, "[invalid]");
         assert_eq!(s.prompt_sha256.len(), 64);

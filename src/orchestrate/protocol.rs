@@ -40,6 +40,14 @@ pub struct EvalJob {
     pub concurrency: u32,
 }
 
+/// One eval prompt's greedy completion.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EvalCompletion {
+    pub text: String,
+    /// Tokens generated (the stop string, if any, is not in `text`).
+    pub output_tokens: u32,
+}
+
 /// Worker -> orchestrator.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -51,9 +59,10 @@ pub enum Message {
     /// A measured point.
     Point { point: PointResult },
     /// Eval completions, in prompt order.
-    Eval { completions: Vec<String>, output_tokens: u64, duration_s: f64 },
-    /// The worker failed; nothing more follows.
-    Error { message: String, traceback: Option<String> },
+    Eval { completions: Vec<EvalCompletion>, duration_s: f64 },
+    /// The worker failed; nothing more follows. `bad_input` when the cause is
+    /// the user's input (e.g. a flag vLLM's parser rejected): exit code 2.
+    Error { message: String, traceback: Option<String>, #[serde(default)] bad_input: bool },
     /// All work done, engine shut down.
     Done,
 }

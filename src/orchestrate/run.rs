@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use super::protocol::{EvalJob, Job, Message, PointSpec};
+use super::protocol::{EvalCompletion, EvalJob, Job, Message, PointSpec};
 use crate::error::{exit, usage};
 use crate::eval::gsm8k;
 use crate::eval::score::{Sample, mean_and_stderr, score};
@@ -114,6 +114,7 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
     bar.spinner("starting engine (import vLLM, load weights)");
 
     let mut failure: Option<RunError> = None;
+    let mut bad_input = false;
     let mut got_done = false;
     for line in BufReader::new(worker.stdout.take().expect("piped")).lines() {
         let Ok(line) = line else { break };
@@ -144,15 +145,16 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
                 result.points.push(point);
                 write_json_atomic(&result_path, &result)?;
             }
-            Message::Eval { completions, output_tokens, duration_s } => {
+            Message::Eval { completions, duration_s } => {
                 bar.finish(format!("gsm8k generated in {duration_s:.1} s"));
                 if let Some(plan) = &eval {
-                    let g = score_gsm8k(plan, &completions, output_tokens, duration_s, &out_dir)?;
+                    let g = score_gsm8k(plan, &completions, duration_s, &out_dir)?;
                     result.eval = Some(Evals { gsm8k: g });
                     write_json_atomic(&result_path, &result)?;
                 }
             }
-            Message::Error { message, traceback } => {
+            Message::Error { message, traceback, bad_input: bad } => {
+                bad_input = bad;
                 failure = Some(RunError { message, traceback, log_tail: Vec::new() });
             }
             Message::Done => got_done = true,
@@ -178,7 +180,11 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
     write_json_atomic(&result_path, &result)?;
 
     print_summary(&result, &out_dir, opts.verbose);
-    Ok(if result.status == "ok" { exit::OK } else { exit::FAILED })
+    Ok(match result.status.as_str() {
+        "ok" => exit::OK,
+        _ if bad_input => exit::USAGE,
+        _ => exit::FAILED,
+    })
 }
 
 fn apply_overrides(recipe: &mut Recipe, opts: &RunOptions) -> Result<()> {
@@ -264,8 +270,7 @@ fn plan_gsm8k(install: &Install, limit: Option<u32>, concurrency: u32) -> Result
 
 fn score_gsm8k(
     plan: &EvalPlan,
-    completions: &[String],
-    output_tokens: u64,
+    completions: &[EvalCompletion],
     duration_s: f64,
     out_dir: &Path,
 ) -> Result<Gsm8kResult> {
@@ -274,7 +279,7 @@ fn score_gsm8k(
     for ((prompt, (doc_id, gold)), completion) in
         plan.job.prompts.iter().zip(&plan.golds).zip(completions)
     {
-        let s = score(*doc_id, prompt, completion, gold);
+        let s = score(*doc_id, prompt, &completion.text, completion.output_tokens, gold);
         log.append(&s)?;
         samples.push(s);
     }
@@ -290,7 +295,7 @@ fn score_gsm8k(
         fewshot_source: gsm8k::FEWSHOT_FIRST_TEST.into(),
         data_source: plan.data_source.clone(),
         duration_s,
-        output_tokens,
+        output_tokens: completions.iter().map(|c| u64::from(c.output_tokens)).sum(),
     })
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::protocol::{EvalJob, Job, Message, PointSpec};
+use super::protocol::{EvalCompletion, EvalJob, Job, Message, PointSpec};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
 use crate::engine::{StepEngine, interpreter};
@@ -57,12 +57,12 @@ pub fn main() -> i32 {
             0
         }
         Err(e) => {
-            let (message, traceback) = match e.downcast_ref::<PythonError>() {
-                Some(py) => (format!("{e:#}"), py.traceback.clone()),
-                None => (format!("{e:#}"), None),
-            };
+            let py = e.downcast_ref::<PythonError>();
+            let traceback = py.and_then(|p| p.traceback.clone());
+            let bad_input = py.is_some_and(PythonError::is_flag_error);
+            let message = format!("{e:#}");
             eprintln!("enginebench worker failed: {message}");
-            channel.send(&Message::Error { message, traceback });
+            channel.send(&Message::Error { message, traceback, bad_input });
             1
         }
     }
@@ -151,8 +151,12 @@ fn run_eval(
     let outcome = run_closed_loop(engine, &requests, eval.concurrency as usize, ids, &mut |done| {
         channel.send(&Message::Progress { phase: "gsm8k".into(), done: done as u64, total })
     })?;
-    let output_tokens = outcome.records.iter().map(|r| u64::from(r.output_tokens)).sum();
-    let completions = outcome.completions.into_iter().map(Option::unwrap_or_default).collect();
-    channel.send(&Message::Eval { completions, output_tokens, duration_s: outcome.duration_s });
+    let completions = outcome
+        .completions
+        .into_iter()
+        .zip(&outcome.records)
+        .map(|(text, r)| EvalCompletion { text: text.unwrap_or_default(), output_tokens: r.output_tokens })
+        .collect();
+    channel.send(&Message::Eval { completions, duration_s: outcome.duration_s });
     Ok(())
 }

@@ -1,0 +1,41 @@
+//! Bad input that is caught before any engine starts: exit code 2 and a
+//! message naming the problem.
+
+mod common;
+
+use common::{enginebench, text};
+
+#[test]
+fn missing_recipe_file() {
+    let out = enginebench(&["run", "/nonexistent/recipe.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("/nonexistent/recipe.toml"), "{}", text(&out));
+}
+
+#[test]
+fn recipe_with_unknown_key_names_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("r.toml");
+    std::fs::write(&recipe, "name = \"x\"\nmodel = \"m\"\nmodle = \"typo\"\n[sweep]\nisl = 1\nosl = 1\nconc = [1]\n").unwrap();
+    let out = enginebench(&["run", recipe.to_str().unwrap()]);
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains("r.toml:3:1") && log.contains("modle"), "{log}");
+}
+
+#[test]
+fn zero_concurrency_override() {
+    let out = enginebench(&["run", "--conc", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("--conc"), "{}", text(&out));
+}
+
+#[test]
+fn unknown_bundled_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("r.toml");
+    std::fs::write(&recipe, "name = \"x\"\nmodel = \"bundled:nope\"\n[sweep]\nisl = 1\nosl = 1\nconc = [1]\n").unwrap();
+    let out = enginebench(&["run", recipe.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("bundled model `nope`"), "{}", text(&out));
+}
