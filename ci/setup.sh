@@ -61,6 +61,7 @@ ln -sfn "$models" "$repo/.enginebench/models"
 # pyo3 links the libpython of the interpreter the venv was made from.
 if [ "${ENGINEBENCH_SKIP_BUILD:-0}" != 1 ]; then
     log "building enginebench (release)"
-    (cd "$repo" && PYO3_PYTHON=$venv/bin/python cargo build --release --quiet)
+    # The same PYO3_PYTHON as ci/test.sh, so the two never rebuild each other's pyo3.
+    (cd "$repo" && PYO3_PYTHON=$repo/.enginebench/venv/bin/python cargo build --release --quiet)
 fi
 log "done: $repo/target/release/enginebench"

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::recipe::sweep;
+use crate::workload::lengths::LengthConvention;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "enginebench",
@@ -22,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a recipe: the perf sweep, then GSM8K, on one in-process engine.
     Run(RunArgs),
+    /// Write a result in InferenceX's aggregate shape or vllm bench serve's result shape.
+    Export(ExportArgs),
     /// Internal: the engine worker process (reads a job on stdin).
     #[command(name = "__worker", hide = true)]
     Worker,
@@ -31,25 +36,83 @@ pub enum Command {
 pub struct RunArgs {
     /// Recipe file (TOML); default: recipes/cpu/smollm2-135m.toml.
     pub recipe: Option<PathBuf>,
-    /// Concurrencies to sweep, e.g. 1,4,16 (overrides sweep.conc).
-    #[arg(long, value_delimiter = ',')]
-    pub conc: Option<Vec<u32>>,
-    /// Input sequence length, tokens (overrides sweep.isl).
+    /// Concurrencies: a list (1,4,16) or a doubling range (1..256).
+    #[arg(long, value_parser = |s: &str| sweep::parse_conc(s).map(List))]
+    pub conc: Option<List<u32>>,
+    /// Input sequence length, tokens (overrides the recipe's ISL).
     #[arg(long)]
     pub isl: Option<u32>,
-    /// Output sequence length, tokens (overrides sweep.osl).
+    /// Output sequence length, tokens (overrides the recipe's OSL).
     #[arg(long)]
     pub osl: Option<u32>,
-    /// Measured requests per point (overrides the recipe's count).
+    /// Several ISL/OSL pairs, e.g. 1024/1024,8192/1024.
+    #[arg(long, value_parser = |s: &str| sweep::parse_isl_osl(s).map(List), conflicts_with_all = ["isl", "osl"])]
+    pub isl_osl: Option<List<[u32; 2]>>,
+    /// Measured requests per point.
     #[arg(long)]
     pub num_prompts: Option<u32>,
+    /// Warm-up requests per point (excluded from the figures).
+    #[arg(long)]
+    pub warmups: Option<u32>,
+    /// Run as InferenceX's client: 10 x conc prompts, 2 x conc warm-ups,
+    /// ignore_eos, percentiles 90/99/99.9, InferenceX length convention.
+    #[arg(long)]
+    pub inferencex: bool,
+    /// Length convention of --range-ratio: vllm [L(1-r), L(1+r)] or inferencex [rL, L].
+    #[arg(long, value_parser = parse_convention)]
+    pub length_convention: Option<LengthConvention>,
+    /// Spread of the random lengths (see --length-convention).
+    #[arg(long)]
+    pub range_ratio: Option<f64>,
+    /// Tokens of random prefix shared by all prompts of a point.
+    #[arg(long)]
+    pub prefix_len: Option<u32>,
+    /// Request-rate mode: requests/s with gamma-distributed gaps (as vllm bench serve).
+    #[arg(long)]
+    pub request_rate: Option<f64>,
+    /// Gamma shape of the request gaps (1 = Poisson).
+    #[arg(long)]
+    pub burstiness: Option<f64>,
+    /// Latency percentiles to report, e.g. 50,90,99.
+    #[arg(long, value_delimiter = ',')]
+    pub percentiles: Option<Vec<f64>>,
+    /// Goodput SLOs in ms as KEY:VALUE (ttft, tpot, e2el), e.g. --goodput ttft:500 tpot:50.
+    #[arg(long, num_args = 1..)]
+    pub goodput: Option<Vec<String>>,
     /// GSM8K questions to score (overrides eval.limit).
     #[arg(long)]
     pub eval_limit: Option<u32>,
     /// Skip the eval.
     #[arg(long)]
     pub no_eval: bool,
+    /// Write every engine step to steps.jsonl.
+    #[arg(long)]
+    pub step_trace: bool,
     /// Output folder (default results/<recipe>-<UTC time>).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// inferencex (process_result.py's aggregate keys) or vllm-bench (bench serve's result JSON).
+    #[arg(long, value_enum)]
+    pub format: crate::report::export::Format,
+    /// The result.json of a run (requests.jsonl is read from beside it).
+    pub result: PathBuf,
+    /// Write one file per point into this folder (default: a JSON array on stdout).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+/// A list parsed from one argument (clap would otherwise expect one item per value).
+#[derive(Debug, Clone)]
+pub struct List<T>(pub Vec<T>);
+
+fn parse_convention(s: &str) -> Result<LengthConvention, String> {
+    match s {
+        "vllm" => Ok(LengthConvention::Vllm),
+        "inferencex" => Ok(LengthConvention::Inferencex),
+        _ => Err(format!("{s:?}: use vllm or inferencex")),
+    }
 }

@@ -15,7 +15,7 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::error::{UsageError, exit};
-use crate::orchestrate::run::RunOptions;
+use crate::orchestrate::plan::RunOptions;
 
 fn main() {
     let cli = Cli::parse();
@@ -24,16 +24,12 @@ fn main() {
     }
     init_tracing(cli.verbose);
     let outcome = match cli.command {
-        Command::Run(a) => orchestrate::run::run(&RunOptions {
-            recipe: a.recipe,
-            conc: a.conc,
-            isl: a.isl,
-            osl: a.osl,
-            num_prompts: a.num_prompts,
-            eval_limit: a.eval_limit,
-            no_eval: a.no_eval,
-            output: a.output,
-            verbose: cli.verbose,
+        Command::Run(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::run::run(&o)),
+        Command::Export(a) => report::export::run_export(&a.result, a.format, a.output.as_deref()).map(|files| {
+            for f in files {
+                println!("{}", f.display());
+            }
+            exit::OK
         }),
         Command::Worker => unreachable!(),
     };
@@ -47,9 +43,44 @@ fn main() {
     std::process::exit(code);
 }
 
+fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
+    let goodput = match &a.goodput {
+        Some(items) => Some(recipe::sweep::parse_goodput(items).map_err(error::usage)?),
+        None => None,
+    };
+    Ok(RunOptions {
+        recipe: a.recipe,
+        conc: a.conc.map(|l| l.0),
+        isl: a.isl,
+        osl: a.osl,
+        isl_osl: a.isl_osl.map(|l| l.0),
+        num_prompts: a.num_prompts,
+        warmups: a.warmups,
+        inferencex: a.inferencex,
+        length_convention: a.length_convention,
+        range_ratio: a.range_ratio,
+        prefix_len: a.prefix_len,
+        request_rate: a.request_rate,
+        burstiness: a.burstiness,
+        percentiles: a.percentiles,
+        goodput,
+        eval_limit: a.eval_limit,
+        no_eval: a.no_eval,
+        step_trace: a.step_trace,
+        output: a.output,
+        verbose,
+    })
+}
+
 fn init_tracing(verbose: bool) {
     let default = if verbose { "enginebench=debug" } else { "enginebench=warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("ENGINEBENCH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).without_time().init();
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
+        .init();
 }

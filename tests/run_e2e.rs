@@ -65,8 +65,9 @@ fn run_sweep_and_gsm8k_on_real_engine() {
         // Every request spends at least its 15 decode gaps in E2EL.
         assert!(f("mean_e2el_ms") >= f("mean_ttft_ms") + 15.0 * f("mean_tpot_ms") * 0.999, "{p}");
         // One step per generated token at least (each step gives a request at most 1 token).
-        assert!(p["steps"].as_u64().unwrap() >= 16 * n / p["conc"].as_u64().unwrap(), "{p}");
-        assert!(f("mean_step_ms") > 0.0);
+        let steps = &p["step_stats"];
+        assert!(steps["steps"].as_u64().unwrap() >= 16 * n / p["conc"].as_u64().unwrap(), "{p}");
+        assert!(steps["mean_step_ms"].as_f64().unwrap() > 0.0);
     }
     let jsonl = std::fs::read_to_string(out_dir.join("points.jsonl")).unwrap();
     assert_eq!(jsonl.lines().count(), 2);
@@ -138,4 +139,108 @@ conc = [1]
     let r = read_json(&out_dir.join("result.json"));
     assert_eq!(r["status"], "failed");
     assert!(r["error"]["message"].as_str().unwrap().contains("--no-such-flag"));
+}
+
+/// Issue 3: two ISL/OSL pairs, a doubling concurrency range, the step trace,
+/// vLLM's own stats agreeing with the harness, and both exports.
+#[test]
+fn sweep_matrix_step_stats_crosscheck_and_exports() {
+    let _guard = engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = enginebench(&[
+        "run",
+        "--isl-osl", "48/12,24/6",
+        "--conc", "1..4",
+        "--num-prompts", "6",
+        "--warmups", "2",
+        "--range-ratio", "0.5",
+        "--goodput", "ttft:60000",
+        "--no-eval",
+        "--step-trace",
+        "--output", out_dir.to_str().unwrap(),
+    ]);
+    let log = text(&out);
+    assert!(out.status.success(), "run failed:\n{log}");
+    let r = read_json(&out_dir.join("result.json"));
+    assert!(r["recipe"]["fingerprint"].as_str().is_some_and(|f| f.len() == 16), "{}", r["recipe"]);
+    let points = r["points"].as_array().unwrap();
+    let matrix: Vec<(u64, u64, u64)> = points
+        .iter()
+        .map(|p| (p["isl"].as_u64().unwrap(), p["osl"].as_u64().unwrap(), p["conc"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(matrix, vec![(48, 12, 1), (48, 12, 2), (48, 12, 4), (24, 6, 1), (24, 6, 2), (24, 6, 4)]);
+
+    let requests: Vec<serde_json::Value> = std::fs::read_to_string(out_dir.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(requests.len(), 36);
+    let steps_lines = std::fs::read_to_string(out_dir.join("steps.jsonl")).unwrap();
+    let steps: Vec<serde_json::Value> = steps_lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+
+    for (i, p) in points.iter().enumerate() {
+        let completed = p["completed"].as_u64().unwrap();
+        assert_eq!(completed, 6, "{p}");
+        assert_eq!(p["length_convention"], "vllm");
+        let (isl, osl) = (p["isl"].as_u64().unwrap(), p["osl"].as_u64().unwrap());
+        // vLLM convention, ratio 0.5: lengths within [floor(L/2), ceil(1.5 L)], as recorded.
+        let mine: Vec<&serde_json::Value> = requests.iter().filter(|q| q["point"] == i as u64).collect();
+        for q in &mine {
+            let input = q["input_tokens"].as_u64().unwrap();
+            let requested = q["requested_output_tokens"].as_u64().unwrap();
+            assert!((isl / 2..=isl * 3 / 2).contains(&input), "{q}");
+            assert!((osl / 2..=osl * 3 / 2).contains(&requested), "{q}");
+            assert_eq!(q["output_tokens"], requested, "ignore_eos gives exactly the requested length: {q}");
+        }
+        let total_out: u64 = mine.iter().map(|q| q["output_tokens"].as_u64().unwrap()).sum();
+        assert_eq!(p["total_output_tokens"].as_u64().unwrap(), total_out);
+
+        // Step statistics: every output token after a request's first comes from a decode step.
+        let s = &p["step_stats"];
+        let decode = s["decode_tokens"].as_u64().expect("scheduler counts in-process");
+        assert_eq!(decode + completed, total_out, "decode tokens + first tokens = output tokens: {s}");
+        let input: u64 = mine.iter().map(|q| q["input_tokens"].as_u64().unwrap()).sum();
+        assert_eq!(s["prefill_tokens"].as_u64().unwrap(), input, "random prompts: no prefix-cache hits: {s}");
+        let trace: Vec<&serde_json::Value> = steps.iter().filter(|t| t["point"] == i as u64).collect();
+        assert_eq!(trace.len() as u64, s["steps"].as_u64().unwrap());
+        let traced_decode: u64 = trace.iter().map(|t| t["decode_tokens"].as_u64().unwrap()).sum();
+        assert_eq!(traced_decode, decode);
+        assert!(s["max_running"].as_u64().unwrap() <= p["conc"].as_u64().unwrap());
+
+        // Per GPU on CPU: one "GPU" (TP 1 x PP 1).
+        assert_eq!(p["gpus"], 1);
+        assert_eq!(p["tput_per_gpu"], p["total_token_throughput"]);
+        let median_tpot = p["median_tpot_ms"].as_f64().unwrap();
+        assert!((p["median_intvty"].as_f64().unwrap() - 1000.0 / median_tpot).abs() < 1e-6);
+        // A 60 s TTFT SLO: every request is good.
+        assert!((p["request_goodput"].as_f64().unwrap() - p["request_throughput"].as_f64().unwrap()).abs() < 1e-9);
+
+        // The harness's clock agrees with vLLM's RequestStateStats.
+        let c = &p["crosscheck"];
+        assert_eq!(c["requests"].as_u64().unwrap(), completed, "{c}");
+        assert_eq!(c["agree"], true, "harness vs vLLM per-request stats: {c}");
+    }
+
+    // Exports carry the same figures.
+    let ix = enginebench(&["export", "--format", "inferencex", out_dir.join("result.json").to_str().unwrap()]);
+    assert!(ix.status.success(), "{}", text(&ix));
+    let ix: serde_json::Value = serde_json::from_slice(&ix.stdout).unwrap();
+    assert_eq!(ix.as_array().unwrap().len(), 6);
+    let p0 = &points[0];
+    assert_eq!(ix[0]["tput_per_gpu"], p0["tput_per_gpu"]);
+    assert!((ix[0]["median_ttft"].as_f64().unwrap() * 1000.0 - p0["median_ttft_ms"].as_f64().unwrap()).abs() < 1e-6);
+    let vb_dir = dir.path().join("vb");
+    let vb = enginebench(&[
+        "export", "--format", "vllm-bench", out_dir.join("result.json").to_str().unwrap(),
+        "-o", vb_dir.to_str().unwrap(),
+    ]);
+    assert!(vb.status.success(), "{}", text(&vb));
+    let v = read_json(&vb_dir.join("smollm2-135m-cpu_48_12_conc2.json"));
+    assert_eq!(v["completed"], 6);
+    assert_eq!(v["max_concurrency"], 2);
+    assert_eq!(v["ttfts"].as_array().unwrap().len(), 6);
+    assert_eq!(v["output_lens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum::<u64>(),
+               points[1]["total_output_tokens"].as_u64().unwrap());
 }

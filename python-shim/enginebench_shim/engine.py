@@ -5,10 +5,11 @@ Rust owns the request loop and every clock. This module only
     argument parser (no flag list is kept here),
   * adds requests (token-id prompts for the perf sweep, text prompts for evals),
   * runs one `LLMEngine.step()` and returns what it produced in compact form,
+    with the step's scheduler statistics and vLLM's own per-request timings,
   * shuts the engine down.
 
-Everything crossing into Rust is plain ints, strings and lists so that a step
-costs as little as possible outside vLLM.
+Everything crossing into Rust is plain ints, floats, strings and lists so that
+a step costs as little as possible outside vLLM.
 """
 
 import json  # noqa: F401  (used from Rust: json.dumps(engine.info()))
@@ -41,6 +42,33 @@ def parse_serve_args(argv):
     return args
 
 
+def _stat_logger_class(sink):
+    """A vLLM stat logger that keeps the latest scheduler stats of each step."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class StepStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index=0):
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            if scheduler_stats is not None:
+                pc = scheduler_stats.prefix_cache_stats
+                sink["sched"] = (
+                    scheduler_stats.num_running_reqs,
+                    scheduler_stats.num_waiting_reqs,
+                    float(scheduler_stats.kv_cache_usage),
+                    int(getattr(pc, "queries", 0)),
+                    int(getattr(pc, "hits", 0)),
+                )
+            if iteration_stats is not None:
+                sink["preempted"] = sink.get("preempted", 0) + iteration_stats.num_preempted_reqs
+
+        def log_engine_initialized(self):
+            pass
+
+    return StepStatLogger
+
+
 class Engine:
     """One in-process vLLM engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)."""
 
@@ -51,9 +79,12 @@ class Engine:
 
         args = parse_serve_args(argv)
         engine_args = EngineArgs.from_cli_args(args)
+        self._sink = {}
         # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
         self.engine = LLMEngine.from_engine_args(
-            engine_args, usage_context=UsageContext.OPENAI_API_SERVER
+            engine_args,
+            usage_context=UsageContext.OPENAI_API_SERVER,
+            stat_loggers=[_stat_logger_class(self._sink)],
         )
         self.model_config = self.engine.model_config
         tok = self.engine.get_tokenizer()
@@ -63,6 +94,8 @@ class Engine:
         # Token ids a random prompt may use: the whole vocabulary minus special
         # tokens, as vLLM's RandomDataset samples them.
         self.allowed_token_ids = [i for i in range(vocab) if i not in special]
+        self._scheduled = []
+        self.scheduler_details = self._wrap_scheduler()
 
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind, SamplingParams
@@ -72,6 +105,37 @@ class Engine:
         self._DELTA = RequestOutputKind.DELTA
         self._FINAL = RequestOutputKind.FINAL_ONLY
         self._text_rids = set()
+
+    def _wrap_scheduler(self):
+        """Counts the prefill/decode tokens each schedule() call hands the model.
+
+        Only possible in-process (the scheduler lives in this interpreter);
+        returns False when it is not reachable.
+        """
+        try:
+            from vllm.v1.utils import compute_iteration_details
+
+            scheduler = self.engine.engine_core.engine_core.scheduler
+        except (AttributeError, ImportError):
+            return False
+        schedule = scheduler.schedule
+        scheduled = self._scheduled
+
+        def counting_schedule(*a, **kw):
+            out = schedule(*a, **kw)
+            try:
+                d = compute_iteration_details(out)
+                scheduled.append(
+                    (d.num_ctx_requests, d.num_ctx_tokens,
+                     d.num_generation_requests, d.num_generation_tokens)
+                )
+            except Exception:  # never let bookkeeping break the engine
+                scheduler.schedule = schedule
+                self.scheduler_details = False
+            return out
+
+        scheduler.schedule = counting_schedule
+        return True
 
     def info(self):
         """Engine facts for the result file: dict of str -> str/int."""
@@ -91,7 +155,10 @@ class Engine:
             "max_model_len": int(mc.max_model_len),
             "tensor_parallel_size": int(pc.tensor_parallel_size),
             "pipeline_parallel_size": int(pc.pipeline_parallel_size),
+            "data_parallel_size": int(pc.data_parallel_size),
             "vocab_size": len(self.tokenizer),
+            "device": str(self.engine.vllm_config.device_config.device_type),
+            "scheduler_details": self.scheduler_details,
         }
 
     def add_tokens(self, rid, token_ids, max_tokens, ignore_eos):
@@ -121,24 +188,59 @@ class Engine:
     def step(self):
         """Runs one engine step.
 
-        Returns (deltas, finished_texts):
-          deltas: flat list [rid, new_tokens, finished, rid, new_tokens, finished, ...]
-          finished_texts: list of (rid, text, n_output_tokens) for finished text requests
+        Returns (deltas, texts, stats, timings):
+          deltas: flat [rid, new_tokens, finished, ...]
+          texts:  [(rid, text, n_output_tokens)] of finished text requests, or None
+          stats:  (prefill_reqs, prefill_tokens, decode_reqs, decode_tokens,
+                   running, waiting, kv_cache_usage, prefix_queries, prefix_hits,
+                   preempted) for this step; scheduled counts are -1 when unknown
+          timings: flat [rid, ttft_s, decode_s, queued_s, gen_tokens, ...] from
+                   vLLM's RequestStateStats of requests finished in this step, or None
         """
+        self._sink.pop("preempted", None)
+        outputs = self.engine.step()
         deltas = []
         texts = None
-        for out in self.engine.step():
+        timings = None
+        for out in outputs:
             comp = out.outputs[0]
             rid = int(out.request_id)
             deltas.append(rid)
             deltas.append(len(comp.token_ids))
             deltas.append(1 if out.finished else 0)
-            if out.finished and rid in self._text_rids:
+            if not out.finished:
+                continue
+            if rid in self._text_rids:
                 self._text_rids.discard(rid)
                 if texts is None:
                     texts = []
                 texts.append((rid, comp.text, len(comp.token_ids)))
-        return deltas, texts
+            m = out.metrics
+            if m is not None and m.first_token_ts > 0.0:
+                if timings is None:
+                    timings = []
+                timings.extend((
+                    rid,
+                    m.first_token_latency,
+                    m.last_token_ts - m.first_token_ts,
+                    max(0.0, m.scheduled_ts - m.queued_ts),
+                    m.num_generation_tokens,
+                ))
+        sched = self._scheduled
+        if sched:
+            p_r = sum(s[0] for s in sched)
+            p_t = sum(s[1] for s in sched)
+            d_r = sum(s[2] for s in sched)
+            d_t = sum(s[3] for s in sched)
+            sched.clear()
+        elif self.scheduler_details:
+            p_r = p_t = d_r = d_t = 0
+        else:
+            p_r = p_t = d_r = d_t = -1
+        running, waiting, kv, queries, hits = self._sink.get("sched", (0, 0, 0.0, 0, 0))
+        stats = (p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits,
+                 self._sink.get("preempted", 0))
+        return deltas, texts, stats, timings
 
     def abort(self, rids):
         self.engine.abort_request([str(r) for r in rids])

@@ -26,17 +26,56 @@ pub struct Completion {
     pub output_tokens: u32,
 }
 
+/// The scheduler's view of one step (vLLM's SchedulerStats plus what the
+/// scheduler handed the model). Scheduled counts are `None` where the
+/// scheduler is not reachable (engine core in another process).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepStats {
+    /// Requests / tokens in the prefill (context) phase scheduled this step.
+    pub prefill: Option<(u32, u32)>,
+    /// Requests / tokens in the decode phase scheduled this step.
+    pub decode: Option<(u32, u32)>,
+    /// Requests running and waiting after scheduling.
+    pub running: u32,
+    pub waiting: u32,
+    /// Fraction of the KV cache in use, 0..1.
+    pub kv_cache_usage: f64,
+    /// Prompt tokens looked up in / found in the prefix cache this step.
+    pub prefix_queries: u64,
+    pub prefix_hits: u64,
+    /// Requests preempted this step.
+    pub preempted: u32,
+}
+
+/// vLLM's own timing of a finished request (`RequestOutput.metrics`, a
+/// `RequestStateStats`), for cross-checking the harness's clock.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EngineTiming {
+    pub rid: u64,
+    /// vLLM's first_token_latency: first-token iteration time - arrival, s.
+    pub ttft_s: f64,
+    /// last_token_ts - first_token_ts on the engine core's clock, s.
+    pub decode_s: f64,
+    /// Time spent queued in the scheduler (scheduled_ts - queued_ts), s.
+    pub queued_s: f64,
+    pub generation_tokens: u32,
+}
+
 /// What one `step()` produced; reused across steps to avoid allocations.
 #[derive(Debug, Default)]
 pub struct StepOutput {
     pub deltas: Vec<Delta>,
     pub completions: Vec<Completion>,
+    pub stats: StepStats,
+    pub timings: Vec<EngineTiming>,
 }
 
 impl StepOutput {
     pub fn clear(&mut self) {
         self.deltas.clear();
         self.completions.clear();
+        self.stats = StepStats::default();
+        self.timings.clear();
     }
 }
 

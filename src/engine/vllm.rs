@@ -8,7 +8,7 @@ use pyo3::types::{PyList, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
-use super::{Completion, Delta, StepEngine, StepOutput};
+use super::{Completion, Delta, EngineTiming, StepEngine, StepOutput, StepStats};
 
 /// The shim's source, compiled into the binary so it can never go missing.
 const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engine.py");
@@ -107,6 +107,31 @@ impl StepEngine for VllmEngine {
                 let texts: Vec<(u64, String, u32)> = texts.extract().py_context(py)?;
                 out.completions.extend(texts.into_iter().map(|(rid, text, output_tokens)| {
                     Completion { rid, text, output_tokens }
+                }));
+            }
+            let (p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits, preempted): (
+                i64, i64, i64, i64, u32, u32, f64, u64, u64, u32,
+            ) = result.get_item(2).and_then(|s| s.extract()).py_context(py)?;
+            let known = |r: i64, t: i64| (r >= 0 && t >= 0).then_some((r as u32, t as u32));
+            out.stats = StepStats {
+                prefill: known(p_r, p_t),
+                decode: known(d_r, d_t),
+                running,
+                waiting,
+                kv_cache_usage: kv,
+                prefix_queries: queries,
+                prefix_hits: hits,
+                preempted,
+            };
+            let timings = result.get_item(3).py_context(py)?;
+            if !timings.is_none() {
+                let flat: Vec<f64> = timings.extract().py_context(py)?;
+                out.timings.extend(flat.chunks_exact(5).map(|c| EngineTiming {
+                    rid: c[0] as u64,
+                    ttft_s: c[1],
+                    decode_s: c[2],
+                    queued_s: c[3],
+                    generation_tokens: c[4] as u32,
                 }));
             }
             Ok(())

@@ -1,9 +1,11 @@
 //! Latency and throughput figures, computed as `vllm bench serve` computes
 //! them (vllm/benchmarks/serve.py, `calculate_metrics`).
 
+pub mod crosscheck;
 pub mod point;
 pub mod request;
 pub mod stats;
+pub mod steps;
 
-pub use point::{PointFigures, point_figures};
+pub use point::{FigureSpec, PointFigures, point_figures};
 pub use request::RequestRecord;

@@ -6,9 +6,18 @@ use serde::{Deserialize, Serialize};
 
 use super::request::RequestRecord;
 use super::stats::Summary;
+use crate::recipe::sweep::Goodput;
 
-/// Percentiles reported for every latency metric (InferenceX's 90/99/99.9).
-pub const PERCENTILES: [f64; 3] = [90.0, 99.0, 99.9];
+/// How to summarise a point.
+#[derive(Debug, Clone, Copy)]
+pub struct FigureSpec<'a> {
+    /// Latency percentiles to report, 0..=100.
+    pub percentiles: &'a [f64],
+    /// GPUs the engine spans (TP x PP), the divisor of the per-GPU throughputs.
+    pub gpus: u32,
+    /// SLOs for goodput, if any.
+    pub goodput: Option<Goodput>,
+}
 
 /// Throughput and latency of one point, as `vllm bench serve` reports them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,8 +38,20 @@ pub struct PointFigures {
     pub output_throughput: f64,
     /// (total_input_tokens + total_output_tokens) / duration, tok/s.
     pub total_token_throughput: f64,
+    /// total_token_throughput / GPUs, as InferenceX's `tput_per_gpu`, tok/s/GPU.
+    pub tput_per_gpu: f64,
+    /// output_throughput / GPUs (InferenceX `output_tput_per_gpu`), tok/s/GPU.
+    pub output_tput_per_gpu: f64,
+    /// (total - output) throughput / GPUs (InferenceX `input_tput_per_gpu`), tok/s/GPU.
+    pub input_tput_per_gpu: f64,
+    /// Completed requests meeting every goodput SLO / duration, req/s (as
+    /// bench serve's `request_goodput`); absent without SLOs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_goodput: Option<f64>,
     /// `{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`, named as bench serve names
-    /// them (`p99.9_ttft_ms` for 99.9), ms.
+    /// them (`p99.9_ttft_ms` for 99.9), ms; and `{mean,median,pNN}_intvty` =
+    /// 1000 / the TPOT figure, tok/s/user, as InferenceX's `*_intvty` (absent
+    /// where TPOT is 0).
     #[serde(flatten)]
     pub latency_ms: BTreeMap<String, f64>,
 }
@@ -45,7 +66,7 @@ impl PointFigures {
 /// Computes a point's figures. Only completed requests count toward tokens
 /// and latencies, as in bench serve; TPOT only from requests with more than
 /// one output token.
-pub fn point_figures(records: &[RequestRecord], duration_s: f64) -> PointFigures {
+pub fn point_figures(records: &[RequestRecord], duration_s: f64, spec: FigureSpec<'_>) -> PointFigures {
     let done: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
     let ms = |v: Option<f64>| v.map(|s| s * 1000.0);
     let ttft: Vec<f64> = done.iter().filter_map(|r| ms(r.ttft_s())).collect();
@@ -59,14 +80,39 @@ pub fn point_figures(records: &[RequestRecord], duration_s: f64) -> PointFigures
 
     let mut latency_ms = BTreeMap::new();
     for (name, values) in [("ttft", &ttft), ("tpot", &tpot), ("itl", &itl), ("e2el", &e2el)] {
-        let s = Summary::of(values, &PERCENTILES);
+        let s = Summary::of(values, spec.percentiles);
         latency_ms.insert(format!("mean_{name}_ms"), s.mean);
         latency_ms.insert(format!("median_{name}_ms"), s.median);
         latency_ms.insert(format!("std_{name}_ms"), s.std);
+        let mut put_intvty = |stat: String, tpot_ms: f64| {
+            if name == "tpot" && tpot_ms > 0.0 {
+                latency_ms.insert(format!("{stat}_intvty"), 1000.0 / tpot_ms);
+            }
+        };
+        put_intvty("mean".into(), s.mean);
+        put_intvty("median".into(), s.median);
+        for &(p, v) in &s.percentiles {
+            put_intvty(format!("p{}", percentile_word(p)), v);
+        }
         for (p, v) in s.percentiles {
             latency_ms.insert(format!("p{}_{name}_ms", percentile_word(p)), v);
         }
     }
+    let request_goodput = spec.goodput.map(|g| {
+        let good = done
+            .iter()
+            .filter(|r| {
+                // bench serve counts TPOT as 0 for single-token requests here.
+                let tpot_ms = r.tpot_s().unwrap_or(0.0) * 1000.0;
+                let ok = |slo: Option<f64>, v: Option<f64>| slo.is_none_or(|s| v.is_some_and(|v| v <= s));
+                ok(g.ttft_ms, ms(r.ttft_s())) && ok(g.tpot_ms, Some(tpot_ms)) && ok(g.e2el_ms, ms(r.e2el_s()))
+            })
+            .count();
+        per_s(good as f64)
+    });
+    let gpus = f64::from(spec.gpus.max(1));
+    let output_throughput = per_s(total_output_tokens as f64);
+    let total_token_throughput = per_s((total_input_tokens + total_output_tokens) as f64);
 
     PointFigures {
         completed: done.len() as u32,
@@ -75,8 +121,12 @@ pub fn point_figures(records: &[RequestRecord], duration_s: f64) -> PointFigures
         total_output_tokens,
         duration_s,
         request_throughput: per_s(done.len() as f64),
-        output_throughput: per_s(total_output_tokens as f64),
-        total_token_throughput: per_s((total_input_tokens + total_output_tokens) as f64),
+        output_throughput,
+        total_token_throughput,
+        tput_per_gpu: total_token_throughput / gpus,
+        output_tput_per_gpu: output_throughput / gpus,
+        input_tput_per_gpu: (total_token_throughput - output_throughput) / gpus,
+        request_goodput,
         latency_ms,
     }
 }
@@ -98,13 +148,15 @@ mod tests {
         r
     }
 
+    const SPEC: FigureSpec<'static> = FigureSpec { percentiles: &[90.0, 99.0, 99.9], gpus: 1, goodput: None };
+
     #[test]
     fn hand_computed_timeline() {
         // Two requests, conc 2, duration 1.0 s.
         // A: sent 0.0, tokens at 0.2, 0.3, 0.4 -> TTFT 200, E2EL 400, TPOT 100, ITL 100, 100
         // B: sent 0.0, tokens at 0.4, 0.6, 1.0 -> TTFT 400, E2EL 1000, TPOT 300, ITL 200, 400
         let recs = [req(0.0, &[(0.2, 1), (0.3, 1), (0.4, 1)]), req(0.0, &[(0.4, 1), (0.6, 1), (1.0, 1)])];
-        let f = point_figures(&recs, 1.0);
+        let f = point_figures(&recs, 1.0, SPEC);
         assert_eq!((f.completed, f.failed), (2, 0));
         assert_eq!((f.total_input_tokens, f.total_output_tokens), (20, 6));
         assert_eq!(f.request_throughput, 2.0);
@@ -122,6 +174,27 @@ mod tests {
         close("p99_itl_ms", 394.0);
         assert!(f.latency_ms.contains_key("p99.9_ttft_ms"));
         assert!(f.latency_ms.contains_key("p90_e2el_ms"));
+        // Interactivity = 1000 / TPOT(ms): mean TPOT 200 ms -> 5 tok/s/user.
+        close("mean_intvty", 5.0);
+        close("median_intvty", 5.0);
+        assert!(!f.latency_ms.contains_key("std_intvty"));
+        assert_eq!(f.request_goodput, None);
+    }
+
+    #[test]
+    fn per_gpu_and_goodput() {
+        let recs = [req(0.0, &[(0.2, 1), (0.3, 1), (0.4, 1)]), req(0.0, &[(0.4, 1), (0.6, 1), (1.0, 1)])];
+        let goodput = Some(Goodput { ttft_ms: Some(300.0), tpot_ms: None, e2el_ms: None });
+        let f = point_figures(&recs, 1.0, FigureSpec { percentiles: &[99.0], gpus: 8, goodput });
+        // total 26 tok/s, output 6 tok/s over 8 GPUs
+        assert_eq!(f.tput_per_gpu, 26.0 / 8.0);
+        assert_eq!(f.output_tput_per_gpu, 6.0 / 8.0);
+        assert_eq!(f.input_tput_per_gpu, 20.0 / 8.0);
+        // Only A (TTFT 200 ms) meets TTFT <= 300 ms.
+        assert_eq!(f.request_goodput, Some(1.0));
+        let strict = Some(Goodput { ttft_ms: Some(500.0), tpot_ms: Some(150.0), e2el_ms: None });
+        let f = point_figures(&recs, 1.0, FigureSpec { percentiles: &[99.0], gpus: 1, goodput: strict });
+        assert_eq!(f.request_goodput, Some(1.0)); // B's TPOT 300 ms misses
     }
 
     #[test]
@@ -129,7 +202,7 @@ mod tests {
         let mut bad = req(0.0, &[(0.1, 1)]);
         bad.error = Some("aborted".into());
         let recs = [req(0.0, &[(0.5, 1)]), bad, RequestRecord::default()];
-        let f = point_figures(&recs, 0.5);
+        let f = point_figures(&recs, 0.5, SPEC);
         assert_eq!((f.completed, f.failed), (1, 2));
         assert_eq!(f.total_output_tokens, 1);
         // output_len 1: no TPOT sample, so TPOT figures are 0 as in bench serve.

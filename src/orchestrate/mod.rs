@@ -5,6 +5,9 @@
 //! back on its stdout, and everything Python prints goes to its stderr, which
 //! the orchestrator saves as `worker.log`.
 
+pub mod plan;
+pub mod progress;
 pub mod protocol;
 pub mod run;
+pub mod spawn;
 pub mod worker;

@@ -4,7 +4,11 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::result::PointResult;
+use crate::engine::EngineTiming;
+use crate::metrics::RequestRecord;
+use crate::metrics::steps::StepRecord;
+use crate::recipe::sweep::Point;
+use crate::workload::prompts::RandomDataset;
 
 /// What a worker is asked to do with its one engine.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -18,16 +22,30 @@ pub struct Job {
     pub eval: Option<EvalJob>,
 }
 
-/// One sweep point.
+/// One sweep point and how to run it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PointSpec {
-    pub conc: u32,
-    pub isl: u32,
-    pub osl: u32,
-    pub num_prompts: u32,
-    pub warmups: u32,
-    /// Seed of this point's prompts.
-    pub seed: u64,
+    pub point: Point,
+    /// The prompts (warm-ups and measured ones are drawn together, warm-ups first).
+    pub dataset: RandomDataset,
+    /// Request-rate mode (req/s) and burstiness; `None`: all at once.
+    pub request_rate: Option<f64>,
+    pub burstiness: f64,
+    pub ignore_eos: bool,
+}
+
+/// What the worker measured for one point; the orchestrator computes the figures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RawPoint {
+    pub spec: PointSpec,
+    /// One per measured request, in submission order.
+    pub records: Vec<RequestRecord>,
+    /// vLLM's own timings, parallel to `records`.
+    pub engine_timings: Vec<Option<EngineTiming>>,
+    /// Requested output length per measured request, tokens.
+    pub requested_output_lens: Vec<u32>,
+    pub duration_s: f64,
+    pub steps: Vec<StepRecord>,
 }
 
 /// Text prompts to complete greedily (the eval's generation step).
@@ -57,7 +75,7 @@ pub enum Message {
     /// `done` of `total` requests of `phase` finished.
     Progress { phase: String, done: u64, total: u64 },
     /// A measured point.
-    Point { point: PointResult },
+    Point { raw: Box<RawPoint> },
     /// Eval completions, in prompt order.
     Eval { completions: Vec<EvalCompletion>, duration_s: f64 },
     /// The worker failed; nothing more follows. `bad_input` when the cause is

@@ -1,87 +1,55 @@
 //! `enginebench run`: plan the sweep from a recipe, run it in a worker,
 //! stream results to disk, print the table.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use anyhow::{Context, Result};
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use anyhow::Result;
+use indicatif::MultiProgress;
+use serde::Serialize;
 
-use super::protocol::{EvalCompletion, EvalJob, Job, Message, PointSpec};
+use super::plan::{EvalPlan, RunOptions, plan};
+use super::progress::Bar;
+use super::protocol::{EvalCompletion, Job, Message, RawPoint};
+use super::spawn::spawn_worker;
 use crate::error::{exit, usage};
 use crate::eval::gsm8k;
 use crate::eval::score::{Sample, mean_and_stderr, score};
-use crate::install::{Install, resolve_model};
-use crate::recipe::{Recipe, default_recipe_path};
+use crate::metrics::crosscheck::cross_check;
+use crate::metrics::steps::summarize_steps;
+use crate::metrics::{FigureSpec, point_figures};
+use crate::recipe::sweep::ResolvedSweep;
 use crate::report::files::{JsonLines, write_json_atomic};
 use crate::report::result::{
-    Evals, Gsm8kResult, Host, RecipeInfo, RunError, RunResult, SCHEMA_VERSION, TIMING_NOTE,
-    Versions,
+    Evals, Gsm8kResult, Host, PointResult, RecipeInfo, RunError, RunResult, SCHEMA_VERSION,
+    TIMING_NOTE, Versions,
 };
 use crate::report::table;
 
-/// Options of `enginebench run` (see the CLI for their meaning).
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    pub recipe: Option<PathBuf>,
-    pub conc: Option<Vec<u32>>,
-    pub isl: Option<u32>,
-    pub osl: Option<u32>,
-    pub num_prompts: Option<u32>,
-    pub eval_limit: Option<u32>,
-    pub no_eval: bool,
-    pub output: Option<PathBuf>,
-    pub verbose: bool,
-}
-
-/// OMP_NUM_THREADS for the CPU backend when the recipe leaves it unset.
-/// Without it, a decode step was measured ~30x slower (DESIGN.md).
-fn default_omp_threads() -> String {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()
-}
-
-/// The eval questions, prepared before any engine starts (so bad data fails fast).
-struct EvalPlan {
-    job: EvalJob,
-    /// (doc id, gold answer) per prompt.
-    golds: Vec<(usize, String)>,
-    data_source: String,
-}
-
-/// Runs a recipe end to end. Returns the exit code (0 ok, 1 failed).
+/// Runs a recipe end to end. Returns the exit code (0 ok, 1 failed, 2 bad
+/// input found by the engine, e.g. a flag vLLM's parser rejects).
 ///
 /// Errors (usage, exit 2): unreadable or invalid recipe, bad overrides,
 /// missing set-up or data, unusable output folder. Engine failures are not
 /// errors here: they are recorded in the result and give exit code 1.
 pub fn run(opts: &RunOptions) -> Result<i32> {
-    let recipe_path = opts.recipe.clone().unwrap_or_else(default_recipe_path);
-    let mut recipe = Recipe::load(&recipe_path)?;
-    apply_overrides(&mut recipe, opts)?;
-    let install = Install::locate()?;
-    let model_path = resolve_model(&recipe.model, &install)?;
-    let points = plan_points(&recipe);
-    let eval = match (&recipe.eval, opts.no_eval) {
-        (Some(section), false) => Some(plan_gsm8k(&install, section.limit, section.concurrency)?),
-        _ => None,
-    };
-    let env = engine_env(&recipe);
-    let out_dir = output_dir(opts.output.as_deref(), &recipe.name)?;
-
+    let plan = plan(opts)?;
+    let out_dir = output_dir(opts.output.as_deref(), &plan.recipe.name)?;
     let mut result = RunResult {
         schema_version: SCHEMA_VERSION,
         status: "running".into(),
         recipe: RecipeInfo {
-            name: recipe.name.clone(),
-            file: recipe_path.display().to_string(),
-            model: recipe.model.clone(),
-            model_path: model_path.clone(),
-            engine_args: recipe.engine.args.clone(),
-            env: env.clone(),
+            name: plan.recipe.name.clone(),
+            file: plan.recipe_path.display().to_string(),
+            model: plan.recipe.model.clone(),
+            hardware: plan.recipe.hardware.clone(),
+            precision: plan.recipe.precision.clone(),
+            model_path: plan.model_path.clone(),
+            engine_args: plan.recipe.engine.args.clone(),
+            env: plan.env.clone(),
+            fingerprint: None,
         },
+        sweep: plan.sweep.clone(),
         versions: Versions { enginebench: env!("CARGO_PKG_VERSION").into(), ..Default::default() },
         host: Host::detect(),
         started_at: now_rfc3339(),
@@ -93,29 +61,28 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
         eval: None,
         error: None,
     };
-    let result_path = out_dir.join("result.json");
-    write_json_atomic(&result_path, &result)?;
-    let mut points_file = JsonLines::create(out_dir.join("points.jsonl"))?;
+    let mut files = OutputFiles::create(&out_dir, opts.step_trace)?;
+    files.write_result(&result)?;
 
-    let mut engine_argv = vec![model_path];
-    engine_argv.extend(recipe.engine.args.iter().cloned());
+    let mut engine_argv = vec![plan.model_path.clone()];
+    engine_argv.extend(plan.recipe.engine.args.iter().cloned());
     let job = Job {
-        python: install.python(),
+        python: plan.install.python(),
         engine_argv,
-        points: points.clone(),
-        eval: eval.as_ref().map(|e| e.job.clone()),
+        points: plan.points.clone(),
+        eval: plan.eval.as_ref().map(|e| e.job.clone()),
     };
 
     let ui = MultiProgress::new();
-    eprintln!("enginebench: recipe {} -> {}", recipe.name, out_dir.display());
-    let log_path = out_dir.join("worker.log");
-    let mut worker = spawn_worker(&job, &env, &log_path, opts.verbose, &ui)?;
+    eprintln!("enginebench: recipe {} -> {}", plan.recipe.name, out_dir.display());
+    let mut worker = spawn_worker(&job, &plan.env, &out_dir.join("worker.log"), opts.verbose, &ui)?;
     let mut bar = Bar::new(&ui);
     bar.spinner("starting engine (import vLLM, load weights)");
 
     let mut failure: Option<RunError> = None;
     let mut bad_input = false;
     let mut got_done = false;
+    let mut gpus = 1;
     for line in BufReader::new(worker.stdout.take().expect("piped")).lines() {
         let Ok(line) = line else { break };
         let Ok(msg) = serde_json::from_str::<Message>(&line) else {
@@ -126,31 +93,32 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
             Message::Ready { engine, engine_start_s } => {
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
                 let get = |k: &str| engine.get(k).and_then(|v| v.as_str()).map(String::from);
+                let size = |k: &str| engine.get(k).and_then(|v| v.as_u64()).unwrap_or(1).max(1) as u32;
+                gpus = size("tensor_parallel_size") * size("pipeline_parallel_size");
                 result.versions.vllm = get("vllm");
+                result.recipe.fingerprint =
+                    Some(result.recipe.compute_fingerprint(result.versions.vllm.as_deref().unwrap_or("")));
                 result.versions.torch = get("torch");
                 result.versions.python = get("python");
                 result.engine = Some(engine);
                 result.engine_start_s = Some(engine_start_s);
-                write_json_atomic(&result_path, &result)?;
+                files.write_result(&result)?;
             }
             Message::Progress { phase, done, total } => bar.progress(&phase, done, total),
-            Message::Point { point } => {
-                bar.finish(format!(
-                    "conc {}: {:.1} output tok/s, median TPOT {:.2} ms",
-                    point.conc,
-                    point.figures.output_throughput,
-                    point.figures.ms("median_tpot_ms")
-                ));
-                points_file.append(&point)?;
+            Message::Point { raw } => {
+                let index = result.points.len();
+                let point = finish_point(&raw, &plan.sweep, gpus);
+                bar.finish(point_line(&point));
+                files.append_point(index, &point, &raw)?;
                 result.points.push(point);
-                write_json_atomic(&result_path, &result)?;
+                files.write_result(&result)?;
             }
             Message::Eval { completions, duration_s } => {
                 bar.finish(format!("gsm8k generated in {duration_s:.1} s"));
-                if let Some(plan) = &eval {
-                    let g = score_gsm8k(plan, &completions, duration_s, &out_dir)?;
+                if let Some(eval) = &plan.eval {
+                    let g = score_gsm8k(eval, &completions, duration_s, &out_dir)?;
                     result.eval = Some(Evals { gsm8k: g });
-                    write_json_atomic(&result_path, &result)?;
+                    files.write_result(&result)?;
                 }
             }
             Message::Error { message, traceback, bad_input: bad } => {
@@ -162,7 +130,6 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
     }
     bar.clear();
     let status = worker.child.wait()?;
-    let log_tail = worker.log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
     if failure.is_none() && (!got_done || !status.success()) {
         failure = Some(RunError {
             message: format!("the engine worker ended unexpectedly ({})", describe_exit(status)),
@@ -171,13 +138,13 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
         });
     }
     if let Some(f) = failure.as_mut() {
-        f.log_tail = log_tail;
+        f.log_tail = worker.log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
     }
-    let points_failed = result.points.iter().any(|p| p.figures.failed > 0);
+    let points_failed = result.points.iter().any(|p| p.status != "ok");
     result.status = if failure.is_some() || points_failed { "failed" } else { "ok" }.into();
     result.error = failure;
     result.finished_at = Some(now_rfc3339());
-    write_json_atomic(&result_path, &result)?;
+    files.write_result(&result)?;
 
     print_summary(&result, &out_dir, opts.verbose);
     Ok(match result.status.as_str() {
@@ -187,85 +154,134 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
     })
 }
 
-fn apply_overrides(recipe: &mut Recipe, opts: &RunOptions) -> Result<()> {
-    if let Some(conc) = &opts.conc {
-        if conc.is_empty() || conc.contains(&0) {
-            return Err(usage(format!("--conc {conc:?}: give concurrencies >= 1, e.g. --conc 1,4,16")));
-        }
-        recipe.sweep.conc = conc.clone();
+/// Figures, step summary and cross-check of one measured point.
+fn finish_point(raw: &RawPoint, sweep: &ResolvedSweep, gpus: u32) -> PointResult {
+    let p = &raw.spec.point;
+    let spec = FigureSpec { percentiles: &sweep.percentiles, gpus, goodput: sweep.goodput };
+    let figures = point_figures(&raw.records, raw.duration_s, spec);
+    let crosscheck = cross_check(&raw.records, &raw.engine_timings);
+    if let Some(c) = crosscheck.as_ref().filter(|c| !c.agree) {
+        tracing::warn!(
+            "conc {}: harness and vLLM disagree (TTFT median diff {:.2} ms, E2EL {:.2} ms, tolerance {:.2}/{:.2} ms)",
+            p.conc, c.ttft.median_ms, c.e2el.median_ms, c.ttft.tolerance_ms, c.e2el.tolerance_ms
+        );
     }
-    if let Some(isl) = opts.isl {
-        recipe.sweep.isl = isl;
+    PointResult {
+        conc: p.conc,
+        isl: p.isl,
+        osl: p.osl,
+        num_prompts: p.num_prompts,
+        warmups: p.warmups,
+        length_convention: raw.spec.dataset.convention,
+        range_ratio: raw.spec.dataset.range_ratio,
+        prefix_len: raw.spec.dataset.prefix_len,
+        request_rate: raw.spec.request_rate,
+        burstiness: raw.spec.request_rate.map(|_| raw.spec.burstiness),
+        ignore_eos: raw.spec.ignore_eos,
+        gpus,
+        status: if figures.failed == 0 { "ok" } else { "failed" }.into(),
+        figures,
+        step_stats: summarize_steps(&raw.steps),
+        crosscheck,
     }
-    if let Some(osl) = opts.osl {
-        recipe.sweep.osl = osl;
-    }
-    if recipe.sweep.isl == 0 || recipe.sweep.osl == 0 {
-        return Err(usage("--isl and --osl must be at least 1 token"));
-    }
-    if let Some(n) = opts.num_prompts {
-        if n == 0 {
-            return Err(usage("--num-prompts must be at least 1"));
-        }
-        recipe.sweep.num_prompts = Some(n);
-    }
-    if let Some(limit) = opts.eval_limit {
-        match recipe.eval.as_mut() {
-            Some(e) => e.limit = Some(limit),
-            None => return Err(usage("--eval-limit given but the recipe has no [eval] section")),
-        }
-    }
-    Ok(())
 }
 
-/// One [`PointSpec`] per concurrency; each point's prompts get their own seed.
-fn plan_points(recipe: &Recipe) -> Vec<PointSpec> {
-    let s = &recipe.sweep;
-    s.conc
-        .iter()
-        .map(|&conc| PointSpec {
-            conc,
-            isl: s.isl,
-            osl: s.osl,
-            num_prompts: s.num_prompts_at(conc),
-            warmups: s.warmups_per_conc * conc,
-            seed: s.seed ^ (u64::from(conc) << 32) ^ (u64::from(s.isl) << 16) ^ u64::from(s.osl),
+fn point_line(p: &PointResult) -> String {
+    let mut line = format!(
+        "{}/{} conc {}: {:.1} output tok/s, median TPOT {:.2} ms",
+        p.isl,
+        p.osl,
+        p.conc,
+        p.figures.output_throughput,
+        p.figures.ms("median_tpot_ms")
+    );
+    if p.figures.failed > 0 {
+        line.push_str(&format!(", {} requests FAILED", p.figures.failed));
+    }
+    line
+}
+
+/// One request as written to `requests.jsonl`.
+#[derive(Serialize)]
+struct RequestLine<'a> {
+    point: usize,
+    isl: u32,
+    osl: u32,
+    conc: u32,
+    request: usize,
+    input_tokens: u32,
+    requested_output_tokens: u32,
+    output_tokens: u32,
+    send_s: f64,
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+    e2el_ms: Option<f64>,
+    itl_ms: Vec<f64>,
+    error: &'a Option<String>,
+    /// vLLM's own TTFT / queue time for this request, ms.
+    vllm_ttft_ms: Option<f64>,
+    vllm_queued_ms: Option<f64>,
+}
+
+/// The files of a run folder (see the README's "Output files").
+struct OutputFiles {
+    result_path: PathBuf,
+    points: JsonLines,
+    requests: JsonLines,
+    steps: Option<JsonLines>,
+}
+
+impl OutputFiles {
+    fn create(dir: &Path, step_trace: bool) -> Result<OutputFiles> {
+        Ok(OutputFiles {
+            result_path: dir.join("result.json"),
+            points: JsonLines::create(dir.join("points.jsonl"))?,
+            requests: JsonLines::create(dir.join("requests.jsonl"))?,
+            steps: if step_trace { Some(JsonLines::create(dir.join("steps.jsonl"))?) } else { None },
         })
-        .collect()
-}
+    }
 
-/// The engine process's environment: the recipe's, plus in-process mode and,
-/// on the CPU backend, an OMP_NUM_THREADS default.
-fn engine_env(recipe: &Recipe) -> BTreeMap<String, String> {
-    let mut env = recipe.env.clone();
-    if env.get("VLLM_ENABLE_V1_MULTIPROCESSING").is_some_and(|v| v != "0") {
-        tracing::warn!("VLLM_ENABLE_V1_MULTIPROCESSING forced to 0: enginebench drives the engine in-process");
+    fn write_result(&self, result: &RunResult) -> Result<()> {
+        write_json_atomic(&self.result_path, result)
     }
-    env.insert("VLLM_ENABLE_V1_MULTIPROCESSING".into(), "0".into());
-    if recipe.is_cpu() && !env.contains_key("OMP_NUM_THREADS") {
-        env.insert("OMP_NUM_THREADS".into(), default_omp_threads());
-    }
-    env
-}
 
-fn plan_gsm8k(install: &Install, limit: Option<u32>, concurrency: u32) -> Result<EvalPlan> {
-    let path = gsm8k::olmo_split_path(&install.site_packages()?);
-    let docs = gsm8k::load_olmo_split(&path)?;
-    let prompts = gsm8k::test_only_prompts(&docs, gsm8k::NUM_FEWSHOT, limit.map(|l| l as usize));
-    if prompts.is_empty() {
-        return Err(usage(format!("GSM8K: no questions to score in {}", path.display())));
+    fn append_point(&mut self, index: usize, point: &PointResult, raw: &RawPoint) -> Result<()> {
+        self.points.append(point)?;
+        let ms = |s: Option<f64>| s.map(|s| s * 1000.0);
+        for (i, r) in raw.records.iter().enumerate() {
+            let vllm = raw.engine_timings.get(i).copied().flatten();
+            self.requests.append(&RequestLine {
+                point: index,
+                isl: point.isl,
+                osl: point.osl,
+                conc: point.conc,
+                request: i,
+                input_tokens: r.input_tokens,
+                requested_output_tokens: raw.requested_output_lens.get(i).copied().unwrap_or(0),
+                output_tokens: r.output_tokens,
+                send_s: r.send_s,
+                ttft_ms: ms(r.ttft_s()),
+                tpot_ms: ms(r.tpot_s()),
+                e2el_ms: ms(r.e2el_s()),
+                itl_ms: r.itl_s.iter().map(|s| s * 1000.0).collect(),
+                error: &r.error,
+                vllm_ttft_ms: vllm.map(|t| t.ttft_s * 1000.0),
+                vllm_queued_ms: vllm.map(|t| t.queued_s * 1000.0),
+            })?;
+        }
+        if let Some(steps) = self.steps.as_mut() {
+            #[derive(Serialize)]
+            struct StepLine<'a> {
+                point: usize,
+                #[serde(flatten)]
+                step: &'a crate::metrics::steps::StepRecord,
+            }
+            for step in &raw.steps {
+                steps.append(&StepLine { point: index, step })?;
+            }
+        }
+        Ok(())
     }
-    let golds = prompts.iter().map(|(i, d, _)| (*i, d.answer.clone())).collect();
-    Ok(EvalPlan {
-        job: EvalJob {
-            prompts: prompts.into_iter().map(|(_, _, p)| p).collect(),
-            max_tokens: gsm8k::MAX_NEW_TOKENS,
-            stop: gsm8k::STOP.iter().map(|s| s.to_string()).collect(),
-            concurrency,
-        },
-        golds,
-        data_source: path.display().to_string(),
-    })
 }
 
 fn score_gsm8k(
@@ -314,121 +330,6 @@ fn output_dir(given: Option<&Path>, recipe_name: &str) -> Result<PathBuf> {
     std::fs::create_dir_all(&dir)
         .map_err(|e| usage(format!("cannot create output folder {}: {e}", dir.display())))?;
     Ok(dir)
-}
-
-struct Worker {
-    child: std::process::Child,
-    stdout: Option<std::process::ChildStdout>,
-    log_tail: Arc<Mutex<VecDeque<String>>>,
-}
-
-/// Lines of the worker log kept for error reports.
-const LOG_TAIL_LINES: usize = 30;
-
-fn spawn_worker(
-    job: &Job,
-    env: &BTreeMap<String, String>,
-    log_path: &Path,
-    verbose: bool,
-    ui: &MultiProgress,
-) -> Result<Worker> {
-    let exe = std::env::current_exe().context("locating the enginebench binary")?;
-    let mut child = Command::new(exe)
-        .arg("__worker")
-        .envs(env)
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting the engine worker")?;
-    let mut stdin = child.stdin.take().expect("piped");
-    stdin.write_all(&serde_json::to_vec(job)?)?;
-    drop(stdin);
-
-    let log_tail = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL_LINES)));
-    let stderr = child.stderr.take().expect("piped");
-    let mut log = std::fs::File::create(log_path)
-        .with_context(|| format!("creating {}", log_path.display()))?;
-    let tail = Arc::clone(&log_tail);
-    let ui = ui.clone();
-    std::thread::spawn(move || {
-        // Progress bars of Python (tqdm) redraw with '\r': split on both.
-        let mut reader = BufReader::new(stderr);
-        let mut buf = Vec::new();
-        while reader.read_until(b'\n', &mut buf).map(|n| n > 0).unwrap_or(false) {
-            let _ = log.write_all(&buf);
-            let text = String::from_utf8_lossy(&buf);
-            let line = text.rsplit('\r').find(|s| !s.trim().is_empty()).unwrap_or("").trim_end();
-            if !line.is_empty() {
-                if verbose {
-                    let _ = ui.println(line);
-                }
-                if let Ok(mut t) = tail.lock() {
-                    if t.len() == LOG_TAIL_LINES {
-                        t.pop_front();
-                    }
-                    t.push_back(line.to_string());
-                }
-            }
-            buf.clear();
-        }
-    });
-    let stdout = child.stdout.take();
-    Ok(Worker { child, stdout, log_tail })
-}
-
-/// One progress bar at a time, replaced when the phase changes.
-struct Bar<'a> {
-    ui: &'a MultiProgress,
-    bar: Option<ProgressBar>,
-    phase: String,
-}
-
-impl<'a> Bar<'a> {
-    fn new(ui: &'a MultiProgress) -> Bar<'a> {
-        Bar { ui, bar: None, phase: String::new() }
-    }
-
-    fn spinner(&mut self, msg: &str) {
-        self.clear();
-        let b = self.ui.add(ProgressBar::new_spinner());
-        b.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("template"));
-        b.set_message(msg.to_string());
-        b.enable_steady_tick(Duration::from_millis(200));
-        self.bar = Some(b);
-    }
-
-    fn progress(&mut self, phase: &str, done: u64, total: u64) {
-        if self.phase != phase || self.bar.is_none() {
-            self.clear();
-            let b = self.ui.add(ProgressBar::new(total));
-            b.set_style(
-                ProgressStyle::with_template("{msg:>16} [{bar:30}] {pos}/{len} requests [{elapsed}, eta {eta}]")
-                    .expect("template")
-                    .progress_chars("=> "),
-            );
-            b.set_message(phase.to_string());
-            self.bar = Some(b);
-            self.phase = phase.to_string();
-        }
-        if let Some(b) = &self.bar {
-            b.set_position(done);
-        }
-    }
-
-    fn finish(&mut self, line: String) {
-        self.clear();
-        let _ = self.ui.println(format!("  {line}"));
-    }
-
-    fn clear(&mut self) {
-        if let Some(b) = self.bar.take() {
-            b.finish_and_clear();
-            self.ui.remove(&b);
-        }
-        self.phase.clear();
-    }
 }
 
 fn print_summary(result: &RunResult, out_dir: &Path, verbose: bool) {

@@ -8,13 +8,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::protocol::{EvalCompletion, EvalJob, Job, Message, PointSpec};
+use super::protocol::{EvalCompletion, EvalJob, Job, Message, PointSpec, RawPoint};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
 use crate::engine::{StepEngine, interpreter};
-use crate::metrics::point_figures;
-use crate::report::result::PointResult;
-use crate::workload::{Request, RequestIds, random_prompts, run_closed_loop};
+use crate::workload::arrivals::arrival_times;
+use crate::workload::{Pacing, Request, RequestIds, drive};
 
 /// The message channel: the worker's original stdout. Everything else that
 /// writes to fd 1 (Python, vLLM, C libraries) is sent to stderr instead.
@@ -84,9 +83,10 @@ fn run(channel: &mut Channel) -> Result<()> {
 
     let mut ids = RequestIds::default();
     for spec in &job.points {
-        let point = run_point(&mut engine, spec, &mut ids, channel)
-            .with_context(|| format!("point conc={} isl={} osl={}", spec.conc, spec.isl, spec.osl))?;
-        channel.send(&Message::Point { point });
+        let p = &spec.point;
+        let raw = run_point(&mut engine, spec, &mut ids, channel)
+            .with_context(|| format!("point isl={} osl={} conc={}", p.isl, p.osl, p.conc))?;
+        channel.send(&Message::Point { raw: Box::new(raw) });
     }
     if let Some(eval) = &job.eval {
         run_eval(&mut engine, eval, &mut ids, channel).context("running the eval")?;
@@ -100,39 +100,44 @@ fn run_point(
     spec: &PointSpec,
     ids: &mut RequestIds,
     channel: &mut Channel,
-) -> Result<PointResult> {
-    let total = (spec.warmups + spec.num_prompts) as usize;
-    let prompts = random_prompts(spec.seed, total, spec.isl as usize, &engine.allowed_token_ids);
-    let requests: Vec<Request> = prompts
+) -> Result<RawPoint> {
+    let p = &spec.point;
+    let total = (p.warmups + p.num_prompts) as usize;
+    let workload = spec.dataset.draw(total, &engine.allowed_token_ids);
+    let requests: Vec<Request> = workload
+        .prompts
         .iter()
-        .map(|p| Request::Tokens { prompt: p, max_tokens: spec.osl, ignore_eos: true })
+        .zip(&workload.output_lens)
+        .map(|(prompt, &max_tokens)| Request::Tokens { prompt, max_tokens, ignore_eos: spec.ignore_eos })
         .collect();
-    let (warmup, measured) = requests.split_at(spec.warmups as usize);
-    let conc = spec.conc as usize;
+    let (warmup, measured) = requests.split_at(p.warmups as usize);
+    let conc = p.conc as usize;
 
     if !warmup.is_empty() {
-        let phase = format!("warm-up conc {}", spec.conc);
+        // Warm-ups run closed-loop at the point's concurrency, excluded from figures.
+        let phase = format!("warm-up conc {}", p.conc);
         let total = warmup.len() as u64;
-        run_closed_loop(engine, warmup, conc, ids, &mut |done| {
+        let pacing = Pacing { max_in_flight: conc, arrivals: None };
+        drive(engine, warmup, pacing, ids, &mut |done| {
             channel.send(&Message::Progress { phase: phase.clone(), done: done as u64, total })
         })?;
     }
-    let phase = format!("conc {}", spec.conc);
+    let arrivals = spec
+        .request_rate
+        .map(|rate| arrival_times(measured.len(), rate, spec.burstiness, spec.dataset.seed));
+    let pacing = Pacing { max_in_flight: conc, arrivals: arrivals.as_deref() };
+    let phase = format!("{}/{} conc {}", p.isl, p.osl, p.conc);
     let total = measured.len() as u64;
-    let outcome = run_closed_loop(engine, measured, conc, ids, &mut |done| {
+    let outcome = drive(engine, measured, pacing, ids, &mut |done| {
         channel.send(&Message::Progress { phase: phase.clone(), done: done as u64, total })
     })?;
-    let steps = outcome.step_s.len() as u64;
-    let mean_step_ms = crate::metrics::stats::mean(&outcome.step_s) * 1000.0;
-    Ok(PointResult {
-        conc: spec.conc,
-        isl: spec.isl,
-        osl: spec.osl,
-        num_prompts: spec.num_prompts,
-        warmups: spec.warmups,
-        figures: point_figures(&outcome.records, outcome.duration_s),
-        steps,
-        mean_step_ms,
+    Ok(RawPoint {
+        spec: *spec,
+        records: outcome.records,
+        engine_timings: outcome.engine_timings,
+        requested_output_lens: workload.output_lens[p.warmups as usize..].to_vec(),
+        duration_s: outcome.duration_s,
+        steps: outcome.steps,
     })
 }
 
@@ -148,7 +153,8 @@ fn run_eval(
         .map(|p| Request::Text { prompt: p, max_tokens: eval.max_tokens, stop: &eval.stop })
         .collect();
     let total = requests.len() as u64;
-    let outcome = run_closed_loop(engine, &requests, eval.concurrency as usize, ids, &mut |done| {
+    let pacing = Pacing { max_in_flight: eval.concurrency as usize, arrivals: None };
+    let outcome = drive(engine, &requests, pacing, ids, &mut |done| {
         channel.send(&Message::Progress { phase: "gsm8k".into(), done: done as u64, total })
     })?;
     let completions = outcome

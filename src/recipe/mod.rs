@@ -26,6 +26,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::usage;
 
+pub mod sweep;
+
+pub use sweep::Sweep;
+
 /// The default recipe, used when `run` gets no recipe path.
 pub const DEFAULT_RECIPE: &str = "recipes/cpu/smollm2-135m.toml";
 
@@ -65,45 +69,6 @@ fn default_framework() -> String {
 pub struct EngineSection {
     #[serde(default)]
     pub args: Vec<String>,
-}
-
-/// `[sweep]`: one ISL/OSL pair over a list of concurrencies.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Sweep {
-    /// Input sequence length, tokens per prompt.
-    pub isl: u32,
-    /// Output sequence length, tokens generated per request (`ignore_eos`).
-    pub osl: u32,
-    /// Concurrencies: requests kept in flight by the closed loop.
-    pub conc: Vec<u32>,
-    /// Measured requests per point as a multiple of `conc` (InferenceX: 10).
-    #[serde(default = "default_prompts_per_conc")]
-    pub prompts_per_conc: u32,
-    /// Fixed measured requests per point; overrides `prompts_per_conc`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_prompts: Option<u32>,
-    /// Warm-up requests per point as a multiple of `conc` (InferenceX: 2),
-    /// run before the measured ones and excluded from the figures.
-    #[serde(default = "default_warmups_per_conc")]
-    pub warmups_per_conc: u32,
-    /// Seed of the random token-id prompts.
-    #[serde(default)]
-    pub seed: u64,
-}
-
-fn default_prompts_per_conc() -> u32 {
-    10
-}
-fn default_warmups_per_conc() -> u32 {
-    2
-}
-
-impl Sweep {
-    /// Measured requests at concurrency `conc`.
-    pub fn num_prompts_at(&self, conc: u32) -> u32 {
-        self.num_prompts.unwrap_or(self.prompts_per_conc * conc)
-    }
 }
 
 /// `[eval]`: the accuracy check run on the same engine after the sweep.
@@ -160,17 +125,8 @@ impl Recipe {
         if self.framework != "vllm" {
             return bad(format!("framework = {:?} is not supported; use \"vllm\"", self.framework));
         }
-        if self.sweep.isl == 0 || self.sweep.osl == 0 {
-            return bad("sweep.isl and sweep.osl must be at least 1 token".into());
-        }
-        if self.sweep.conc.is_empty() || self.sweep.conc.contains(&0) {
-            return bad(format!(
-                "sweep.conc = {:?}: give a non-empty list of concurrencies >= 1",
-                self.sweep.conc
-            ));
-        }
-        if self.sweep.num_prompts == Some(0) || self.sweep.prompts_per_conc == 0 {
-            return bad("sweep: num_prompts / prompts_per_conc must be at least 1".into());
+        if let Err(e) = self.sweep.resolve() {
+            return bad(format!("[sweep]: {e}"));
         }
         if let Some(eval) = &self.eval {
             if eval.task != "gsm8k" {
@@ -237,9 +193,10 @@ conc = [1, 4]
     #[test]
     fn parses_with_defaults() {
         let r = Recipe::parse(GOOD, "t.toml").unwrap();
-        assert_eq!(r.sweep.conc, vec![1, 4]);
-        assert_eq!(r.sweep.num_prompts_at(4), 40);
-        assert_eq!(r.sweep.warmups_per_conc, 2);
+        let points = r.sweep.resolve().unwrap().points();
+        assert_eq!(points.iter().map(|p| p.conc).collect::<Vec<_>>(), vec![1, 4]);
+        assert_eq!(points[1].num_prompts, 40);
+        assert_eq!(points[1].warmups, 8);
         assert!(r.is_cpu());
         assert!(r.eval.is_none());
     }
@@ -250,6 +207,7 @@ conc = [1, 4]
         let err = Recipe::parse(&text, "t.toml").unwrap_err().to_string();
         assert!(err.contains("t.toml:10:1"), "{err}");
         assert!(err.contains("concurrency"), "{err}");
+        assert!(err.contains("conc_range"), "lists valid keys: {err}");
     }
 
     #[test]
@@ -257,6 +215,6 @@ conc = [1, 4]
         let text = GOOD.replace("conc = [1, 4]", "conc = []");
         let err = Recipe::parse(&text, "t.toml").unwrap_err();
         assert!(err.downcast_ref::<crate::error::UsageError>().is_some());
-        assert!(err.to_string().contains("sweep.conc"));
+        assert!(err.to_string().contains("[sweep]: conc"), "{err}");
     }
 }

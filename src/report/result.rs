@@ -7,7 +7,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::host::Host;
 use crate::metrics::PointFigures;
+use crate::metrics::crosscheck::CrossCheck;
+use crate::metrics::steps::StepSummary;
+use crate::recipe::sweep::ResolvedSweep;
+use crate::workload::lengths::LengthConvention;
 
 /// Bumped whenever a key changes meaning or disappears.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -22,6 +27,8 @@ pub struct RunResult {
     /// "running" while the run goes on, then "ok" or "failed".
     pub status: String,
     pub recipe: RecipeInfo,
+    /// The sweep as run (recipe plus command-line overrides, defaults filled in).
+    pub sweep: ResolvedSweep,
     pub versions: Versions,
     pub host: Host,
     /// RFC 3339, UTC.
@@ -50,12 +57,36 @@ pub struct RecipeInfo {
     pub file: String,
     /// `model` as written in the recipe.
     pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
     /// What vLLM was given (a bundled model resolved to its folder).
     pub model_path: String,
     /// The `vllm serve` flags after the model.
     pub engine_args: Vec<String>,
     /// Environment set for the engine process (recipe plus enginebench defaults).
     pub env: BTreeMap<String, String>,
+    /// SHA-256 (hex, first 16 digits) of the model, engine args (hf-overrides
+    /// included), env and vLLM version: equal fingerprints ran the same
+    /// engine configuration. Set once the engine reports its version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+}
+
+impl RecipeInfo {
+    /// The fingerprint of this configuration under `vllm_version`.
+    pub fn compute_fingerprint(&self, vllm_version: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let canonical = serde_json::json!({
+            "model": self.model,
+            "engine_args": self.engine_args,
+            "env": self.env,
+            "vllm": vllm_version,
+        });
+        let digest = Sha256::digest(canonical.to_string().as_bytes());
+        format!("{digest:x}")[..16].to_string()
+    }
 }
 
 /// Software versions.
@@ -70,53 +101,39 @@ pub struct Versions {
     pub python: Option<String>,
 }
 
-/// The machine.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Host {
-    pub hostname: String,
-    pub cpu: String,
-    pub logical_cpus: usize,
-}
-
-impl Host {
-    /// Reads the host name and CPU model (Linux `/proc/cpuinfo`).
-    pub fn detect() -> Host {
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .and_then(|l| l.split_once(':'))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-            .unwrap_or_default();
-        let logical_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Host { hostname, cpu, logical_cpus }
-    }
-}
-
 /// One point of the sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PointResult {
-    /// Concurrency: requests kept in flight.
+    /// Concurrency: at most this many requests in flight.
     pub conc: u32,
-    /// Input sequence length, tokens.
+    /// Mean input sequence length, tokens (without `prefix_len`).
     pub isl: u32,
-    /// Output sequence length requested, tokens.
+    /// Mean output sequence length requested, tokens.
     pub osl: u32,
     /// Measured requests.
     pub num_prompts: u32,
     /// Warm-up requests run first and excluded.
     pub warmups: u32,
+    pub length_convention: LengthConvention,
+    pub range_ratio: f64,
+    pub prefix_len: u32,
+    /// Request-rate mode, req/s, and the gamma shape of the gaps; absent: all at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burstiness: Option<f64>,
+    pub ignore_eos: bool,
+    /// GPUs the engine spans (TP x PP); the per-GPU divisor.
+    pub gpus: u32,
+    /// "ok", or "failed" when any request failed.
+    pub status: String,
     #[serde(flatten)]
     pub figures: PointFigures,
-    /// Engine steps during the measured requests.
-    pub steps: u64,
-    /// Mean wall time of one `step()`, ms.
-    pub mean_step_ms: f64,
+    /// The engine's steps during the measured requests.
+    pub step_stats: StepSummary,
+    /// The harness's TTFT/E2EL against vLLM's own per-request stats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crosscheck: Option<CrossCheck>,
 }
 
 /// Accuracy results.

@@ -49,8 +49,8 @@ pub fn points_table(points: &[PointResult]) -> String {
             lat("tpot"),
             lat("itl"),
             lat("e2el"),
-            p.steps.to_string(),
-            fmt(p.mean_step_ms),
+            p.step_stats.steps.to_string(),
+            fmt(p.step_stats.mean_step_ms),
         ]);
     }
     for col in table.column_iter_mut().skip(1) {
@@ -98,8 +98,26 @@ mod tests {
         let mut r = RequestRecord { input_tokens: 4, ..Default::default() };
         r.on_tokens(0.010, 1);
         r.on_tokens(0.020, 1);
-        let figures = point_figures(&[r], 0.02);
-        let p = PointResult { conc: 1, isl: 4, osl: 2, num_prompts: 1, warmups: 0, figures, steps: 2, mean_step_ms: 10.0 };
+        let spec = crate::metrics::FigureSpec { percentiles: &[99.0], gpus: 1, goodput: None };
+        let figures = point_figures(&[r], 0.02, spec);
+        let p = PointResult {
+            conc: 1,
+            isl: 4,
+            osl: 2,
+            num_prompts: 1,
+            warmups: 0,
+            length_convention: Default::default(),
+            range_ratio: 0.0,
+            prefix_len: 0,
+            request_rate: None,
+            burstiness: None,
+            ignore_eos: true,
+            gpus: 1,
+            status: "ok".into(),
+            figures,
+            step_stats: Default::default(),
+            crosscheck: None,
+        };
         let t = points_table(&[p.clone(), PointResult { conc: 4, ..p }]);
         assert!(t.contains("4/2"));
         assert!(t.contains("10.0 / 10.0 / 10.0"), "{t}"); // TTFT 10 ms

@@ -1,8 +1,10 @@
-//! What the engine is asked to do: random token-id prompts, and the closed
-//! loop that keeps `conc` requests in flight and times every token.
+//! What the engine is asked to do: random token-id prompts with lengths in
+//! vLLM's or InferenceX's convention, arrival schedules, and the driver that
+//! keeps `conc` requests in flight and times every token.
 
-pub mod closed_loop;
+pub mod arrivals;
+pub mod driver;
+pub mod lengths;
 pub mod prompts;
 
-pub use closed_loop::{Request, RequestIds, run_closed_loop};
-pub use prompts::random_prompts;
+pub use driver::{Pacing, Request, RequestIds, drive};

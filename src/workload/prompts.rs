@@ -1,35 +1,89 @@
-//! Seeded random token-id prompts.
+//! Seeded random token-id prompts (the random dataset).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
-/// `count` prompts of exactly `isl` token ids each, drawn uniformly from
-/// `allowed` (the vocabulary minus special tokens, as vLLM's RandomDataset
-/// draws them). The same `seed` gives the same prompts on every machine.
-///
-/// Panics if `allowed` is empty.
-pub fn random_prompts(seed: u64, count: usize, isl: usize, allowed: &[u32]) -> Vec<Vec<u32>> {
-    assert!(!allowed.is_empty(), "no token ids to draw prompts from");
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..count)
-        .map(|_| (0..isl).map(|_| allowed[rng.random_range(0..allowed.len())]).collect())
-        .collect()
+use super::lengths::{LengthConvention, sample_lengths};
+
+/// The random dataset of one point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RandomDataset {
+    /// Mean input length, tokens (without the prefix).
+    pub isl: u32,
+    /// Mean output length, tokens.
+    pub osl: u32,
+    pub convention: LengthConvention,
+    pub range_ratio: f64,
+    /// A random prefix of this many tokens, the same for every request.
+    pub prefix_len: u32,
+    pub seed: u64,
+}
+
+/// Requests drawn from a [`RandomDataset`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Full prompts (prefix + random tokens).
+    pub prompts: Vec<Vec<u32>>,
+    /// Requested output length per request, tokens.
+    pub output_lens: Vec<u32>,
+}
+
+impl RandomDataset {
+    /// Draws `count` requests with token ids from `allowed` (the vocabulary
+    /// minus special tokens, as vLLM's RandomDataset draws them). The same
+    /// seed gives the same requests on every machine.
+    ///
+    /// Panics if `allowed` is empty.
+    pub fn draw(&self, count: usize, allowed: &[u32]) -> Workload {
+        assert!(!allowed.is_empty(), "no token ids to draw prompts from");
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let token = |rng: &mut ChaCha8Rng| allowed[rng.random_range(0..allowed.len())];
+        let prefix: Vec<u32> = (0..self.prefix_len).map(|_| token(&mut rng)).collect();
+        let input_lens = sample_lengths(&mut rng, self.convention, self.isl, self.range_ratio, count);
+        let output_lens = sample_lengths(&mut rng, self.convention, self.osl, self.range_ratio, count);
+        let prompts = input_lens
+            .iter()
+            .map(|&len| {
+                let mut p = prefix.clone();
+                p.extend((0..len).map(|_| token(&mut rng)));
+                p
+            })
+            .collect();
+        Workload { prompts, output_lens }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn dataset(convention: LengthConvention, ratio: f64, prefix_len: u32) -> RandomDataset {
+        RandomDataset { isl: 100, osl: 20, convention, range_ratio: ratio, prefix_len, seed: 5 }
+    }
+
     #[test]
-    fn seeded_lengths_and_ids() {
-        let allowed: Vec<u32> = (5..100).collect();
-        let a = random_prompts(7, 3, 16, &allowed);
-        let b = random_prompts(7, 3, 16, &allowed);
-        let c = random_prompts(8, 3, 16, &allowed);
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        assert!(a.iter().all(|p| p.len() == 16));
-        assert!(a.iter().flatten().all(|t| allowed.contains(t)));
-        assert_ne!(a[0], a[1]);
+    fn fixed_lengths_and_seeded() {
+        let allowed: Vec<u32> = (5..1000).collect();
+        let d = dataset(LengthConvention::Vllm, 0.0, 0);
+        let a = d.draw(4, &allowed);
+        assert_eq!(a, d.draw(4, &allowed));
+        assert_ne!(a, RandomDataset { seed: 6, ..d }.draw(4, &allowed));
+        assert!(a.prompts.iter().all(|p| p.len() == 100));
+        assert_eq!(a.output_lens, vec![20; 4]);
+        assert!(a.prompts.iter().flatten().all(|t| allowed.contains(t)));
+        assert_ne!(a.prompts[0], a.prompts[1]);
+    }
+
+    #[test]
+    fn ranges_and_shared_prefix() {
+        let allowed: Vec<u32> = (0..50).collect();
+        let w = dataset(LengthConvention::Inferencex, 0.8, 7).draw(300, &allowed);
+        assert!(w.prompts.iter().all(|p| (7 + 80..=7 + 100).contains(&p.len())));
+        assert!(w.output_lens.iter().all(|&o| (16..=20).contains(&o)));
+        assert!(w.prompts.iter().all(|p| p[..7] == w.prompts[0][..7]));
+        let v = dataset(LengthConvention::Vllm, 0.5, 0).draw(300, &allowed);
+        assert!(v.prompts.iter().all(|p| (50..=150).contains(&p.len())));
+        assert!(v.output_lens.iter().all(|&o| (10..=30).contains(&o)));
     }
 }

@@ -1,12 +1,15 @@
-//! The closed loop: keep up to `conc` requests in flight, step the engine,
-//! timestamp every step's return on Rust's monotonic clock.
+//! The request driver: keep up to `max_in_flight` requests in the engine
+//! (closed loop), optionally releasing them on a schedule of arrival times
+//! (request-rate mode), step the engine, and timestamp every step's return on
+//! Rust's monotonic clock.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::engine::{StepEngine, StepOutput};
+use crate::engine::{EngineTiming, StepEngine, StepOutput};
 use crate::metrics::RequestRecord;
+use crate::metrics::steps::StepRecord;
 
 /// One request to submit.
 #[derive(Debug, Clone, Copy)]
@@ -32,30 +35,44 @@ impl RequestIds {
     }
 }
 
-/// What a closed loop measured.
+/// How requests are released to the engine.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacing<'a> {
+    /// At most this many requests in the engine (the concurrency; bench
+    /// serve's `--max-concurrency`).
+    pub max_in_flight: usize,
+    /// Request-rate mode: request i may not be sent before `arrivals[i]` s
+    /// after the start. `None`: all at once, bounded by `max_in_flight`.
+    pub arrivals: Option<&'a [f64]>,
+}
+
+/// What a run of requests measured.
 #[derive(Debug, Default)]
 pub struct LoopOutcome {
     /// One record per request, in submission order.
     pub records: Vec<RequestRecord>,
     /// Completion text per request (text requests only).
     pub completions: Vec<Option<String>>,
+    /// vLLM's own timing per request, where the engine reported it.
+    pub engine_timings: Vec<Option<EngineTiming>>,
     /// From before the first `add_request` to the last token, s.
     pub duration_s: f64,
-    /// Wall time of every `step()` call, s.
-    pub step_s: Vec<f64>,
+    /// Every `step()` call.
+    pub steps: Vec<StepRecord>,
 }
 
-/// Runs `requests` through `engine`, at most `conc` in flight; a new request
-/// is added as soon as one finishes (what `vllm bench serve
-/// --max-concurrency` does with a semaphore). `on_done(n)` is called with the
-/// number finished so far after each step that finished some.
+/// Runs `requests` through `engine`. A request is added as soon as fewer than
+/// `max_in_flight` are running and its arrival time (if any) has come: the
+/// closed loop of `vllm bench serve --max-concurrency` (a semaphore), or its
+/// request-rate mode. `on_done(n)` is called with the number finished so far
+/// after each step that finished some.
 ///
 /// Errors: the engine failed (a Python exception), or the engine reported a
 /// request id it was never given.
-pub fn run_closed_loop<E: StepEngine>(
+pub fn drive<E: StepEngine>(
     engine: &mut E,
     requests: &[Request<'_>],
-    conc: usize,
+    pacing: Pacing<'_>,
     ids: &mut RequestIds,
     on_done: &mut dyn FnMut(usize),
 ) -> Result<LoopOutcome> {
@@ -64,17 +81,29 @@ pub fn run_closed_loop<E: StepEngine>(
     let mut out = LoopOutcome {
         records: vec![RequestRecord::default(); n],
         completions: vec![None; n],
+        engine_timings: vec![None; n],
         duration_s: 0.0,
-        step_s: Vec::new(),
+        steps: Vec::new(),
     };
     let origin = Instant::now();
     let mut next = 0usize;
     let mut in_flight = 0usize;
     let mut finished = 0usize;
     let mut step = StepOutput::default();
+    let max_in_flight = pacing.max_in_flight.max(1);
+    let arrived = |i: usize, now: f64| pacing.arrivals.is_none_or(|a| a[i] <= now);
 
     while finished < n {
-        while in_flight < conc.max(1) && next < n {
+        if in_flight == 0 && next < n {
+            // Nothing to step: wait for the next arrival.
+            if let Some(at) = pacing.arrivals.map(|a| a[next]) {
+                let wait = at - origin.elapsed().as_secs_f64();
+                if wait > 0.0 {
+                    std::thread::sleep(Duration::from_secs_f64(wait));
+                }
+            }
+        }
+        while in_flight < max_in_flight && next < n && arrived(next, origin.elapsed().as_secs_f64()) {
             let rid = base + next as u64;
             let record = &mut out.records[next];
             record.send_s = origin.elapsed().as_secs_f64();
@@ -91,17 +120,18 @@ pub fn run_closed_loop<E: StepEngine>(
             in_flight += 1;
         }
 
-        let started = Instant::now();
+        let started = origin.elapsed().as_secs_f64();
         engine.step(&mut step)?;
         let now = origin.elapsed().as_secs_f64();
-        out.step_s.push(started.elapsed().as_secs_f64());
 
         let before = finished;
+        let mut delivered = 0u32;
         for d in &step.deltas {
             let Some(idx) = index_of(d.rid, base, n) else {
                 bail!("engine returned unknown request id {}", d.rid);
             };
             out.records[idx].on_tokens(now, d.new_tokens);
+            delivered += d.new_tokens;
             if d.finished {
                 if out.records[idx].output_tokens == 0 {
                     out.records[idx].error = Some("finished without output tokens".into());
@@ -115,6 +145,13 @@ pub fn run_closed_loop<E: StepEngine>(
                 out.completions[idx] = Some(c.text);
             }
         }
+        for t in &step.timings {
+            if let Some(idx) = index_of(t.rid, base, n) {
+                out.engine_timings[idx] = Some(*t);
+            }
+        }
+        let done_now = (finished - before) as u32;
+        out.steps.push(StepRecord::new(started, now - started, &step.stats, delivered, done_now));
         if finished > before {
             on_done(finished);
         }
@@ -175,18 +212,36 @@ mod tests {
         let reqs = vec![Request::Tokens { prompt: &prompt, max_tokens: 4, ignore_eos: true }; 10];
         let mut ids = RequestIds::default();
         let mut done_calls = Vec::new();
-        let out = run_closed_loop(&mut engine, &reqs, 3, &mut ids, &mut |n| done_calls.push(n)).unwrap();
+        let pacing = Pacing { max_in_flight: 3, arrivals: None };
+        let out = drive(&mut engine, &reqs, pacing, &mut ids, &mut |n| done_calls.push(n)).unwrap();
         assert_eq!(engine.max_seen_running, 3);
         assert_eq!(out.records.len(), 10);
         assert!(out.records.iter().all(|r| r.ok() && r.output_tokens == 4 && r.input_tokens == 3));
         assert!(out.records.iter().all(|r| r.itl_s.len() == 3));
         assert_eq!(*done_calls.last().unwrap(), 10);
         // 10 requests of 4 tokens at 3 in flight: 4 waves, 4 steps each (refill same step).
-        assert_eq!(out.step_s.len(), 16);
+        assert_eq!(out.steps.len(), 16);
+        assert_eq!(out.steps.iter().map(|s| s.output_tokens).sum::<u32>(), 40);
+        assert_eq!(out.steps.iter().map(|s| s.finished).sum::<u32>(), 10);
         assert!(out.duration_s > 0.0);
         // Ids continue across loops on one engine.
-        let out2 = run_closed_loop(&mut engine, &reqs[..1], 1, &mut ids, &mut |_| {}).unwrap();
+        let one = Pacing { max_in_flight: 1, arrivals: None };
+        let out2 = drive(&mut engine, &reqs[..1], one, &mut ids, &mut |_| {}).unwrap();
         assert!(out2.records[0].ok());
+    }
+
+    #[test]
+    fn arrivals_hold_requests_back() {
+        let mut engine = OneTokenPerStep::default();
+        let prompt = [1u32];
+        let reqs = vec![Request::Tokens { prompt: &prompt, max_tokens: 1, ignore_eos: true }; 3];
+        let arrivals = [0.0, 0.05, 0.10];
+        let pacing = Pacing { max_in_flight: 8, arrivals: Some(&arrivals) };
+        let out = drive(&mut engine, &reqs, pacing, &mut RequestIds::default(), &mut |_| {}).unwrap();
+        for (r, at) in out.records.iter().zip(arrivals) {
+            assert!(r.send_s >= at, "sent at {} before arrival {at}", r.send_s);
+        }
+        assert_eq!(engine.max_seen_running, 1);
     }
 
     #[test]
@@ -196,7 +251,8 @@ mod tests {
         let reqs: Vec<Request> =
             (0..3).map(|_| Request::Text { prompt: "Q", max_tokens: 2, stop: &stop }).collect();
         let mut ids = RequestIds::default();
-        let out = run_closed_loop(&mut engine, &reqs, 8, &mut ids, &mut |_| {}).unwrap();
+        let pacing = Pacing { max_in_flight: 8, arrivals: None };
+        let out = drive(&mut engine, &reqs, pacing, &mut ids, &mut |_| {}).unwrap();
         assert_eq!(out.completions, vec![Some("done 0".into()), Some("done 1".into()), Some("done 2".into())]);
     }
 }

@@ -1,0 +1,127 @@
+//! Cross-check of the harness's clock against vLLM's own per-request stats
+//! (`RequestStateStats`: `first_token_latency`, first/last token timestamps).
+//!
+//! The harness's send time is taken just before `add_request` and its token
+//! arrival when `step()` returns; vLLM's arrival time is taken inside
+//! `add_request` and its token time inside the step. So the harness should
+//! read slightly longer, by the request-processing and output-processing
+//! time. A point agrees when, for TTFT and E2EL, the median difference is
+//! within [`TOLERANCE_MS`] + [`TOLERANCE_REL`] of vLLM's median and no single
+//! request differs by more than 5x that.
+
+use serde::{Deserialize, Serialize};
+
+use super::request::RequestRecord;
+use super::stats::{mean, percentile_sorted};
+use crate::engine::EngineTiming;
+
+/// Absolute part of the tolerance, ms.
+pub const TOLERANCE_MS: f64 = 2.0;
+/// Relative part of the tolerance (of vLLM's median).
+pub const TOLERANCE_REL: f64 = 0.02;
+
+/// Harness minus vLLM, over the compared requests, ms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Difference {
+    pub mean_ms: f64,
+    pub median_ms: f64,
+    pub max_abs_ms: f64,
+    /// vLLM's own median of the metric, ms.
+    pub vllm_median_ms: f64,
+    /// Allowed |median difference|, ms.
+    pub tolerance_ms: f64,
+}
+
+impl Difference {
+    fn of(harness_ms: &[f64], vllm_ms: &[f64]) -> Difference {
+        let mut d: Vec<f64> = harness_ms.iter().zip(vllm_ms).map(|(h, v)| h - v).collect();
+        d.sort_by(f64::total_cmp);
+        let mut v = vllm_ms.to_vec();
+        v.sort_by(f64::total_cmp);
+        let vllm_median_ms = percentile_sorted(&v, 50.0);
+        Difference {
+            mean_ms: mean(&d),
+            median_ms: percentile_sorted(&d, 50.0),
+            max_abs_ms: d.iter().fold(0.0, |m, x| m.max(x.abs())),
+            vllm_median_ms,
+            tolerance_ms: TOLERANCE_MS + TOLERANCE_REL * vllm_median_ms,
+        }
+    }
+
+    fn within(&self) -> bool {
+        self.median_ms.abs() <= self.tolerance_ms && self.max_abs_ms <= 5.0 * self.tolerance_ms
+    }
+}
+
+/// The cross-check of one point.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CrossCheck {
+    /// Completed requests that vLLM reported timings for.
+    pub requests: u32,
+    pub ttft: Difference,
+    pub e2el: Difference,
+    /// Both within tolerance.
+    pub agree: bool,
+}
+
+/// Compares completed requests with vLLM's timings; `None` when vLLM reported
+/// none (e.g. `--disable-log-stats`).
+pub fn cross_check(records: &[RequestRecord], timings: &[Option<EngineTiming>]) -> Option<CrossCheck> {
+    let (mut h_ttft, mut v_ttft, mut h_e2el, mut v_e2el) = (vec![], vec![], vec![], vec![]);
+    for (r, t) in records.iter().zip(timings) {
+        let (Some(t), Some(ttft), Some(e2el)) = (t, r.ttft_s(), r.e2el_s()) else { continue };
+        if !r.ok() {
+            continue;
+        }
+        h_ttft.push(ttft * 1000.0);
+        v_ttft.push(t.ttft_s * 1000.0);
+        h_e2el.push(e2el * 1000.0);
+        v_e2el.push((t.ttft_s + t.decode_s) * 1000.0);
+    }
+    if h_ttft.is_empty() {
+        return None;
+    }
+    let ttft = Difference::of(&h_ttft, &v_ttft);
+    let e2el = Difference::of(&h_e2el, &v_e2el);
+    Some(CrossCheck { requests: h_ttft.len() as u32, agree: ttft.within() && e2el.within(), ttft, e2el })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(ttft: f64, e2el: f64) -> RequestRecord {
+        let mut r = RequestRecord { input_tokens: 1, ..Default::default() };
+        r.on_tokens(ttft, 1);
+        r.on_tokens(e2el, 1);
+        r
+    }
+    fn timing(ttft: f64, decode: f64) -> Option<EngineTiming> {
+        Some(EngineTiming { rid: 0, ttft_s: ttft, decode_s: decode, queued_s: 0.0, generation_tokens: 2 })
+    }
+
+    #[test]
+    fn small_offsets_agree() {
+        let recs = [rec(0.1005, 0.5010), rec(0.2004, 0.6009)];
+        let t = [timing(0.100, 0.400), timing(0.200, 0.400)];
+        let c = cross_check(&recs, &t).unwrap();
+        assert_eq!(c.requests, 2);
+        assert!((c.ttft.median_ms - 0.45).abs() < 1e-6, "{c:?}");
+        assert!((c.e2el.max_abs_ms - 1.0).abs() < 1e-6);
+        assert!(c.agree);
+    }
+
+    #[test]
+    fn a_clock_error_is_reported() {
+        // The harness reads 50 ms more TTFT than vLLM: beyond 2 ms + 2%.
+        let recs = [rec(0.150, 0.550)];
+        let c = cross_check(&recs, &[timing(0.100, 0.400)]).unwrap();
+        assert!(!c.agree);
+        assert!((c.ttft.median_ms - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn no_timings_no_check() {
+        assert!(cross_check(&[rec(0.1, 0.2)], &[None]).is_none());
+    }
+}

@@ -1,0 +1,78 @@
+//! Starting the worker process and capturing its log.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use indicatif::MultiProgress;
+
+use super::protocol::Job;
+
+/// A running worker: its process, its message stream, the tail of its log.
+pub struct Worker {
+    pub child: std::process::Child,
+    pub stdout: Option<std::process::ChildStdout>,
+    pub log_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// Lines of the worker log kept for error reports.
+pub const LOG_TAIL_LINES: usize = 30;
+
+/// Starts `enginebench __worker` with `env`, sends it `job`, and saves
+/// everything it prints (Python, vLLM) to `log_path`, echoing it under `-v`.
+pub fn spawn_worker(
+    job: &Job,
+    env: &BTreeMap<String, String>,
+    log_path: &Path,
+    verbose: bool,
+    ui: &MultiProgress,
+) -> Result<Worker> {
+    let exe = std::env::current_exe().context("locating the enginebench binary")?;
+    let mut child = Command::new(exe)
+        .arg("__worker")
+        .envs(env)
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the engine worker")?;
+    let mut stdin = child.stdin.take().expect("piped");
+    stdin.write_all(&serde_json::to_vec(job)?)?;
+    drop(stdin);
+
+    let log_tail = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL_LINES)));
+    let stderr = child.stderr.take().expect("piped");
+    let mut log = std::fs::File::create(log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let tail = Arc::clone(&log_tail);
+    let ui = ui.clone();
+    std::thread::spawn(move || {
+        // Progress bars of Python (tqdm) redraw with '\r': split on both.
+        let mut reader = BufReader::new(stderr);
+        let mut buf = Vec::new();
+        while reader.read_until(b'\n', &mut buf).map(|n| n > 0).unwrap_or(false) {
+            let _ = log.write_all(&buf);
+            let text = String::from_utf8_lossy(&buf);
+            let line = text.rsplit('\r').find(|s| !s.trim().is_empty()).unwrap_or("").trim_end();
+            if !line.is_empty() {
+                if verbose {
+                    super::progress::say(&ui, line);
+                }
+                if let Ok(mut t) = tail.lock() {
+                    if t.len() == LOG_TAIL_LINES {
+                        t.pop_front();
+                    }
+                    t.push_back(line.to_string());
+                }
+            }
+            buf.clear();
+        }
+    });
+    let stdout = child.stdout.take();
+    Ok(Worker { child, stdout, log_tail })
+}
+

@@ -1,0 +1,366 @@
+//! `[sweep]`: the workload matrix of a recipe and its expansion into points.
+
+use serde::{Deserialize, Serialize};
+
+use crate::workload::lengths::LengthConvention;
+
+/// What `[sweep]` may hold. Every key is optional except the lengths and
+/// concurrencies; see [`Sweep::resolve`] for the defaults.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// One ISL/OSL pair, tokens ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isl: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub osl: Option<u32>,
+    /// ... or several: `isl_osl = [[1024, 1024], [8192, 1024]]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isl_osl: Option<Vec<[u32; 2]>>,
+    /// Concurrencies (requests kept in flight) as a list ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conc: Option<Vec<u32>>,
+    /// ... or a doubling range `[start, end]`: start, 2 start, ... up to end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conc_range: Option<[u32; 2]>,
+    /// Run as InferenceX's client does: 10 x conc prompts, 2 x conc warm-ups,
+    /// ignore_eos, percentiles 90/99/99.9, InferenceX length convention. Wins
+    /// over the individual keys.
+    #[serde(default)]
+    pub inferencex: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_convention: Option<LengthConvention>,
+    /// Length spread; see [`LengthConvention`]. Default: fixed lengths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_ratio: Option<f64>,
+    /// Tokens of random prefix shared by all prompts of a point.
+    #[serde(default)]
+    pub prefix_len: u32,
+    /// Measured requests per point as a multiple of conc (default 10) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts_per_conc: Option<u32>,
+    /// ... or a fixed count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_prompts: Option<u32>,
+    /// Warm-up requests per point as a multiple of conc (default 2) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmups_per_conc: Option<u32>,
+    /// ... or a fixed count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmups: Option<u32>,
+    /// Request-rate mode: requests/s with gamma-distributed gaps, as
+    /// `vllm bench serve --request-rate`. Absent: all at once (closed loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
+    /// Gamma shape of the gaps (1 = Poisson), as `--burstiness`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burstiness: Option<f64>,
+    /// Generate exactly the output length (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_eos: Option<bool>,
+    /// Latency percentiles to report (default 90, 99, 99.9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentiles: Option<Vec<f64>>,
+    /// Service-level objectives for goodput, ms: `{ ttft_ms = 500, tpot_ms = 50 }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<Goodput>,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// SLOs of `vllm bench serve --goodput`: a request is good when it meets all given ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Goodput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2el_ms: Option<f64>,
+}
+
+/// A sweep with every default filled in and every value checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolvedSweep {
+    pub pairs: Vec<(u32, u32)>,
+    pub concs: Vec<u32>,
+    pub inferencex: bool,
+    pub length_convention: LengthConvention,
+    pub range_ratio: f64,
+    pub prefix_len: u32,
+    pub request_rate: Option<f64>,
+    pub burstiness: f64,
+    pub ignore_eos: bool,
+    pub percentiles: Vec<f64>,
+    pub goodput: Option<Goodput>,
+    pub seed: u64,
+    count: Count,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct Count {
+    prompts_per_conc: Option<u32>,
+    num_prompts: Option<u32>,
+    warmups_per_conc: Option<u32>,
+    warmups: Option<u32>,
+}
+
+/// One point of the matrix: an ISL/OSL pair at one concurrency.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    pub isl: u32,
+    pub osl: u32,
+    pub conc: u32,
+    pub num_prompts: u32,
+    pub warmups: u32,
+}
+
+/// InferenceX's client settings (benchmark_serving.py as their launchers call it).
+pub const INFERENCEX_PROMPTS_PER_CONC: u32 = 10;
+pub const INFERENCEX_WARMUPS_PER_CONC: u32 = 2;
+pub const INFERENCEX_PERCENTILES: [f64; 3] = [90.0, 99.0, 99.9];
+
+impl Sweep {
+    /// Fills defaults and checks values. Errors name the key and the valid range.
+    pub fn resolve(&self) -> Result<ResolvedSweep, String> {
+        let pairs = match (&self.isl_osl, self.isl, self.osl) {
+            (Some(p), None, None) => p.iter().map(|[i, o]| (*i, *o)).collect(),
+            (None, Some(i), Some(o)) => vec![(i, o)],
+            (Some(_), _, _) => return Err("give either isl/osl or isl_osl, not both".into()),
+            (None, _, _) => return Err("give isl and osl (tokens), or isl_osl = [[isl, osl], ...]".into()),
+        };
+        let pairs: Vec<(u32, u32)> = pairs;
+        if pairs.is_empty() || pairs.iter().any(|&(i, o)| i == 0 || o == 0) {
+            return Err(format!("isl/osl must be at least 1 token, got {pairs:?}"));
+        }
+        let concs = match (&self.conc, self.conc_range) {
+            (Some(c), None) => c.clone(),
+            (None, Some([start, end])) => doubling(start, end)?,
+            (Some(_), Some(_)) => return Err("give either conc or conc_range, not both".into()),
+            (None, None) => return Err("give conc = [1, 4, ...] or conc_range = [start, end]".into()),
+        };
+        if concs.is_empty() || concs.contains(&0) {
+            return Err(format!("conc = {concs:?}: give concurrencies >= 1"));
+        }
+        let ix = self.inferencex;
+        let length_convention = if ix {
+            LengthConvention::Inferencex
+        } else {
+            self.length_convention.unwrap_or_default()
+        };
+        let range_ratio = self.range_ratio.unwrap_or(length_convention.fixed_ratio());
+        length_convention.check_ratio(range_ratio)?;
+        let count = if ix {
+            Count {
+                prompts_per_conc: Some(INFERENCEX_PROMPTS_PER_CONC),
+                num_prompts: None,
+                warmups_per_conc: Some(INFERENCEX_WARMUPS_PER_CONC),
+                warmups: None,
+            }
+        } else {
+            Count {
+                prompts_per_conc: self.prompts_per_conc,
+                num_prompts: self.num_prompts,
+                warmups_per_conc: self.warmups_per_conc,
+                warmups: self.warmups,
+            }
+        };
+        if count.prompts_per_conc.is_some() && count.num_prompts.is_some() {
+            return Err("give either prompts_per_conc or num_prompts, not both".into());
+        }
+        if count.warmups_per_conc.is_some() && count.warmups.is_some() {
+            return Err("give either warmups_per_conc or warmups, not both".into());
+        }
+        if count.prompts_per_conc == Some(0) || count.num_prompts == Some(0) {
+            return Err("num_prompts / prompts_per_conc must be at least 1".into());
+        }
+        if let Some(r) = self.request_rate {
+            if !(r > 0.0) {
+                return Err(format!("request_rate = {r}: give requests/s > 0 (omit it for all at once)"));
+            }
+        }
+        let burstiness = self.burstiness.unwrap_or(1.0);
+        if !(burstiness > 0.0) {
+            return Err(format!("burstiness = {burstiness}: must be > 0 (1 = Poisson)"));
+        }
+        let percentiles =
+            if ix { INFERENCEX_PERCENTILES.to_vec() } else { self.percentiles.clone().unwrap_or(INFERENCEX_PERCENTILES.to_vec()) };
+        if percentiles.iter().any(|p| !(0.0..=100.0).contains(p)) {
+            return Err(format!("percentiles = {percentiles:?}: each must be in [0, 100]"));
+        }
+        if let Some(g) = self.goodput {
+            for (k, v) in [("ttft_ms", g.ttft_ms), ("tpot_ms", g.tpot_ms), ("e2el_ms", g.e2el_ms)] {
+                if v.is_some_and(|v| !(v > 0.0)) {
+                    return Err(format!("goodput.{k} must be > 0 ms"));
+                }
+            }
+        }
+        Ok(ResolvedSweep {
+            pairs,
+            concs,
+            inferencex: ix,
+            length_convention,
+            range_ratio,
+            prefix_len: self.prefix_len,
+            request_rate: self.request_rate,
+            burstiness,
+            ignore_eos: ix || self.ignore_eos.unwrap_or(true),
+            percentiles,
+            goodput: self.goodput,
+            seed: self.seed,
+            count,
+        })
+    }
+}
+
+impl ResolvedSweep {
+    /// The points, ISL/OSL pair by pair, concurrencies in the given order.
+    pub fn points(&self) -> Vec<Point> {
+        let c = &self.count;
+        let mut out = Vec::new();
+        for &(isl, osl) in &self.pairs {
+            for &conc in &self.concs {
+                out.push(Point {
+                    isl,
+                    osl,
+                    conc,
+                    num_prompts: c.num_prompts.unwrap_or(c.prompts_per_conc.unwrap_or(10) * conc),
+                    warmups: c.warmups.unwrap_or(c.warmups_per_conc.unwrap_or(2) * conc),
+                });
+            }
+        }
+        out
+    }
+
+    /// Seed of a point's prompts: differs per point, fixed by the sweep seed.
+    pub fn point_seed(&self, p: &Point) -> u64 {
+        self.seed ^ (u64::from(p.conc) << 40) ^ (u64::from(p.isl) << 20) ^ u64::from(p.osl)
+    }
+}
+
+/// start, 2 start, 4 start, ... <= end.
+fn doubling(start: u32, end: u32) -> Result<Vec<u32>, String> {
+    if start == 0 || end < start {
+        return Err(format!("conc_range = [{start}, {end}]: need 1 <= start <= end"));
+    }
+    let mut v = Vec::new();
+    let mut c = start;
+    while c <= end {
+        v.push(c);
+        c = match c.checked_mul(2) {
+            Some(n) => n,
+            None => break,
+        };
+    }
+    Ok(v)
+}
+
+/// Parses a CLI concurrency list: `1,4,16` or a doubling range `1..256`.
+pub fn parse_conc(s: &str) -> Result<Vec<u32>, String> {
+    let bad = || format!("--conc {s:?}: give a list like 1,4,16 or a doubling range like 1..256");
+    if let Some((a, b)) = s.split_once("..") {
+        let (a, b) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+        return doubling(a, b);
+    }
+    let v: Vec<u32> = s.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    if v.is_empty() || v.contains(&0) {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+/// Parses a CLI ISL/OSL list: `256/128,1024/128`.
+pub fn parse_isl_osl(s: &str) -> Result<Vec<[u32; 2]>, String> {
+    let bad = || format!("--isl-osl {s:?}: give pairs like 1024/1024,8192/1024 (tokens)");
+    s.split(',')
+        .map(|pair| {
+            let (i, o) = pair.split_once('/').ok_or_else(bad)?;
+            let (i, o): (u32, u32) = (i.trim().parse().map_err(|_| bad())?, o.trim().parse().map_err(|_| bad())?);
+            if i == 0 || o == 0 { Err(bad()) } else { Ok([i, o]) }
+        })
+        .collect()
+}
+
+/// Parses `--goodput` items in `vllm bench serve`'s KEY:VALUE form (ms):
+/// `ttft:500 tpot:50`.
+pub fn parse_goodput(items: &[String]) -> Result<Goodput, String> {
+    let mut g = Goodput::default();
+    for item in items {
+        let bad = || format!("--goodput {item:?}: give KEY:MS with KEY one of ttft, tpot, e2el, e.g. ttft:500");
+        let (k, v) = item.split_once(':').ok_or_else(bad)?;
+        let v: f64 = v.trim().parse().map_err(|_| bad())?;
+        if !(v > 0.0) {
+            return Err(bad());
+        }
+        match k.trim() {
+            "ttft" => g.ttft_ms = Some(v),
+            "tpot" => g.tpot_ms = Some(v),
+            "e2el" => g.e2el_ms = Some(v),
+            _ => return Err(bad()),
+        }
+    }
+    Ok(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sweep(toml_text: &str) -> Sweep {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn pairs_by_concurrencies_with_defaults() {
+        let s = sweep("isl_osl = [[1024, 1024], [8192, 1024]]\nconc_range = [1, 8]").resolve().unwrap();
+        let pts = s.points();
+        assert_eq!(pts.len(), 8);
+        assert_eq!(pts[0], Point { isl: 1024, osl: 1024, conc: 1, num_prompts: 10, warmups: 2 });
+        assert_eq!(pts[7], Point { isl: 8192, osl: 1024, conc: 8, num_prompts: 80, warmups: 16 });
+        assert_eq!(s.length_convention, LengthConvention::Vllm);
+        assert_eq!(s.range_ratio, 0.0);
+        assert!(s.ignore_eos);
+        assert_eq!(s.percentiles, vec![90.0, 99.0, 99.9]);
+        assert_ne!(s.point_seed(&pts[0]), s.point_seed(&pts[1]));
+    }
+
+    #[test]
+    fn inferencex_switch_wins() {
+        let s = sweep("isl = 1024\nosl = 1024\nconc = [4]\nnum_prompts = 3\npercentiles = [50]\nrange_ratio = 0.8\ninferencex = true")
+            .resolve();
+        // num_prompts conflicts with nothing under the switch: the switch's count wins.
+        let s = s.unwrap();
+        assert_eq!(s.points()[0].num_prompts, 40);
+        assert_eq!(s.points()[0].warmups, 8);
+        assert_eq!(s.length_convention, LengthConvention::Inferencex);
+        assert_eq!(s.range_ratio, 0.8);
+        assert_eq!(s.percentiles, INFERENCEX_PERCENTILES.to_vec());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = |t: &str| sweep(t).resolve().unwrap_err();
+        assert!(e("isl = 1\nosl = 1\nconc = [1]\nconc_range = [1, 4]").contains("conc_range"));
+        assert!(e("isl = 1\nconc = [1]").contains("isl and osl"));
+        assert!(e("isl = 1\nosl = 1\nconc = [0]").contains("conc"));
+        assert!(e("isl = 1\nosl = 1\nconc = [1]\nrange_ratio = 1.0").contains("[0, 1)"));
+        assert!(e("isl = 1\nosl = 1\nconc = [1]\nrequest_rate = 0").contains("request_rate"));
+        assert!(e("isl = 1\nosl = 1\nconc_range = [8, 2]").contains("start <= end"));
+        assert!(e("isl = 1\nosl = 1\nconc = [1]\nnum_prompts = 2\nprompts_per_conc = 3").contains("num_prompts"));
+    }
+
+    #[test]
+    fn cli_parsers() {
+        assert_eq!(parse_conc("1,4,16").unwrap(), vec![1, 4, 16]);
+        assert_eq!(parse_conc("1..64").unwrap(), vec![1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(parse_conc("3..10").unwrap(), vec![3, 6]);
+        assert!(parse_conc("0,1").is_err());
+        assert!(parse_conc("a").unwrap_err().contains("--conc"));
+        assert_eq!(parse_isl_osl("256/128, 1024/64").unwrap(), vec![[256, 128], [1024, 64]]);
+        assert!(parse_isl_osl("256x128").is_err());
+        let g = parse_goodput(&["ttft:500".into(), "tpot:50".into()]).unwrap();
+        assert_eq!((g.ttft_ms, g.tpot_ms, g.e2el_ms), (Some(500.0), Some(50.0), None));
+        assert!(parse_goodput(&["itl:5".into()]).is_err());
+    }
+}
