@@ -25,6 +25,12 @@ pub struct Cli {
 pub enum Command {
     /// Run a recipe: the perf sweep, then GSM8K, on one in-process engine.
     Run(RunArgs),
+    /// Check or show a recipe without loading a model.
+    #[command(subcommand)]
+    Recipe(RecipeCommand),
+    /// Turn an InferenceX launcher (+ master-config entry) into a recipe, without running it.
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// Write a result in InferenceX's aggregate shape or vllm bench serve's result shape.
     Export(ExportArgs),
     /// Internal: the engine worker process (reads a job on stdin).
@@ -36,6 +42,15 @@ pub enum Command {
 pub struct RunArgs {
     /// Recipe file (TOML); default: recipes/cpu/smollm2-135m.toml.
     pub recipe: Option<PathBuf>,
+    /// Run this variant of the recipe instead of the base.
+    #[arg(long, conflicts_with = "variants")]
+    pub variant: Option<String>,
+    /// Run several variants, each in its own engine, e.g. before,aiter.
+    #[arg(long, value_parser = |s: &str| Ok::<_, String>(List(s.split(',').map(|v| v.trim().to_string()).collect())))]
+    pub variants: Option<List<String>>,
+    /// Accuracy gate: fail (exit 1) when the gate metric is below this fraction.
+    #[arg(long)]
+    pub min_accuracy: Option<f64>,
     /// Concurrencies: a list (1,4,16) or a doubling range (1..256).
     #[arg(long, value_parser = |s: &str| sweep::parse_conc(s).map(List))]
     pub conc: Option<List<u32>>,
@@ -89,6 +104,57 @@ pub struct RunArgs {
     #[arg(long)]
     pub step_trace: bool,
     /// Output folder (default results/<recipe>-<UTC time>).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RecipeCommand {
+    /// Check recipes with vLLM's own serve parser, before any model loads (exit 2 on error).
+    Check(CheckArgs),
+    /// Print the effective env, flags and sweep matrix, one line per point.
+    Show(RecipeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Recipe files (TOML).
+    #[arg(required = true)]
+    pub recipes: Vec<PathBuf>,
+    /// Only this variant (default: the base and every variant).
+    #[arg(long)]
+    pub variant: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecipeArgs {
+    /// Recipe file (TOML).
+    pub recipe: PathBuf,
+    /// Only this variant (default: the base and every variant).
+    #[arg(long)]
+    pub variant: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// An InferenceX shell launcher (benchmarks/single_node/...sh); never executed.
+    Inferencex(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The launcher script.
+    pub launcher: PathBuf,
+    /// InferenceX master config (configs/*-master.yaml) for model, precision, runner, ISL/OSL, TP and concurrency.
+    #[arg(long, requires = "key")]
+    pub master_config: Option<PathBuf>,
+    /// The entry of the master config, e.g. minimaxm3-fp4-mi355x-vllm.
+    #[arg(long, requires = "master_config")]
+    pub key: Option<String>,
+    /// The model, when the launcher takes it from $MODEL and no master config is given.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Write the recipe here (default: stdout).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
 }

@@ -4,6 +4,7 @@ mod cli;
 mod engine;
 mod error;
 mod eval;
+mod import;
 mod install;
 mod metrics;
 mod orchestrate;
@@ -25,6 +26,16 @@ fn main() {
     init_tracing(cli.verbose);
     let outcome = match cli.command {
         Command::Run(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::run::run(&o)),
+        Command::Recipe(cli::RecipeCommand::Check(a)) => {
+            orchestrate::check::check(&a.recipes, a.variant.as_deref())
+        }
+        Command::Recipe(cli::RecipeCommand::Show(a)) => show_recipe(&a),
+        Command::Import(cli::ImportCommand::Inferencex(a)) => import::inferencex::run_import(
+            &a.launcher,
+            a.master_config.as_deref().zip(a.key.as_deref()),
+            a.model.as_deref(),
+            a.output.as_deref(),
+        ),
         Command::Export(a) => report::export::run_export(&a.result, a.format, a.output.as_deref()).map(|files| {
             for f in files {
                 println!("{}", f.display());
@@ -43,13 +54,26 @@ fn main() {
     std::process::exit(code);
 }
 
+fn show_recipe(a: &cli::RecipeArgs) -> anyhow::Result<i32> {
+    let recipe = recipe::Recipe::load(&a.recipe)?;
+    let configs = recipe
+        .listed_configs(a.variant.as_deref())
+        .map_err(|e| error::usage(format!("{}: {e}", a.recipe.display())))?;
+    print!("{}", recipe::show::render(&recipe.name, &recipe.model, &configs));
+    Ok(exit::OK)
+}
+
 fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
     let goodput = match &a.goodput {
         Some(items) => Some(recipe::sweep::parse_goodput(items).map_err(error::usage)?),
         None => None,
     };
+    let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
+    variants.extend(a.variant);
     Ok(RunOptions {
         recipe: a.recipe,
+        variants,
+        min_accuracy: a.min_accuracy,
         conc: a.conc.map(|l| l.0),
         isl: a.isl,
         osl: a.osl,

@@ -36,11 +36,14 @@ fn run_sweep_and_gsm8k_on_real_engine() {
         assert!(r["versions"][key].as_str().is_some_and(|v| !v.is_empty()), "versions.{key}");
     }
     assert_eq!(r["recipe"]["name"], "smollm2-135m-cpu");
-    assert!(r["recipe"]["engine_args"].as_array().unwrap().iter().any(|a| a == "--enforce-eager"));
-    assert_eq!(r["recipe"]["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"], "0");
-    assert!(r["engine_start_s"].as_f64().unwrap() > 0.0);
+    let job = &r["jobs"][0];
+    assert_eq!(r["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(job["status"], "ok");
+    assert!(job["engine_args"].as_array().unwrap().iter().any(|a| a == "--enforce-eager"));
+    assert_eq!(job["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"], "0");
+    assert!(job["engine_start_s"].as_f64().unwrap() > 0.0);
 
-    let points = r["points"].as_array().unwrap();
+    let points = job["points"].as_array().unwrap();
     assert_eq!(points.iter().map(|p| p["conc"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 4]);
     for p in points {
         let n = p["num_prompts"].as_u64().unwrap();
@@ -72,7 +75,7 @@ fn run_sweep_and_gsm8k_on_real_engine() {
     let jsonl = std::fs::read_to_string(out_dir.join("points.jsonl")).unwrap();
     assert_eq!(jsonl.lines().count(), 2);
 
-    let g = &r["eval"]["gsm8k"];
+    let g = &job["eval"]["gsm8k"];
     assert_eq!(g["n"], 5, "{g}");
     let samples: Vec<serde_json::Value> = std::fs::read_to_string(out_dir.join("gsm8k_samples.jsonl"))
         .unwrap()
@@ -138,7 +141,8 @@ conc = [1]
     assert!(!log.contains("Traceback"), "a traceback without -v:\n{log}");
     let r = read_json(&out_dir.join("result.json"));
     assert_eq!(r["status"], "failed");
-    assert!(r["error"]["message"].as_str().unwrap().contains("--no-such-flag"));
+    assert_eq!(r["jobs"][0]["status"], "failed");
+    assert!(r["jobs"][0]["error"]["message"].as_str().unwrap().contains("--no-such-flag"));
 }
 
 /// Issue 3: two ISL/OSL pairs, a doubling concurrency range, the step trace,
@@ -163,8 +167,9 @@ fn sweep_matrix_step_stats_crosscheck_and_exports() {
     let log = text(&out);
     assert!(out.status.success(), "run failed:\n{log}");
     let r = read_json(&out_dir.join("result.json"));
-    assert!(r["recipe"]["fingerprint"].as_str().is_some_and(|f| f.len() == 16), "{}", r["recipe"]);
-    let points = r["points"].as_array().unwrap();
+    let job = &r["jobs"][0];
+    assert!(job["fingerprint"].as_str().is_some_and(|f| f.len() == 16), "{}", job["fingerprint"]);
+    let points = job["points"].as_array().unwrap();
     let matrix: Vec<(u64, u64, u64)> = points
         .iter()
         .map(|p| (p["isl"].as_u64().unwrap(), p["osl"].as_u64().unwrap(), p["conc"].as_u64().unwrap()))

@@ -12,7 +12,7 @@ Everything crossing into Rust is plain ints, floats, strings and lists so that
 a step costs as little as possible outside vLLM.
 """
 
-import json  # noqa: F401  (used from Rust: json.dumps(engine.info()))
+import json
 import sys
 
 
@@ -28,10 +28,66 @@ def _serve_parser():
 
     def _error(message):
         # argparse would print usage and sys.exit(2); Rust wants an exception.
-        raise FlagError(message)
+        raise FlagError(message + _suggestions(parser, message))
 
     parser.error = _error
     return parser
+
+
+def _suggestions(parser, message):
+    """' (did you mean --x?)' for each unrecognized flag in an argparse message."""
+    import difflib
+
+    prefix = "unrecognized arguments:"
+    if not message.startswith(prefix):
+        return ""
+    options = list(parser._option_string_actions)
+    hints = []
+    for token in message[len(prefix):].split():
+        if token.startswith("--"):
+            close = difflib.get_close_matches(token.split("=")[0], options, n=3, cutoff=0.75)
+            if close:
+                hints.append(f"{token}: did you mean {', '.join(close)}?")
+    return (" (" + "; ".join(hints) + ")") if hints else ""
+
+
+def check_args(argv, env_names):
+    """Checks a `vllm serve` argument list without building anything.
+
+    Returns a JSON string: {"error": message or null, "ignored": [flags that
+    only the API server uses], "max_model_len": int or null,
+    "tensor_parallel_size": int or null, "unknown_env": [VLLM_* names this
+    vLLM does not know], "known_env_count": int}.
+    """
+    import dataclasses
+
+    import vllm.envs as envs
+    from vllm.engine.arg_utils import EngineArgs
+
+    known_env = set(getattr(envs, "environment_variables", {}))
+    out = {
+        "error": None,
+        "ignored": [],
+        "max_model_len": None,
+        "tensor_parallel_size": None,
+        "unknown_env": sorted(n for n in env_names if n.startswith("VLLM_") and n not in known_env),
+        "known_env_count": len(known_env),
+    }
+    parser = _serve_parser()
+    try:
+        args = parser.parse_args(list(argv))
+    except FlagError as e:
+        out["error"] = str(e)
+        return json.dumps(out)
+    engine_fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    for token in argv:
+        action = parser._option_string_actions.get(token.split("=")[0]) if token.startswith("-") else None
+        if action is not None and action.dest not in engine_fields and action.dest != "help":
+            out["ignored"].append(token.split("=")[0])
+    mml = getattr(args, "max_model_len", None)
+    out["max_model_len"] = mml if isinstance(mml, int) and mml > 0 else None
+    out["tensor_parallel_size"] = getattr(args, "tensor_parallel_size", None)
+    return json.dumps(out)
 
 
 def parse_serve_args(argv):

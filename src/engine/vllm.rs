@@ -31,18 +31,7 @@ impl VllmEngine {
     /// engine start, with vLLM's message.
     pub fn build(argv: &[String], venv_python: &str) -> Result<VllmEngine> {
         Python::attach(|py| {
-            let code = CString::new(SHIM_SOURCE)?;
-            let module = PyModule::from_code(
-                py,
-                &code,
-                c"enginebench_shim/engine.py",
-                c"enginebench_shim_engine",
-            )
-            .py_context(py)
-            .context("loading the enginebench Python shim")?;
-            module
-                .call_method1("set_multiprocessing_executable", (venv_python,))
-                .py_context(py)?;
+            let module = load_shim(py, venv_python)?;
             let engine = module.call_method1("Engine", (argv.to_vec(),)).py_context(py)?;
             let info: String = module
                 .getattr("json")
@@ -63,6 +52,29 @@ impl VllmEngine {
     pub fn shutdown(&mut self) -> Result<()> {
         Python::attach(|py| self.engine.call_method0(py, "shutdown").map(drop).py_context(py))
     }
+}
+
+/// Loads the shim module and points multiprocessing at the venv's python.
+fn load_shim<'py>(py: Python<'py>, venv_python: &str) -> Result<Bound<'py, PyModule>> {
+    let code = CString::new(SHIM_SOURCE)?;
+    let module =
+        PyModule::from_code(py, &code, c"enginebench_shim/engine.py", c"enginebench_shim_engine")
+            .py_context(py)
+            .context("loading the enginebench Python shim")?;
+    module.call_method1("set_multiprocessing_executable", (venv_python,)).py_context(py)?;
+    Ok(module)
+}
+
+/// Checks `vllm serve` arguments with vLLM's own parser, without building an
+/// engine; returns the shim's JSON report (see `check_args` in the shim).
+pub fn check_args(argv: &[String], env_names: &[String], venv_python: &str) -> Result<String> {
+    Python::attach(|py| {
+        let module = load_shim(py, venv_python)?;
+        module
+            .call_method1("check_args", (argv.to_vec(), env_names.to_vec()))
+            .and_then(|r| r.extract::<String>())
+            .py_context(py)
+    })
 }
 
 impl StepEngine for VllmEngine {

@@ -11,8 +11,8 @@ use super::protocol::{EvalJob, PointSpec};
 use crate::error::usage;
 use crate::eval::gsm8k;
 use crate::install::{Install, resolve_model};
-use crate::recipe::sweep::{Goodput, ResolvedSweep};
-use crate::recipe::{Recipe, default_recipe_path};
+use crate::recipe::sweep::{Goodput, Sweep};
+use crate::recipe::{EngineConfig, Recipe, default_recipe_path};
 use crate::workload::lengths::LengthConvention;
 use crate::workload::prompts::RandomDataset;
 
@@ -20,6 +20,9 @@ use crate::workload::prompts::RandomDataset;
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     pub recipe: Option<PathBuf>,
+    /// Variants to run (empty: the base recipe).
+    pub variants: Vec<String>,
+    pub min_accuracy: Option<f64>,
     pub conc: Option<Vec<u32>>,
     pub isl: Option<u32>,
     pub osl: Option<u32>,
@@ -49,99 +52,97 @@ pub struct EvalPlan {
     pub data_source: String,
 }
 
+/// One engine configuration ready to run.
+pub struct PlannedJob {
+    pub config: EngineConfig,
+    /// The engine process's environment additions (config env + enginebench defaults).
+    pub env: BTreeMap<String, String>,
+    pub specs: Vec<PointSpec>,
+    /// Run the eval on this engine: the first job of each variant.
+    pub run_eval: bool,
+}
+
 /// Everything a run needs, checked.
 pub struct Plan {
     pub recipe: Recipe,
     pub recipe_path: PathBuf,
-    pub sweep: ResolvedSweep,
     pub install: Install,
     /// What vLLM is given as the model (a bundled name resolved to its folder).
     pub model_path: String,
-    pub points: Vec<PointSpec>,
-    pub env: BTreeMap<String, String>,
+    pub jobs: Vec<PlannedJob>,
     pub eval: Option<EvalPlan>,
+    pub min_accuracy: Option<f64>,
 }
 
-/// Loads the recipe, applies overrides, and prepares the job.
+/// Loads the recipe, applies overrides, and prepares the jobs.
 ///
-/// Errors (usage): bad recipe or override, missing set-up, missing eval data.
+/// Errors (usage): bad recipe, variant or override, missing set-up, missing eval data.
 pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let recipe_path = opts.recipe.clone().unwrap_or_else(default_recipe_path);
     let mut recipe = Recipe::load(&recipe_path)?;
-    apply_overrides(&mut recipe, opts)?;
-    let sweep = recipe
-        .sweep
-        .resolve()
-        .map_err(|e| usage(format!("sweep of {} with the command-line overrides: {e}", recipe_path.display())))?;
-    let install = Install::locate()?;
-    let model_path = resolve_model(&recipe.model, &install)?;
-    let points = point_specs(&sweep);
-    let eval = match (&recipe.eval, opts.no_eval) {
-        (Some(section), false) => Some(plan_gsm8k(&install, section.limit, section.concurrency)?),
-        _ => None,
-    };
-    let env = engine_env(&recipe);
-    Ok(Plan { recipe, recipe_path, sweep, install, model_path, points, env, eval })
-}
-
-fn apply_overrides(recipe: &mut Recipe, opts: &RunOptions) -> Result<()> {
-    let s = &mut recipe.sweep;
-    if let Some(conc) = &opts.conc {
-        s.conc = Some(conc.clone());
-        s.conc_range = None;
-    }
-    if opts.isl.is_some() || opts.osl.is_some() {
-        // One flag alone keeps the recipe's other length (first pair if several).
-        let first = s.isl_osl.as_ref().and_then(|p| p.first().copied());
-        let isl = opts.isl.or(s.isl).or(first.map(|p| p[0]));
-        let osl = opts.osl.or(s.osl).or(first.map(|p| p[1]));
-        (s.isl, s.osl, s.isl_osl) = (isl, osl, None);
-    }
-    if let Some(pairs) = &opts.isl_osl {
-        (s.isl, s.osl, s.isl_osl) = (None, None, Some(pairs.clone()));
-    }
-    if let Some(n) = opts.num_prompts {
-        (s.num_prompts, s.prompts_per_conc) = (Some(n), None);
-    }
-    if let Some(n) = opts.warmups {
-        (s.warmups, s.warmups_per_conc) = (Some(n), None);
-    }
-    s.inferencex |= opts.inferencex;
-    if opts.length_convention.is_some() {
-        s.length_convention = opts.length_convention;
-    }
-    if opts.range_ratio.is_some() {
-        s.range_ratio = opts.range_ratio;
-    }
-    if let Some(p) = opts.prefix_len {
-        s.prefix_len = p;
-    }
-    if opts.request_rate.is_some() {
-        s.request_rate = opts.request_rate;
-    }
-    if opts.burstiness.is_some() {
-        s.burstiness = opts.burstiness;
-    }
-    if opts.percentiles.is_some() {
-        s.percentiles = opts.percentiles.clone();
-    }
-    if opts.goodput.is_some() {
-        s.goodput = opts.goodput;
-    }
     if let Some(limit) = opts.eval_limit {
         match recipe.eval.as_mut() {
             Some(e) => e.limit = Some(limit),
             None => return Err(usage("--eval-limit given but the recipe has no [eval] section")),
         }
     }
-    Ok(())
+    if let Some(a) = opts.min_accuracy {
+        if !(0.0..=1.0).contains(&a) {
+            return Err(usage(format!("--min-accuracy {a}: give a fraction in [0, 1], e.g. 0.90")));
+        }
+        if recipe.eval.is_none() || opts.no_eval {
+            return Err(usage("--min-accuracy needs the eval: the recipe has no [eval] section or --no-eval is set"));
+        }
+    }
+    let configs = recipe
+        .engine_configs(&opts.variants, &cli_sweep(opts))
+        .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
+    let install = Install::locate()?;
+    let model_path = resolve_model(&recipe.model, &install)?;
+    let eval = match (&recipe.eval, opts.no_eval) {
+        (Some(section), false) => Some(plan_gsm8k(&install, section.limit, section.concurrency)?),
+        _ => None,
+    };
+    let mut seen_variants = Vec::new();
+    let jobs = configs
+        .into_iter()
+        .map(|config| {
+            let run_eval = eval.is_some() && !seen_variants.contains(&config.variant);
+            seen_variants.push(config.variant.clone());
+            PlannedJob { env: engine_env(&recipe, &config), specs: point_specs(&config), config, run_eval }
+        })
+        .collect();
+    let min_accuracy = opts.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));
+    Ok(Plan { recipe, recipe_path, install, model_path, jobs, eval, min_accuracy })
 }
 
-fn point_specs(sweep: &ResolvedSweep) -> Vec<PointSpec> {
-    sweep
-        .points()
-        .into_iter()
-        .map(|point| PointSpec {
+/// The command line's sweep settings as an overlay on the recipe's sweep.
+fn cli_sweep(opts: &RunOptions) -> Sweep {
+    Sweep {
+        isl: opts.isl,
+        osl: opts.osl,
+        isl_osl: opts.isl_osl.clone(),
+        conc: opts.conc.clone(),
+        num_prompts: opts.num_prompts,
+        warmups: opts.warmups,
+        inferencex: opts.inferencex,
+        length_convention: opts.length_convention,
+        range_ratio: opts.range_ratio,
+        prefix_len: opts.prefix_len.unwrap_or(0),
+        request_rate: opts.request_rate,
+        burstiness: opts.burstiness,
+        percentiles: opts.percentiles.clone(),
+        goodput: opts.goodput,
+        ..Sweep::default()
+    }
+}
+
+fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {
+    let sweep = &config.sweep;
+    config
+        .points
+        .iter()
+        .map(|&point| PointSpec {
             point,
             dataset: RandomDataset {
                 isl: point.isl,
@@ -166,15 +167,16 @@ fn default_omp_threads() -> String {
     std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()
 }
 
-/// The engine process's environment: the recipe's, plus in-process mode and,
-/// on the CPU backend, an OMP_NUM_THREADS default.
-fn engine_env(recipe: &Recipe) -> BTreeMap<String, String> {
-    let mut env = recipe.env.clone();
+/// The engine process's environment: the configuration's, plus in-process
+/// mode and, on the CPU backend, an OMP_NUM_THREADS default.
+fn engine_env(recipe: &Recipe, config: &EngineConfig) -> BTreeMap<String, String> {
+    let mut env = config.env.clone();
     if env.get("VLLM_ENABLE_V1_MULTIPROCESSING").is_some_and(|v| v != "0") {
         tracing::warn!("VLLM_ENABLE_V1_MULTIPROCESSING forced to 0: enginebench drives the engine in-process");
     }
     env.insert("VLLM_ENABLE_V1_MULTIPROCESSING".into(), "0".into());
-    if recipe.is_cpu() && !env.contains_key("OMP_NUM_THREADS") {
+    let unset = config.env_unset.iter().any(|k| k == "OMP_NUM_THREADS");
+    if recipe.is_cpu() && !env.contains_key("OMP_NUM_THREADS") && !unset {
         env.insert("OMP_NUM_THREADS".into(), default_omp_threads());
     }
     env

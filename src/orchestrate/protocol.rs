@@ -10,6 +10,47 @@ use crate::metrics::steps::StepRecord;
 use crate::recipe::sweep::Point;
 use crate::workload::prompts::RandomDataset;
 
+/// What the orchestrator asks of a worker (its stdin, one JSON document).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Task {
+    /// Build one engine and run points and the eval on it.
+    Run(Job),
+    /// Parse flag lists with vLLM's serve parser; build nothing.
+    Check(CheckJob),
+}
+
+/// Flag lists to check.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckJob {
+    pub python: PathBuf,
+    pub items: Vec<CheckItem>,
+}
+
+/// One engine configuration to check.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckItem {
+    /// `vllm serve` arguments: the model, then the flags.
+    pub argv: Vec<String>,
+    /// Environment names the engine would get.
+    pub env_names: Vec<String>,
+}
+
+/// vLLM's verdict on one flag list.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlagCheck {
+    /// The parser's message (with close flag names for unknown ones).
+    pub error: Option<String>,
+    /// Flags only the API server uses, ignored in-process.
+    pub ignored: Vec<String>,
+    pub max_model_len: Option<u64>,
+    pub tensor_parallel_size: Option<u64>,
+    /// `VLLM_*` names this vLLM does not know.
+    pub unknown_env: Vec<String>,
+    /// How many variables this vLLM knows (0: the list was not found).
+    pub known_env_count: usize,
+}
+
 /// What a worker is asked to do with its one engine.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Job {
@@ -81,6 +122,8 @@ pub enum Message {
     /// The worker failed; nothing more follows. `bad_input` when the cause is
     /// the user's input (e.g. a flag vLLM's parser rejected): exit code 2.
     Error { message: String, traceback: Option<String>, #[serde(default)] bad_input: bool },
+    /// The results of a [`CheckJob`], in order.
+    Checked { results: Vec<FlagCheck> },
     /// All work done, engine shut down.
     Done,
 }

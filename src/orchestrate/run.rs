@@ -1,4 +1,4 @@
-//! `enginebench run`: plan the sweep from a recipe, run it in a worker,
+//! `enginebench run`: plan the jobs from a recipe, run each in its own worker,
 //! stream results to disk, print the table.
 
 use std::io::{BufRead, BufReader};
@@ -8,9 +8,9 @@ use anyhow::Result;
 use indicatif::MultiProgress;
 use serde::Serialize;
 
-use super::plan::{EvalPlan, RunOptions, plan};
+use super::plan::{EvalPlan, Plan, PlannedJob, RunOptions, plan};
 use super::progress::Bar;
-use super::protocol::{EvalCompletion, Job, Message, RawPoint};
+use super::protocol::{EvalCompletion, Job, Message, RawPoint, Task};
 use super::spawn::spawn_worker;
 use crate::error::{exit, usage};
 use crate::eval::gsm8k;
@@ -18,20 +18,32 @@ use crate::eval::score::{Sample, mean_and_stderr, score};
 use crate::metrics::crosscheck::cross_check;
 use crate::metrics::steps::summarize_steps;
 use crate::metrics::{FigureSpec, point_figures};
+use crate::recipe::GateMetric;
 use crate::recipe::sweep::ResolvedSweep;
 use crate::report::files::{JsonLines, write_json_atomic};
 use crate::report::result::{
-    Evals, Gsm8kResult, Host, PointResult, RecipeInfo, RunError, RunResult, SCHEMA_VERSION,
-    TIMING_NOTE, Versions,
+    Evals, Gate, Gsm8kResult, Host, JobResult, PointResult, RecipeInfo, RunError, RunResult,
+    SCHEMA_VERSION, TIMING_NOTE, Versions,
 };
 use crate::report::table;
 
-/// Runs a recipe end to end. Returns the exit code (0 ok, 1 failed, 2 bad
-/// input found by the engine, e.g. a flag vLLM's parser rejects).
+/// How a job ended, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JobOutcome {
+    Ok,
+    Failed,
+    /// The engine rejected the user's input (e.g. a flag vLLM's parser rejects).
+    BadInput,
+}
+
+/// Runs a recipe end to end: every job (variant x TP) in its own worker, one
+/// after the other. Returns the exit code: 0 all points ok and every accuracy
+/// gate passed, 1 a point, a job or a gate failed, 2 the engine rejected the
+/// input (and nothing else failed).
 ///
 /// Errors (usage, exit 2): unreadable or invalid recipe, bad overrides,
 /// missing set-up or data, unusable output folder. Engine failures are not
-/// errors here: they are recorded in the result and give exit code 1.
+/// errors here: they are recorded in the result, and the next job still runs.
 pub fn run(opts: &RunOptions) -> Result<i32> {
     let plan = plan(opts)?;
     let out_dir = output_dir(opts.output.as_deref(), &plan.recipe.name)?;
@@ -45,40 +57,86 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
             hardware: plan.recipe.hardware.clone(),
             precision: plan.recipe.precision.clone(),
             model_path: plan.model_path.clone(),
-            engine_args: plan.recipe.engine.args.clone(),
-            env: plan.env.clone(),
-            fingerprint: None,
         },
-        sweep: plan.sweep.clone(),
         versions: Versions { enginebench: env!("CARGO_PKG_VERSION").into(), ..Default::default() },
         host: Host::detect(),
         started_at: now_rfc3339(),
         finished_at: None,
-        engine: None,
-        engine_start_s: None,
         timing: TIMING_NOTE.into(),
-        points: Vec::new(),
-        eval: None,
-        error: None,
+        jobs: plan.jobs.iter().map(pending_job).collect(),
     };
     let mut files = OutputFiles::create(&out_dir, opts.step_trace)?;
     files.write_result(&result)?;
 
-    let mut engine_argv = vec![plan.model_path.clone()];
-    engine_argv.extend(plan.recipe.engine.args.iter().cloned());
-    let job = Job {
-        python: plan.install.python(),
-        engine_argv,
-        points: plan.points.clone(),
-        eval: plan.eval.as_ref().map(|e| e.job.clone()),
-    };
-
     let ui = MultiProgress::new();
     eprintln!("enginebench: recipe {} -> {}", plan.recipe.name, out_dir.display());
-    let mut worker = spawn_worker(&job, &plan.env, &out_dir.join("worker.log"), opts.verbose, &ui)?;
-    let mut bar = Bar::new(&ui);
-    bar.spinner("starting engine (import vLLM, load weights)");
+    let mut outcomes = Vec::new();
+    for (index, job) in plan.jobs.iter().enumerate() {
+        if plan.jobs.len() > 1 {
+            super::progress::say(&ui, &format!("job {}/{}: {}", index + 1, plan.jobs.len(), job.config.label()));
+        }
+        outcomes.push(run_job(&plan, index, job, &mut result, &mut files, &ui, opts.verbose)?);
+    }
 
+    let failed = outcomes.iter().any(|o| *o != JobOutcome::Ok);
+    result.status = if failed { "failed" } else { "ok" }.into();
+    result.finished_at = Some(now_rfc3339());
+    files.write_result(&result)?;
+    print_summary(&result, &out_dir, opts.verbose);
+    Ok(if outcomes.iter().all(|o| *o == JobOutcome::Ok) {
+        exit::OK
+    } else if outcomes.iter().all(|o| *o != JobOutcome::Failed) {
+        exit::USAGE
+    } else {
+        exit::FAILED
+    })
+}
+
+fn pending_job(job: &PlannedJob) -> JobResult {
+    JobResult {
+        label: job.config.label(),
+        variant: job.config.variant.clone(),
+        tp: job.config.tp,
+        status: "pending".into(),
+        engine_args: job.config.args.clone(),
+        env: job.env.clone(),
+        env_unset: job.config.env_unset.clone(),
+        fingerprint: None,
+        sweep: job.config.sweep.clone(),
+        engine: None,
+        engine_start_s: None,
+        points: Vec::new(),
+        eval: None,
+        error: None,
+    }
+}
+
+/// Runs one job in a fresh worker and records everything into `result.jobs[index]`.
+fn run_job(
+    plan: &Plan,
+    index: usize,
+    job: &PlannedJob,
+    result: &mut RunResult,
+    files: &mut OutputFiles,
+    ui: &MultiProgress,
+    verbose: bool,
+) -> Result<JobOutcome> {
+    let mut engine_argv = vec![plan.model_path.clone()];
+    engine_argv.extend(job.config.args.iter().cloned());
+    let request = Job {
+        python: plan.install.python(),
+        engine_argv,
+        points: job.specs.clone(),
+        eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
+    };
+    let log_name = if plan.jobs.len() > 1 { format!("worker-{index}.log") } else { "worker.log".into() };
+    let log_path = files.dir.join(&log_name);
+    result.jobs[index].status = "running".into();
+    files.write_result(result)?;
+
+    let mut worker = spawn_worker(&Task::Run(request), &job.env, &job.config.env_unset, &log_path, verbose, ui)?;
+    let mut bar = Bar::new(ui);
+    bar.spinner("starting engine (import vLLM, load weights)");
     let mut failure: Option<RunError> = None;
     let mut bad_input = false;
     let mut got_done = false;
@@ -89,36 +147,35 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
             tracing::debug!("worker said: {line}");
             continue;
         };
+        let j = &mut result.jobs[index];
         match msg {
             Message::Ready { engine, engine_start_s } => {
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
                 let get = |k: &str| engine.get(k).and_then(|v| v.as_str()).map(String::from);
                 let size = |k: &str| engine.get(k).and_then(|v| v.as_u64()).unwrap_or(1).max(1) as u32;
                 gpus = size("tensor_parallel_size") * size("pipeline_parallel_size");
-                result.versions.vllm = get("vllm");
-                result.recipe.fingerprint =
-                    Some(result.recipe.compute_fingerprint(result.versions.vllm.as_deref().unwrap_or("")));
-                result.versions.torch = get("torch");
-                result.versions.python = get("python");
-                result.engine = Some(engine);
-                result.engine_start_s = Some(engine_start_s);
-                files.write_result(&result)?;
+                j.fingerprint = Some(j.compute_fingerprint(&plan.model_path, get("vllm").as_deref().unwrap_or("")));
+                j.engine = Some(engine.clone());
+                j.engine_start_s = Some(engine_start_s);
+                if result.versions.vllm.is_none() {
+                    result.versions.vllm = get("vllm");
+                    result.versions.torch = get("torch");
+                    result.versions.python = get("python");
+                }
             }
             Message::Progress { phase, done, total } => bar.progress(&phase, done, total),
             Message::Point { raw } => {
-                let index = result.points.len();
-                let point = finish_point(&raw, &plan.sweep, gpus);
+                let point = finish_point(&raw, &j.sweep, gpus);
                 bar.finish(point_line(&point));
-                files.append_point(index, &point, &raw)?;
-                result.points.push(point);
-                files.write_result(&result)?;
+                files.append_point(index, j, j.points.len(), &point, &raw)?;
+                j.points.push(point);
             }
             Message::Eval { completions, duration_s } => {
                 bar.finish(format!("gsm8k generated in {duration_s:.1} s"));
                 if let Some(eval) = &plan.eval {
-                    let g = score_gsm8k(eval, &completions, duration_s, &out_dir)?;
-                    result.eval = Some(Evals { gsm8k: g });
-                    files.write_result(&result)?;
+                    let g = score_gsm8k(eval, &completions, duration_s, files, &j.label)?;
+                    let gate = plan.min_accuracy.map(|min| gate(&g, min, plan.recipe.eval.as_ref().map(|e| e.gate_metric)));
+                    j.eval = Some(Evals { gsm8k: g, gate });
                 }
             }
             Message::Error { message, traceback, bad_input: bad } => {
@@ -126,7 +183,9 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
                 failure = Some(RunError { message, traceback, log_tail: Vec::new() });
             }
             Message::Done => got_done = true,
+            Message::Checked { .. } => {}
         }
+        files.write_result(result)?;
     }
     bar.clear();
     let status = worker.child.wait()?;
@@ -140,18 +199,27 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
     if let Some(f) = failure.as_mut() {
         f.log_tail = worker.log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
     }
-    let points_failed = result.points.iter().any(|p| p.status != "ok");
-    result.status = if failure.is_some() || points_failed { "failed" } else { "ok" }.into();
-    result.error = failure;
-    result.finished_at = Some(now_rfc3339());
-    files.write_result(&result)?;
+    let j = &mut result.jobs[index];
+    let points_failed = j.points.iter().any(|p| p.status != "ok");
+    let gate_failed = j.eval.as_ref().and_then(|e| e.gate.as_ref()).is_some_and(|g| !g.passed);
+    let outcome = match (&failure, bad_input) {
+        (Some(_), true) => JobOutcome::BadInput,
+        (Some(_), false) => JobOutcome::Failed,
+        (None, _) if points_failed || gate_failed => JobOutcome::Failed,
+        (None, _) => JobOutcome::Ok,
+    };
+    j.status = if outcome == JobOutcome::Ok { "ok" } else { "failed" }.into();
+    j.error = failure;
+    files.write_result(result)?;
+    Ok(outcome)
+}
 
-    print_summary(&result, &out_dir, opts.verbose);
-    Ok(match result.status.as_str() {
-        "ok" => exit::OK,
-        _ if bad_input => exit::USAGE,
-        _ => exit::FAILED,
-    })
+fn gate(g: &Gsm8kResult, min_accuracy: f64, metric: Option<GateMetric>) -> Gate {
+    let (metric, value) = match metric.unwrap_or_default() {
+        GateMetric::Strict => ("exact_match,strict-match", g.exact_match_strict),
+        GateMetric::Flexible => ("exact_match,flexible-extract", g.exact_match_flexible),
+    };
+    Gate { metric: metric.into(), value, min_accuracy, passed: value >= min_accuracy }
 }
 
 /// Figures, step summary and cross-check of one measured point.
@@ -162,8 +230,8 @@ fn finish_point(raw: &RawPoint, sweep: &ResolvedSweep, gpus: u32) -> PointResult
     let crosscheck = cross_check(&raw.records, &raw.engine_timings);
     if let Some(c) = crosscheck.as_ref().filter(|c| !c.agree) {
         tracing::warn!(
-            "conc {}: harness and vLLM disagree (TTFT median diff {:.2} ms, E2EL {:.2} ms, tolerance {:.2}/{:.2} ms)",
-            p.conc, c.ttft.median_ms, c.e2el.median_ms, c.ttft.tolerance_ms, c.e2el.tolerance_ms
+            "{}/{} conc {}: harness and vLLM disagree (TTFT median diff {:.2} ms, E2EL {:.2} ms, tolerance {:.2}/{:.2} ms)",
+            p.isl, p.osl, p.conc, c.ttft.median_ms, c.e2el.median_ms, c.ttft.tolerance_ms, c.e2el.tolerance_ms
         );
     }
     PointResult {
@@ -204,6 +272,8 @@ fn point_line(p: &PointResult) -> String {
 /// One request as written to `requests.jsonl`.
 #[derive(Serialize)]
 struct RequestLine<'a> {
+    job: usize,
+    label: &'a str,
     point: usize,
     isl: u32,
     osl: u32,
@@ -225,32 +295,52 @@ struct RequestLine<'a> {
 
 /// The files of a run folder (see the README's "Output files").
 struct OutputFiles {
-    result_path: PathBuf,
+    dir: PathBuf,
     points: JsonLines,
     requests: JsonLines,
     steps: Option<JsonLines>,
+    samples: Option<JsonLines>,
 }
 
 impl OutputFiles {
     fn create(dir: &Path, step_trace: bool) -> Result<OutputFiles> {
         Ok(OutputFiles {
-            result_path: dir.join("result.json"),
+            dir: dir.to_path_buf(),
             points: JsonLines::create(dir.join("points.jsonl"))?,
             requests: JsonLines::create(dir.join("requests.jsonl"))?,
             steps: if step_trace { Some(JsonLines::create(dir.join("steps.jsonl"))?) } else { None },
+            samples: None,
         })
     }
 
     fn write_result(&self, result: &RunResult) -> Result<()> {
-        write_json_atomic(&self.result_path, result)
+        write_json_atomic(&self.dir.join("result.json"), result)
     }
 
-    fn append_point(&mut self, index: usize, point: &PointResult, raw: &RawPoint) -> Result<()> {
-        self.points.append(point)?;
+    fn append_point(
+        &mut self,
+        job_index: usize,
+        job: &JobResult,
+        index: usize,
+        point: &PointResult,
+        raw: &RawPoint,
+    ) -> Result<()> {
+        #[derive(Serialize)]
+        struct Tagged<'a, T: Serialize> {
+            job: usize,
+            label: &'a str,
+            point: usize,
+            #[serde(flatten)]
+            item: &'a T,
+        }
+        let label = job.label.as_str();
+        self.points.append(&Tagged { job: job_index, label, point: index, item: point })?;
         let ms = |s: Option<f64>| s.map(|s| s * 1000.0);
         for (i, r) in raw.records.iter().enumerate() {
             let vllm = raw.engine_timings.get(i).copied().flatten();
             self.requests.append(&RequestLine {
+                job: job_index,
+                label,
                 point: index,
                 isl: point.isl,
                 osl: point.osl,
@@ -270,14 +360,8 @@ impl OutputFiles {
             })?;
         }
         if let Some(steps) = self.steps.as_mut() {
-            #[derive(Serialize)]
-            struct StepLine<'a> {
-                point: usize,
-                #[serde(flatten)]
-                step: &'a crate::metrics::steps::StepRecord,
-            }
             for step in &raw.steps {
-                steps.append(&StepLine { point: index, step })?;
+                steps.append(&Tagged { job: job_index, label, point: index, item: step })?;
             }
         }
         Ok(())
@@ -288,15 +372,25 @@ fn score_gsm8k(
     plan: &EvalPlan,
     completions: &[EvalCompletion],
     duration_s: f64,
-    out_dir: &Path,
+    files: &mut OutputFiles,
+    label: &str,
 ) -> Result<Gsm8kResult> {
-    let mut log = JsonLines::create(out_dir.join("gsm8k_samples.jsonl"))?;
+    if files.samples.is_none() {
+        files.samples = Some(JsonLines::create(files.dir.join("gsm8k_samples.jsonl"))?);
+    }
+    let log = files.samples.as_mut().expect("just created");
     let mut samples: Vec<Sample> = Vec::with_capacity(completions.len());
     for ((prompt, (doc_id, gold)), completion) in
         plan.job.prompts.iter().zip(&plan.golds).zip(completions)
     {
         let s = score(*doc_id, prompt, &completion.text, completion.output_tokens, gold);
-        log.append(&s)?;
+        #[derive(Serialize)]
+        struct Line<'a> {
+            label: &'a str,
+            #[serde(flatten)]
+            sample: &'a Sample,
+        }
+        log.append(&Line { label, sample: &s })?;
         samples.push(s);
     }
     let (strict, strict_se) = mean_and_stderr(samples.iter().map(|s| s.strict_correct));
@@ -333,25 +427,34 @@ fn output_dir(given: Option<&Path>, recipe_name: &str) -> Result<PathBuf> {
 }
 
 fn print_summary(result: &RunResult, out_dir: &Path, verbose: bool) {
-    if !result.points.is_empty() {
-        println!("{}", table::points_table(&result.points));
-    }
-    if let Some(e) = &result.eval {
-        println!("{}", table::gsm8k_line(&e.gsm8k));
-    }
-    if let Some(err) = &result.error {
-        eprintln!("error: {}", err.message);
-        if verbose {
-            if let Some(tb) = &err.traceback {
-                eprintln!("{tb}");
-            }
-        } else if err.traceback.is_some() {
-            eprintln!("(run with -v for the Python traceback)");
+    let multi = result.jobs.len() > 1;
+    for job in &result.jobs {
+        if multi {
+            println!("== {} ({})", job.label, job.status);
         }
-        if !err.log_tail.is_empty() {
-            eprintln!("last lines of {}:", out_dir.join("worker.log").display());
-            for l in err.log_tail.iter().rev().take(10).rev() {
-                eprintln!("  | {l}");
+        if !job.points.is_empty() {
+            println!("{}", table::points_table(&job.points));
+        }
+        if let Some(e) = &job.eval {
+            println!("{}", table::gsm8k_line(&e.gsm8k));
+            if let Some(g) = &e.gate {
+                println!("{}", table::gate_line(g));
+            }
+        }
+        if let Some(err) = &job.error {
+            eprintln!("error{}: {}", if multi { format!(" in {}", job.label) } else { String::new() }, err.message);
+            if verbose {
+                if let Some(tb) = &err.traceback {
+                    eprintln!("{tb}");
+                }
+            } else if err.traceback.is_some() {
+                eprintln!("(run with -v for the Python traceback)");
+            }
+            if !err.log_tail.is_empty() {
+                eprintln!("last lines of the engine log in {}:", out_dir.display());
+                for l in err.log_tail.iter().rev().take(10).rev() {
+                    eprintln!("  | {l}");
+                }
             }
         }
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use indicatif::MultiProgress;
 
-use super::protocol::Job;
+use super::protocol::Task;
 
 /// A running worker: its process, its message stream, the tail of its log.
 pub struct Worker {
@@ -24,14 +24,19 @@ pub const LOG_TAIL_LINES: usize = 30;
 /// Starts `enginebench __worker` with `env`, sends it `job`, and saves
 /// everything it prints (Python, vLLM) to `log_path`, echoing it under `-v`.
 pub fn spawn_worker(
-    job: &Job,
+    task: &Task,
     env: &BTreeMap<String, String>,
+    env_unset: &[String],
     log_path: &Path,
     verbose: bool,
     ui: &MultiProgress,
 ) -> Result<Worker> {
     let exe = std::env::current_exe().context("locating the enginebench binary")?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    for k in env_unset {
+        command.env_remove(k);
+    }
+    let mut child = command
         .arg("__worker")
         .envs(env)
         .env("PYTHONUNBUFFERED", "1")
@@ -41,7 +46,7 @@ pub fn spawn_worker(
         .spawn()
         .context("starting the engine worker")?;
     let mut stdin = child.stdin.take().expect("piped");
-    stdin.write_all(&serde_json::to_vec(job)?)?;
+    stdin.write_all(&serde_json::to_vec(task)?)?;
     drop(stdin);
 
     let log_tail = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL_LINES)));

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::protocol::{EvalCompletion, EvalJob, Job, Message, PointSpec, RawPoint};
+use super::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message, PointSpec, RawPoint, Task};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
 use crate::engine::{StepEngine, interpreter};
@@ -70,8 +70,28 @@ pub fn main() -> i32 {
 fn run(channel: &mut Channel) -> Result<()> {
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input)?;
-    let job: Job = serde_json::from_str(&input).context("reading the job from stdin")?;
+    match serde_json::from_str(&input).context("reading the task from stdin")? {
+        Task::Run(job) => run_job(&job, channel),
+        Task::Check(check) => run_check(&check, channel),
+    }
+}
 
+fn run_check(check: &CheckJob, channel: &mut Channel) -> Result<()> {
+    interpreter::initialize(&check.python)?;
+    let python = check.python.to_string_lossy().into_owned();
+    let results = check
+        .items
+        .iter()
+        .map(|item| {
+            let report = crate::engine::vllm::check_args(&item.argv, &item.env_names, &python)?;
+            Ok(serde_json::from_str(&report)?)
+        })
+        .collect::<Result<Vec<FlagCheck>>>()?;
+    channel.send(&Message::Checked { results });
+    Ok(())
+}
+
+fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
     let started = Instant::now();
     interpreter::initialize(&job.python)?;
     let python = job.python.to_string_lossy().into_owned();

@@ -26,9 +26,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::usage;
 
+pub mod args;
+pub mod config;
+pub mod show;
 pub mod sweep;
+pub mod variant;
 
+pub use config::EngineConfig;
 pub use sweep::Sweep;
+pub use variant::Variant;
 
 /// The default recipe, used when `run` gets no recipe path.
 pub const DEFAULT_RECIPE: &str = "recipes/cpu/smollm2-135m.toml";
@@ -49,14 +55,26 @@ pub struct Recipe {
     pub precision: Option<String>,
     #[serde(default = "default_framework")]
     pub framework: String,
+    /// Unknown `VLLM_*` environment names are errors instead of warnings.
+    #[serde(default)]
+    pub strict: bool,
+    /// Values for `${NAME}` placeholders in args and env (`${TP}` comes from the sweep).
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
     /// Environment variables set before the interpreter starts.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Environment variables removed from the engine's environment.
+    #[serde(default)]
+    pub env_unset: Vec<String>,
     #[serde(default)]
     pub engine: EngineSection,
     pub sweep: Sweep,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<EvalSection>,
+    /// Named overlays for before/after comparisons (`--variant NAME`).
+    #[serde(default)]
+    pub variants: BTreeMap<String, Variant>,
 }
 
 fn default_framework() -> String {
@@ -69,6 +87,10 @@ fn default_framework() -> String {
 pub struct EngineSection {
     #[serde(default)]
     pub args: Vec<String>,
+    /// Serialised to the `--hf-overrides` JSON (giving `--hf-overrides` in
+    /// `args` as well is an error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_overrides: Option<toml::Table>,
 }
 
 /// `[eval]`: the accuracy check run on the same engine after the sweep.
@@ -84,6 +106,23 @@ pub struct EvalSection {
     /// Eval requests kept in flight.
     #[serde(default = "default_eval_conc")]
     pub concurrency: u32,
+    /// Accuracy gate: the run fails (exit 1) when `gate_metric` is below this
+    /// (0..1; InferenceX uses 0.90 for GPU recipes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_accuracy: Option<f64>,
+    /// Which exact_match the gate reads: "strict" (strict-match, what InferenceX
+    /// checks) or "flexible" (flexible-extract).
+    #[serde(default)]
+    pub gate_metric: GateMetric,
+}
+
+/// The filter whose exact_match the accuracy gate reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateMetric {
+    #[default]
+    Strict,
+    Flexible,
 }
 
 fn default_task() -> String {
@@ -125,8 +164,16 @@ impl Recipe {
         if self.framework != "vllm" {
             return bad(format!("framework = {:?} is not supported; use \"vllm\"", self.framework));
         }
-        if let Err(e) = self.sweep.resolve() {
-            return bad(format!("[sweep]: {e}"));
+        if self.variants.contains_key(config::BASE) {
+            return bad("[variants.base]: \"base\" is reserved for the recipe without a variant; rename it".into());
+        }
+        if let Err(e) = self.engine_configs(&[], &Sweep::default()) {
+            return bad(e);
+        }
+        for name in self.variants.keys() {
+            if let Err(e) = self.engine_configs(std::slice::from_ref(name), &Sweep::default()) {
+                return bad(format!("variant {name}: {e}"));
+            }
         }
         if let Some(eval) = &self.eval {
             if eval.task != "gsm8k" {
@@ -135,9 +182,13 @@ impl Recipe {
             if eval.concurrency == 0 {
                 return bad("eval.concurrency must be at least 1".into());
             }
+            if eval.min_accuracy.is_some_and(|a| !(0.0..=1.0).contains(&a)) {
+                return bad("eval.min_accuracy must be a fraction in [0, 1], e.g. 0.90".into());
+            }
         }
-        for (k, v) in &self.env {
-            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+        let names = self.env.keys().chain(&self.env_unset).chain(self.variants.values().flat_map(|v| v.env.keys().chain(&v.env_unset)));
+        for k in names {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return bad(format!("env: {k:?} is not a valid environment variable name"));
             }
         }

@@ -23,6 +23,14 @@ pub struct Sweep {
     /// ... or a doubling range `[start, end]`: start, 2 start, ... up to end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conc_range: Option<[u32; 2]>,
+    /// Tensor-parallel sizes: one engine configuration each; `${TP}` in the
+    /// engine args takes the value (else `--tensor-parallel-size` is added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<Vec<u32>>,
+    /// InferenceX-style search space instead of `tp`/`conc`/`conc_range`:
+    /// `search_space = [{ tp = 8, conc_range = [1, 32] }, { tp = 4, conc_range = [1, 256] }]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_space: Option<Vec<SearchSpace>>,
     /// Run as InferenceX's client does: 10 x conc prompts, 2 x conc warm-ups,
     /// ignore_eos, percentiles 90/99/99.9, InferenceX length convention. Wins
     /// over the individual keys.
@@ -68,6 +76,31 @@ pub struct Sweep {
     pub seed: u64,
 }
 
+/// One entry of a search space: a TP size with its concurrencies, optionally
+/// only for some ISL/OSL pairs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSpace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conc: Option<Vec<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conc_range: Option<[u32; 2]>,
+    /// Restrict this entry to these pairs (default: all of the sweep's pairs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isl_osl: Option<Vec<[u32; 2]>>,
+}
+
+/// A resolved search-space entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpaceEntry {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
+    pub pairs: Vec<(u32, u32)>,
+    pub concs: Vec<u32>,
+}
+
 /// SLOs of `vllm bench serve --goodput`: a request is good when it meets all given ones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -83,8 +116,8 @@ pub struct Goodput {
 /// A sweep with every default filled in and every value checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolvedSweep {
-    pub pairs: Vec<(u32, u32)>,
-    pub concs: Vec<u32>,
+    /// (TP, ISL/OSL pairs, concurrencies) entries, in order.
+    pub space: Vec<SpaceEntry>,
     pub inferencex: bool,
     pub length_convention: LengthConvention,
     pub range_ratio: f64,
@@ -106,9 +139,12 @@ struct Count {
     warmups: Option<u32>,
 }
 
-/// One point of the matrix: an ISL/OSL pair at one concurrency.
+/// One point of the matrix: an ISL/OSL pair at one concurrency (and TP).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Point {
+    /// Tensor-parallel size of the engine this point runs on, when the sweep sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
     pub isl: u32,
     pub osl: u32,
     pub conc: u32,
@@ -122,6 +158,50 @@ pub const INFERENCEX_WARMUPS_PER_CONC: u32 = 2;
 pub const INFERENCEX_PERCENTILES: [f64; 3] = [90.0, 99.0, 99.9];
 
 impl Sweep {
+    /// `over` laid on top of `self`: every key `over` sets wins. Keys that
+    /// exclude each other travel together (setting `conc` drops the base's
+    /// `conc_range` and `search_space`, `isl_osl` drops `isl`/`osl`, and so on);
+    /// setting only one of `isl`/`osl` keeps the other from the base (its first
+    /// pair when the base has several).
+    pub fn overlay(&self, over: &Sweep) -> Sweep {
+        let mut s = self.clone();
+        if over.conc.is_some() || over.conc_range.is_some() {
+            (s.conc, s.conc_range, s.search_space) = (over.conc.clone(), over.conc_range, None);
+        }
+        if over.tp.is_some() {
+            (s.tp, s.search_space) = (over.tp.clone(), None);
+        }
+        if over.search_space.is_some() {
+            (s.search_space, s.conc, s.conc_range, s.tp) = (over.search_space.clone(), None, None, None);
+        }
+        if over.isl_osl.is_some() {
+            (s.isl_osl, s.isl, s.osl) = (over.isl_osl.clone(), None, None);
+        } else if over.isl.is_some() || over.osl.is_some() {
+            let first = s.isl_osl.as_ref().and_then(|p| p.first().copied());
+            let isl = over.isl.or(s.isl).or(first.map(|p| p[0]));
+            let osl = over.osl.or(s.osl).or(first.map(|p| p[1]));
+            (s.isl, s.osl, s.isl_osl) = (isl, osl, None);
+        }
+        if over.prompts_per_conc.is_some() || over.num_prompts.is_some() {
+            (s.prompts_per_conc, s.num_prompts) = (over.prompts_per_conc, over.num_prompts);
+        }
+        if over.warmups_per_conc.is_some() || over.warmups.is_some() {
+            (s.warmups_per_conc, s.warmups) = (over.warmups_per_conc, over.warmups);
+        }
+        s.inferencex |= over.inferencex;
+        macro_rules! take {
+            ($($f:ident),*) => { $( if over.$f.is_some() { s.$f = over.$f.clone(); } )* };
+        }
+        take!(length_convention, range_ratio, request_rate, burstiness, ignore_eos, percentiles, goodput);
+        if over.prefix_len != 0 {
+            s.prefix_len = over.prefix_len;
+        }
+        if over.seed != 0 {
+            s.seed = over.seed;
+        }
+        s
+    }
+
     /// Fills defaults and checks values. Errors name the key and the valid range.
     pub fn resolve(&self) -> Result<ResolvedSweep, String> {
         let pairs = match (&self.isl_osl, self.isl, self.osl) {
@@ -134,15 +214,37 @@ impl Sweep {
         if pairs.is_empty() || pairs.iter().any(|&(i, o)| i == 0 || o == 0) {
             return Err(format!("isl/osl must be at least 1 token, got {pairs:?}"));
         }
-        let concs = match (&self.conc, self.conc_range) {
-            (Some(c), None) => c.clone(),
-            (None, Some([start, end])) => doubling(start, end)?,
-            (Some(_), Some(_)) => return Err("give either conc or conc_range, not both".into()),
-            (None, None) => return Err("give conc = [1, 4, ...] or conc_range = [start, end]".into()),
+        let space = match &self.search_space {
+            Some(entries) => {
+                if self.conc.is_some() || self.conc_range.is_some() || self.tp.is_some() {
+                    return Err("give either search_space or tp/conc/conc_range, not both".into());
+                }
+                if entries.is_empty() {
+                    return Err("search_space is empty".into());
+                }
+                entries
+                    .iter()
+                    .map(|e| {
+                        let pairs = match &e.isl_osl {
+                            Some(p) => p.iter().map(|[i, o]| (*i, *o)).collect(),
+                            None => pairs.clone(),
+                        };
+                        Ok(SpaceEntry { tp: check_tp(e.tp)?, pairs, concs: concs_of(&e.conc, e.conc_range)? })
+                    })
+                    .collect::<Result<Vec<_>, String>>()?
+            }
+            None => {
+                let concs = concs_of(&self.conc, self.conc_range)?;
+                match &self.tp {
+                    None => vec![SpaceEntry { tp: None, pairs: pairs.clone(), concs }],
+                    Some(tps) if tps.is_empty() => return Err("tp = []: give TP sizes >= 1 or omit tp".into()),
+                    Some(tps) => tps
+                        .iter()
+                        .map(|&tp| Ok(SpaceEntry { tp: check_tp(Some(tp))?, pairs: pairs.clone(), concs: concs.clone() }))
+                        .collect::<Result<Vec<_>, String>>()?,
+                }
+            }
         };
-        if concs.is_empty() || concs.contains(&0) {
-            return Err(format!("conc = {concs:?}: give concurrencies >= 1"));
-        }
         let ix = self.inferencex;
         let length_convention = if ix {
             LengthConvention::Inferencex
@@ -197,8 +299,7 @@ impl Sweep {
             }
         }
         Ok(ResolvedSweep {
-            pairs,
-            concs,
+            space,
             inferencex: ix,
             length_convention,
             range_ratio,
@@ -215,28 +316,62 @@ impl Sweep {
 }
 
 impl ResolvedSweep {
-    /// The points, ISL/OSL pair by pair, concurrencies in the given order.
+    /// The points: entry by entry, ISL/OSL pair by pair, concurrencies in the given order.
     pub fn points(&self) -> Vec<Point> {
         let c = &self.count;
         let mut out = Vec::new();
-        for &(isl, osl) in &self.pairs {
-            for &conc in &self.concs {
-                out.push(Point {
-                    isl,
-                    osl,
-                    conc,
-                    num_prompts: c.num_prompts.unwrap_or(c.prompts_per_conc.unwrap_or(10) * conc),
-                    warmups: c.warmups.unwrap_or(c.warmups_per_conc.unwrap_or(2) * conc),
-                });
+        for entry in &self.space {
+            for &(isl, osl) in &entry.pairs {
+                for &conc in &entry.concs {
+                    out.push(Point {
+                        tp: entry.tp,
+                        isl,
+                        osl,
+                        conc,
+                        num_prompts: c.num_prompts.unwrap_or(c.prompts_per_conc.unwrap_or(10) * conc),
+                        warmups: c.warmups.unwrap_or(c.warmups_per_conc.unwrap_or(2) * conc),
+                    });
+                }
             }
         }
         out
+    }
+
+    /// The TP sizes in order of first appearance (`[None]` without TP).
+    pub fn tps(&self) -> Vec<Option<u32>> {
+        let mut tps = Vec::new();
+        for e in &self.space {
+            if !tps.contains(&e.tp) {
+                tps.push(e.tp);
+            }
+        }
+        tps
     }
 
     /// Seed of a point's prompts: differs per point, fixed by the sweep seed.
     pub fn point_seed(&self, p: &Point) -> u64 {
         self.seed ^ (u64::from(p.conc) << 40) ^ (u64::from(p.isl) << 20) ^ u64::from(p.osl)
     }
+}
+
+fn check_tp(tp: Option<u32>) -> Result<Option<u32>, String> {
+    match tp {
+        Some(0) => Err("tp = 0: TP sizes must be >= 1".into()),
+        t => Ok(t),
+    }
+}
+
+fn concs_of(conc: &Option<Vec<u32>>, range: Option<[u32; 2]>) -> Result<Vec<u32>, String> {
+    let concs = match (conc, range) {
+        (Some(c), None) => c.clone(),
+        (None, Some([start, end])) => doubling(start, end)?,
+        (Some(_), Some(_)) => return Err("give either conc or conc_range, not both".into()),
+        (None, None) => return Err("give conc = [1, 4, ...] or conc_range = [start, end]".into()),
+    };
+    if concs.is_empty() || concs.contains(&0) {
+        return Err(format!("conc = {concs:?}: give concurrencies >= 1"));
+    }
+    Ok(concs)
 }
 
 /// start, 2 start, 4 start, ... <= end.
@@ -316,13 +451,37 @@ mod tests {
         let s = sweep("isl_osl = [[1024, 1024], [8192, 1024]]\nconc_range = [1, 8]").resolve().unwrap();
         let pts = s.points();
         assert_eq!(pts.len(), 8);
-        assert_eq!(pts[0], Point { isl: 1024, osl: 1024, conc: 1, num_prompts: 10, warmups: 2 });
-        assert_eq!(pts[7], Point { isl: 8192, osl: 1024, conc: 8, num_prompts: 80, warmups: 16 });
+        assert_eq!(pts[0], Point { tp: None, isl: 1024, osl: 1024, conc: 1, num_prompts: 10, warmups: 2 });
+        assert_eq!(pts[7], Point { tp: None, isl: 8192, osl: 1024, conc: 8, num_prompts: 80, warmups: 16 });
         assert_eq!(s.length_convention, LengthConvention::Vllm);
         assert_eq!(s.range_ratio, 0.0);
         assert!(s.ignore_eos);
         assert_eq!(s.percentiles, vec![90.0, 99.0, 99.9]);
         assert_ne!(s.point_seed(&pts[0]), s.point_seed(&pts[1]));
+    }
+
+    #[test]
+    fn search_space_per_tp() {
+        let s = sweep(
+            "isl_osl = [[1024, 1024], [8192, 1024]]\nsearch_space = [{ tp = 8, conc_range = [1, 4] }, { tp = 4, conc = [64], isl_osl = [[8192, 1024]] }]",
+        )
+        .resolve()
+        .unwrap();
+        let pts = s.points();
+        let tps: Vec<_> = pts.iter().map(|p| (p.tp, p.isl, p.conc)).collect();
+        assert_eq!(
+            tps,
+            vec![
+                (Some(8), 1024, 1), (Some(8), 1024, 2), (Some(8), 1024, 4),
+                (Some(8), 8192, 1), (Some(8), 8192, 2), (Some(8), 8192, 4),
+                (Some(4), 8192, 64),
+            ]
+        );
+        assert_eq!(s.tps(), vec![Some(8), Some(4)]);
+        let t = sweep("isl = 1\nosl = 1\nconc = [1, 2]\ntp = [2, 4]").resolve().unwrap();
+        assert_eq!(t.points().len(), 4);
+        assert_eq!(t.tps(), vec![Some(2), Some(4)]);
+        assert!(sweep("isl = 1\nosl = 1\nconc = [1]\nsearch_space = [{ tp = 8, conc = [1] }]").resolve().is_err());
     }
 
     #[test]
@@ -348,6 +507,21 @@ mod tests {
         assert!(e("isl = 1\nosl = 1\nconc = [1]\nrequest_rate = 0").contains("request_rate"));
         assert!(e("isl = 1\nosl = 1\nconc_range = [8, 2]").contains("start <= end"));
         assert!(e("isl = 1\nosl = 1\nconc = [1]\nnum_prompts = 2\nprompts_per_conc = 3").contains("num_prompts"));
+    }
+
+    #[test]
+    fn overlay_keeps_groups_consistent() {
+        let base = sweep("isl_osl = [[1024, 1024], [8192, 1024]]\nsearch_space = [{ tp = 8, conc = [1] }]\nnum_prompts = 5");
+        let over = sweep("conc = [2, 4]\nosl = 64\nprompts_per_conc = 3\nrange_ratio = 0.5");
+        let s = base.overlay(&over);
+        assert_eq!((s.isl, s.osl, s.isl_osl.clone()), (Some(1024), Some(64), None));
+        assert_eq!((s.conc.clone(), s.search_space.clone()), (Some(vec![2, 4]), None));
+        assert_eq!((s.prompts_per_conc, s.num_prompts), (Some(3), None));
+        assert_eq!(s.range_ratio, Some(0.5));
+        let r = s.resolve().unwrap();
+        assert_eq!(r.points().len(), 2);
+        // An empty overlay changes nothing.
+        assert_eq!(base.overlay(&Sweep::default()).resolve(), base.resolve());
     }
 
     #[test]

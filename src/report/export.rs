@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde_json::{Map, Value, json};
 
-use super::result::{PointResult, RunResult};
+use super::result::{JobResult, PointResult, RunResult};
 use crate::error::usage;
 
 /// Target shape of an export.
@@ -45,26 +45,27 @@ pub fn read_result(path: &Path) -> Result<RunResult> {
 /// Exports every point of `result`. `requests` are the lines of the run's
 /// `requests.jsonl` (needed by `vllm-bench`).
 pub fn export(result: &RunResult, requests: &[Value], format: Format) -> Vec<(String, Value)> {
-    result
-        .points
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let stem = format!("{}_{}_{}_conc{}", result.recipe.name, p.isl, p.osl, p.conc);
-            match format {
-                Format::Inferencex => (format!("agg_{stem}.json"), inferencex(result, p)),
+    let mut out = Vec::new();
+    for (ji, job) in result.jobs.iter().enumerate() {
+        for (pi, p) in job.points.iter().enumerate() {
+            let label = if result.jobs.len() > 1 { format!("_{}", job.label.replace([' ', '='], "-")) } else { String::new() };
+            let stem = format!("{}{label}_{}_{}_conc{}", result.recipe.name, p.isl, p.osl, p.conc);
+            out.push(match format {
+                Format::Inferencex => (format!("agg_{stem}.json"), inferencex(result, job, p)),
                 Format::VllmBench => {
+                    let at = |r: &&Value, k: &str, v: usize| r[k].as_u64() == Some(v as u64);
                     let lines: Vec<&Value> =
-                        requests.iter().filter(|r| r["point"].as_u64() == Some(i as u64)).collect();
+                        requests.iter().filter(|r| at(r, "job", ji) && at(r, "point", pi)).collect();
                     (format!("{stem}.json"), vllm_bench(result, p, &lines))
                 }
-            }
-        })
-        .collect()
+            });
+        }
+    }
+    out
 }
 
-fn engine_size(result: &RunResult, key: &str) -> u64 {
-    result.engine.as_ref().and_then(|e| e.get(key)).and_then(Value::as_u64).unwrap_or(1)
+fn engine_size(job: &JobResult, key: &str) -> u64 {
+    job.engine.as_ref().and_then(|e| e.get(key)).and_then(Value::as_u64).unwrap_or(1)
 }
 
 /// The `*_ms` figures (and their keys) of a point, as bench serve names them.
@@ -72,11 +73,11 @@ fn latency_figures(p: &PointResult) -> &BTreeMap<String, f64> {
     &p.figures.latency_ms
 }
 
-fn inferencex(result: &RunResult, p: &PointResult) -> Value {
-    let args = &result.recipe.engine_args;
-    let tp = engine_size(result, "tensor_parallel_size");
-    let pp = engine_size(result, "pipeline_parallel_size");
-    let dp = engine_size(result, "data_parallel_size");
+fn inferencex(result: &RunResult, job: &JobResult, p: &PointResult) -> Value {
+    let args = &job.engine_args;
+    let tp = engine_size(job, "tensor_parallel_size");
+    let pp = engine_size(job, "pipeline_parallel_size");
+    let dp = engine_size(job, "data_parallel_size");
     let ep = if args.iter().any(|a| a == "--enable-expert-parallel" || a == "-ep") { tp * dp } else { 1 };
     let dp_attention = args.iter().any(|a| a == "--data-parallel-size" || a == "-dp") && dp > 1;
     let mut m = Map::new();
@@ -92,7 +93,7 @@ fn inferencex(result: &RunResult, p: &PointResult) -> Value {
     put("precision", json!(result.recipe.precision.clone().unwrap_or_default()));
     put("spec_decoding", json!(if args.iter().any(|a| a.starts_with("--speculative-config")) { "yes" } else { "none" }));
     put("disagg", json!(false));
-    put("recipe_fingerprint", json!(result.recipe.fingerprint.clone().unwrap_or_default()));
+    put("recipe_fingerprint", json!(job.fingerprint.clone().unwrap_or_default()));
     put("isl", json!(p.isl));
     put("osl", json!(p.osl));
     put("is_multinode", json!(false));
@@ -215,18 +216,20 @@ mod tests {
             "schema_version": 1,
             "status": "ok",
             "recipe": {"name": "r", "file": "r.toml", "model": "m", "hardware": "mi355x", "precision": "fp4",
-                       "model_path": "/models/m", "engine_args": ["-tp", "8", "--enable-expert-parallel"],
-                       "env": {}, "fingerprint": "abcd"},
-            "sweep": {"pairs": [[1024, 1024]], "concs": [4], "inferencex": true, "length_convention": "inferencex",
-                      "range_ratio": 0.8, "prefix_len": 0, "request_rate": null, "burstiness": 1.0,
-                      "ignore_eos": true, "percentiles": [99.0], "goodput": null, "seed": 0,
-                      "count": {"prompts_per_conc": 10, "num_prompts": null, "warmups_per_conc": 2, "warmups": null}},
+                       "model_path": "/models/m"},
             "versions": {"enginebench": "0.1.0", "vllm": "0.32.0"},
             "host": {"hostname": "h", "cpu": "c", "logical_cpus": 2},
             "started_at": "2026-11-30T12:00:00Z",
-            "engine": {"tensor_parallel_size": 8, "pipeline_parallel_size": 1, "data_parallel_size": 1},
             "timing": "t",
-            "points": [{
+            "jobs": [{
+              "label": "base tp=8", "tp": 8, "status": "ok",
+              "engine_args": ["-tp", "8", "--enable-expert-parallel"], "env": {}, "fingerprint": "abcd",
+              "sweep": {"space": [{"tp": 8, "pairs": [[1024, 1024]], "concs": [4]}], "inferencex": true,
+                        "length_convention": "inferencex", "range_ratio": 0.8, "prefix_len": 0, "request_rate": null,
+                        "burstiness": 1.0, "ignore_eos": true, "percentiles": [99.0], "goodput": null, "seed": 0,
+                        "count": {"prompts_per_conc": 10, "num_prompts": null, "warmups_per_conc": 2, "warmups": null}},
+              "engine": {"tensor_parallel_size": 8, "pipeline_parallel_size": 1, "data_parallel_size": 1},
+              "points": [{
                 "conc": 4, "isl": 1024, "osl": 1024, "num_prompts": 2, "warmups": 8,
                 "length_convention": "inferencex", "range_ratio": 0.8, "prefix_len": 0,
                 "ignore_eos": true, "gpus": 8, "status": "ok",
@@ -239,6 +242,7 @@ mod tests {
                                "decode_only_steps": 9, "mean_decode_step_ms": 1.0, "median_decode_step_ms": 1.0,
                                "mean_batch_size": 2.0, "max_running": 2, "max_kv_cache_usage": 0.1,
                                "preemptions": 0, "prefix_cache_hit_rate": 0.0}
+              }]
             }]
         }"#)
         .unwrap()
@@ -267,9 +271,10 @@ mod tests {
     #[test]
     fn vllm_bench_shape_with_requests() {
         let requests = vec![
-            json!({"point": 0, "input_tokens": 1000, "output_tokens": 1024, "ttft_ms": 200.0, "e2el_ms": 3000.0, "itl_ms": [10.0, 20.0], "error": null}),
-            json!({"point": 0, "input_tokens": 1000, "output_tokens": 1024, "ttft_ms": 300.0, "e2el_ms": 3500.0, "itl_ms": [], "error": null}),
-            json!({"point": 1, "input_tokens": 5, "output_tokens": 5, "ttft_ms": 1.0, "e2el_ms": 2.0, "itl_ms": [], "error": null}),
+            json!({"job": 0, "point": 0, "input_tokens": 1000, "output_tokens": 1024, "ttft_ms": 200.0, "e2el_ms": 3000.0, "itl_ms": [10.0, 20.0], "error": null}),
+            json!({"job": 0, "point": 0, "input_tokens": 1000, "output_tokens": 1024, "ttft_ms": 300.0, "e2el_ms": 3500.0, "itl_ms": [], "error": null}),
+            json!({"job": 0, "point": 1, "input_tokens": 5, "output_tokens": 5, "ttft_ms": 1.0, "e2el_ms": 2.0, "itl_ms": [], "error": null}),
+            json!({"job": 1, "point": 0, "input_tokens": 5, "output_tokens": 5, "ttft_ms": 1.0, "e2el_ms": 2.0, "itl_ms": [], "error": null}),
         ];
         let docs = export(&fixture(), &requests, Format::VllmBench);
         let v = &docs[0].1;

@@ -20,33 +20,77 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// How token arrival times are taken; written into every result.
 pub const TIMING_NOTE: &str = "in-process: a token arrives when the engine step() that produced it returns to the harness; times are taken on the harness's monotonic clock";
 
-/// A whole run.
+/// A whole run: one or more jobs (engine configurations: variant x TP).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {
     pub schema_version: u32,
-    /// "running" while the run goes on, then "ok" or "failed".
+    /// "running" while the run goes on, then "ok" or "failed" (some job failed
+    /// or missed its accuracy gate).
     pub status: String,
     pub recipe: RecipeInfo,
-    /// The sweep as run (recipe plus command-line overrides, defaults filled in).
-    pub sweep: ResolvedSweep,
+    /// Versions of the first engine that started (each job has its own too).
     pub versions: Versions,
     pub host: Host,
     /// RFC 3339, UTC.
     pub started_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
-    /// Facts the engine reported once built (model, dtype, max_model_len, ...).
+    pub timing: String,
+    pub jobs: Vec<JobResult>,
+}
+
+/// One engine configuration and what it measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobResult {
+    /// "base", "aiter", "aiter tp=8", ...
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
+    /// "pending", "running", "ok" or "failed".
+    pub status: String,
+    /// The `vllm serve` flags after the model, as run.
+    pub engine_args: Vec<String>,
+    /// Environment set for the engine process (recipe, variant and enginebench defaults).
+    pub env: BTreeMap<String, String>,
+    /// Variables removed from the engine process's environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_unset: Vec<String>,
+    /// SHA-256 (hex, first 16 digits) of the model, engine args (hf-overrides
+    /// included), env and vLLM version: equal fingerprints ran the same
+    /// engine configuration. Set once the engine reports its version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The sweep as run (recipe, variant, command line; defaults filled in).
+    pub sweep: ResolvedSweep,
+    /// Facts the engine reported once built (versions, model, dtype, max_model_len, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<serde_json::Value>,
     /// Engine construction time (import + load + KV cache allocation), s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_start_s: Option<f64>,
-    pub timing: String,
     pub points: Vec<PointResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<Evals>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+}
+
+impl JobResult {
+    /// The fingerprint of this configuration under `vllm_version`.
+    pub fn compute_fingerprint(&self, model: &str, vllm_version: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let canonical = serde_json::json!({
+            "model": model,
+            "engine_args": self.engine_args,
+            "env": self.env,
+            "env_unset": self.env_unset,
+            "vllm": vllm_version,
+        });
+        let digest = Sha256::digest(canonical.to_string().as_bytes());
+        format!("{digest:x}")[..16].to_string()
+    }
 }
 
 /// The recipe as run.
@@ -63,30 +107,6 @@ pub struct RecipeInfo {
     pub precision: Option<String>,
     /// What vLLM was given (a bundled model resolved to its folder).
     pub model_path: String,
-    /// The `vllm serve` flags after the model.
-    pub engine_args: Vec<String>,
-    /// Environment set for the engine process (recipe plus enginebench defaults).
-    pub env: BTreeMap<String, String>,
-    /// SHA-256 (hex, first 16 digits) of the model, engine args (hf-overrides
-    /// included), env and vLLM version: equal fingerprints ran the same
-    /// engine configuration. Set once the engine reports its version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<String>,
-}
-
-impl RecipeInfo {
-    /// The fingerprint of this configuration under `vllm_version`.
-    pub fn compute_fingerprint(&self, vllm_version: &str) -> String {
-        use sha2::{Digest, Sha256};
-        let canonical = serde_json::json!({
-            "model": self.model,
-            "engine_args": self.engine_args,
-            "env": self.env,
-            "vllm": vllm_version,
-        });
-        let digest = Sha256::digest(canonical.to_string().as_bytes());
-        format!("{digest:x}")[..16].to_string()
-    }
 }
 
 /// Software versions.
@@ -140,6 +160,19 @@ pub struct PointResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Evals {
     pub gsm8k: Gsm8kResult,
+    /// The accuracy gate, when the recipe or command line sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Gate>,
+}
+
+/// `[eval] min_accuracy` checked against one exact_match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gate {
+    /// "exact_match,strict-match" or "exact_match,flexible-extract" (lm-eval's names).
+    pub metric: String,
+    pub value: f64,
+    pub min_accuracy: f64,
+    pub passed: bool,
 }
 
 /// GSM8K on the same engine, lm-eval's metric.

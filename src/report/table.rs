@@ -75,6 +75,18 @@ pub fn gsm8k_line(g: &Gsm8kResult) -> String {
     )
 }
 
+/// The accuracy gate's verdict, naming the metric and the margin.
+pub fn gate_line(g: &super::result::Gate) -> String {
+    let verdict = if g.passed { "PASS" } else { "FAIL" };
+    format!(
+        "accuracy gate {verdict}: {} = {:.2}% vs min {:.2}% ({:+.2} points)",
+        g.metric,
+        100.0 * g.value,
+        100.0 * g.min_accuracy,
+        100.0 * (g.value - g.min_accuracy)
+    )
+}
+
 /// Milliseconds with precision that suits their size.
 fn fmt(ms: f64) -> String {
     if !ms.is_finite() {

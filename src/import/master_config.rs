@@ -1,0 +1,171 @@
+//! One entry of an InferenceX master config (`configs/*-master.yaml`):
+//!
+//! ```yaml
+//! minimaxm3-fp4-mi355x-vllm:
+//!   image: vllm/vllm-openai-rocm:nightly-...
+//!   model: amd/MiniMax-M3-MXFP4
+//!   runner: mi355x
+//!   precision: fp4
+//!   framework: vllm
+//!   scenarios:
+//!     fixed-seq-len:
+//!     - isl: 8192
+//!       osl: 1024
+//!       search-space:
+//!       - { tp: 4, conc-start: 1, conc-end: 512 }
+//! ```
+//! Older files list `seq-len-configs:` at the entry's top level instead of
+//! `scenarios: fixed-seq-len:`; `conc-list: [...]` may replace the range.
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// A search-space entry: TP and its concurrencies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Space {
+    pub tp: Option<u32>,
+    pub ep: Option<u32>,
+    /// `[start, end]` doubling range, or an explicit list.
+    pub conc_range: Option<[u32; 2]>,
+    pub conc_list: Option<Vec<u32>>,
+    pub spec_decoding: Option<String>,
+}
+
+/// One ISL/OSL scenario with its search space.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub isl: u32,
+    pub osl: u32,
+    pub spaces: Vec<Space>,
+}
+
+/// The fields of an entry enginebench uses.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Entry {
+    pub key: String,
+    pub model: Option<String>,
+    pub image: Option<String>,
+    pub precision: Option<String>,
+    pub runner: Option<String>,
+    pub framework: Option<String>,
+    pub scenarios: Vec<Scenario>,
+}
+
+/// Reads entry `key` from master-config YAML text.
+///
+/// Errors: YAML syntax (with line/column), a missing key (with the nearest
+/// keys), or a scenario without isl/osl.
+pub fn read_entry(yaml: &str, key: &str) -> Result<Entry, String> {
+    let docs = YamlLoader::load_from_str(yaml).map_err(|e| format!("invalid YAML: {e}"))?;
+    let doc = docs.first().ok_or("empty YAML file")?;
+    let entry = &doc[key];
+    if entry.is_badvalue() {
+        let keys: Vec<&str> = doc.as_hash().map(|h| h.keys().filter_map(Yaml::as_str).collect()).unwrap_or_default();
+        let mut near: Vec<&str> = keys.iter().copied().filter(|k| k.contains(key) || key.contains(*k)).collect();
+        if near.is_empty() {
+            near = keys.iter().copied().filter(|k| common_prefix(k, key) >= 6).take(5).collect();
+        }
+        return Err(format!(
+            "no entry {key:?} in the master config{}",
+            if near.is_empty() { String::new() } else { format!("; similar keys: {}", near.join(", ")) }
+        ));
+    }
+    let s = |k: &str| entry[k].as_str().map(String::from);
+    let scenarios_yaml = match &entry["scenarios"]["fixed-seq-len"] {
+        Yaml::Array(a) => a.clone(),
+        _ => entry["seq-len-configs"].as_vec().cloned().unwrap_or_default(),
+    };
+    let scenarios = scenarios_yaml
+        .iter()
+        .map(|sc| {
+            let int = |y: &Yaml| y.as_i64().and_then(|v| u32::try_from(v).ok());
+            let (isl, osl) = (int(&sc["isl"]), int(&sc["osl"]));
+            let (Some(isl), Some(osl)) = (isl, osl) else {
+                return Err(format!("entry {key}: a fixed-seq-len scenario lacks isl/osl"));
+            };
+            let spaces = sc["search-space"]
+                .as_vec()
+                .map(|v| {
+                    v.iter()
+                        .map(|sp| Space {
+                            tp: int(&sp["tp"]),
+                            ep: int(&sp["ep"]),
+                            conc_range: int(&sp["conc-start"]).zip(int(&sp["conc-end"])).map(|(a, b)| [a, b]),
+                            conc_list: sp["conc-list"].as_vec().map(|l| l.iter().filter_map(int).collect()),
+                            spec_decoding: sp["spec-decoding"].as_str().map(String::from),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Ok(Scenario { isl, osl, spaces })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Entry {
+        key: key.to_string(),
+        model: s("model"),
+        image: s("image"),
+        precision: s("precision"),
+        runner: s("runner"),
+        framework: s("framework"),
+        scenarios,
+    })
+}
+
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const YAML: &str = r#"
+demo-fp4-mi355x-vllm:
+  image: example/vllm-rocm:nightly-1
+  model: example/Demo-MXFP4
+  model-prefix: demo
+  runner: mi355x
+  precision: fp4
+  framework: vllm
+  multinode: false
+  scenarios:
+    fixed-seq-len:
+    - isl: 1024
+      osl: 1024
+      search-space:
+      - { tp: 8, conc-start: 1, conc-end: 32 }
+      - { tp: 4, ep: 4, conc-start: 1, conc-end: 256 }
+    - isl: 8192
+      osl: 1024
+      search-space:
+      - { tp: 4, conc-list: [4, 64] }
+old-style-entry:
+  model: example/Old
+  runner: mi300x
+  precision: fp8
+  seq-len-configs:
+  - isl: 1024
+    osl: 8192
+    search-space:
+    - { tp: 8, conc-start: 4, conc-end: 64 }
+"#;
+
+    #[test]
+    fn reads_new_layout() {
+        let e = read_entry(YAML, "demo-fp4-mi355x-vllm").unwrap();
+        assert_eq!(e.model.as_deref(), Some("example/Demo-MXFP4"));
+        assert_eq!(e.runner.as_deref(), Some("mi355x"));
+        assert_eq!(e.precision.as_deref(), Some("fp4"));
+        assert_eq!(e.scenarios.len(), 2);
+        assert_eq!(e.scenarios[0].spaces[1], Space { tp: Some(4), ep: Some(4), conc_range: Some([1, 256]), conc_list: None, spec_decoding: None });
+        assert_eq!(e.scenarios[1].spaces[0].conc_list, Some(vec![4, 64]));
+    }
+
+    #[test]
+    fn reads_old_layout_and_names_missing_keys() {
+        let e = read_entry(YAML, "old-style-entry").unwrap();
+        assert_eq!((e.scenarios[0].isl, e.scenarios[0].osl), (1024, 8192));
+        let err = read_entry(YAML, "demo-fp4-mi355x").unwrap_err();
+        assert!(err.contains("demo-fp4-mi355x-vllm"), "{err}");
+        assert!(read_entry("a: [", "a").unwrap_err().contains("invalid YAML"));
+    }
+}

@@ -1,0 +1,182 @@
+//! `enginebench recipe check`: everything that can be checked before a model
+//! loads. The recipe's TOML and schema, placeholders and `--hf-overrides` JSON
+//! are checked in Rust when the recipe is read; the flag lists go through
+//! vLLM's own serve parser in one worker process (no engine is built, no
+//! weights are read); then ISL + OSL against `--max-model-len` and TP against
+//! the visible GPUs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+use indicatif::MultiProgress;
+
+use super::protocol::{CheckItem, CheckJob, FlagCheck, Message, Task};
+use super::spawn::spawn_worker;
+use crate::error::{exit, usage};
+use crate::install::{Install, resolve_model};
+use crate::recipe::{EngineConfig, Recipe};
+use crate::report::host::Host;
+
+/// What the check found about one configuration.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// Runs `recipe check` on each file: `variant`, or the base and every
+/// variant. All flag lists go through one parser process. Returns the exit
+/// code (0 clean or warnings only, 2 errors).
+pub fn check(paths: &[PathBuf], variant: Option<&str>) -> Result<i32> {
+    let install = Install::locate()?;
+    let mut loaded = Vec::new();
+    for path in paths {
+        let recipe = Recipe::load(path)?;
+        let configs = recipe.listed_configs(variant).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+        // The parser needs a model argument but reads nothing from it.
+        let model = resolve_model(&recipe.model, &install).unwrap_or_else(|_| recipe.model.clone());
+        loaded.push((path, recipe, model, configs));
+    }
+    let items: Vec<(String, EngineConfig)> =
+        loaded.iter().flat_map(|(_, _, m, cs)| cs.iter().map(move |c| (m.clone(), c.clone()))).collect();
+    let mut checks = vllm_checks(&install, &items)?.into_iter();
+    let host = Host::detect();
+    let mut errors = 0;
+    for (path, recipe, model, configs) in &loaded {
+        let flags: Vec<FlagCheck> = checks.by_ref().take(configs.len()).collect();
+        errors += report(path, recipe, model, configs, &flags, &host);
+    }
+    if errors > 0 {
+        eprintln!("error: {errors} problem(s)");
+        Ok(exit::USAGE)
+    } else {
+        Ok(exit::OK)
+    }
+}
+
+/// Prints one recipe's findings; returns the number of errors.
+fn report(path: &Path, recipe: &Recipe, model: &str, configs: &[EngineConfig], checks: &[FlagCheck], host: &Host) -> usize {
+    let mut errors = 0;
+    println!("recipe {} ({}): {} engine configuration(s)", recipe.name, path.display(), configs.len());
+    if host.gpus.is_empty() && !recipe.is_cpu() {
+        println!("  note: no GPU on this host: flags are checked with the CPU build's parser (the same `vllm serve` parser), TP is not checked against devices");
+    }
+    for (config, flags) in configs.iter().zip(checks) {
+        let f = findings(recipe, model, config, flags, host);
+        errors += f.errors.len();
+        let verdict = if f.errors.is_empty() { "ok" } else { "ERROR" };
+        println!("  {} [{verdict}] {} points", config.label(), config.points.len());
+        for e in &f.errors {
+            println!("    error: {e}");
+        }
+        for w in &f.warnings {
+            println!("    warning: {w}");
+        }
+        for n in &f.notes {
+            println!("    note: {n}");
+        }
+    }
+    errors
+}
+
+/// Judges one configuration from vLLM's parse and the host.
+pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &FlagCheck, host: &Host) -> Findings {
+    let mut f = Findings::default();
+    if let Some(e) = &flags.error {
+        f.errors.push(format!("vLLM's serve parser rejects the flags: {e}"));
+        return f;
+    }
+    if !flags.ignored.is_empty() {
+        f.notes.push(format!("ignored in-process (API-server flags): {}", flags.ignored.join(", ")));
+    }
+    if !flags.unknown_env.is_empty() {
+        let msg = format!("this vLLM does not know {} (removed or misspelled?)", flags.unknown_env.join(", "));
+        if recipe.strict { f.errors.push(msg) } else { f.warnings.push(msg) }
+    } else if flags.known_env_count == 0 {
+        f.notes.push("could not read vLLM's list of environment variables".into());
+    }
+    let max_len = flags.max_model_len.or_else(|| model_max_len(Path::new(model)));
+    let sweep = &config.sweep;
+    let need = config
+        .points
+        .iter()
+        .map(|p| {
+            let (_, isl_hi) = sweep.length_convention.bounds(p.isl, sweep.range_ratio);
+            let (_, osl_hi) = sweep.length_convention.bounds(p.osl, sweep.range_ratio);
+            (u64::from(sweep.prefix_len + isl_hi + osl_hi), p)
+        })
+        .max_by_key(|(n, _)| *n);
+    match (max_len, need) {
+        (Some(max), Some((n, p))) if n > max => f.errors.push(format!(
+            "ISL {} + OSL {} (up to {n} tokens with prefix and range ratio) does not fit --max-model-len {max}",
+            p.isl, p.osl
+        )),
+        (Some(max), Some((n, _))) => f.notes.push(format!("longest request {n} tokens fits max-model-len {max}")),
+        (None, _) => f.notes.push("max-model-len not set and the model's config is not local: checked when the engine starts".into()),
+        _ => {}
+    }
+    let tp = u64::from(config.tp.unwrap_or(0)).max(flags.tensor_parallel_size.unwrap_or(1));
+    let visible = visible_gpus(config, host);
+    if let Some(n) = visible.filter(|&n| tp > n as u64) {
+        f.errors.push(format!("tensor parallel size {tp} exceeds the {n} visible GPU(s)"));
+    }
+    f
+}
+
+/// GPUs the engine would see: the host's, limited by *_VISIBLE_DEVICES in the
+/// configuration's env. `None` on a host without GPUs.
+fn visible_gpus(config: &EngineConfig, host: &Host) -> Option<usize> {
+    if host.gpus.is_empty() {
+        return None;
+    }
+    let limit = ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"]
+        .iter()
+        .filter_map(|k| config.env.get(*k).or(std::env::var(k).ok().as_ref()).cloned())
+        .map(|v| v.split(',').filter(|s| !s.trim().is_empty()).count())
+        .min();
+    Some(limit.map_or(host.gpus.len(), |l| l.min(host.gpus.len())))
+}
+
+/// `max_position_embeddings` of a local model folder's config.json.
+fn model_max_len(dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("max_position_embeddings").and_then(|m| m.as_u64())
+}
+
+/// Parses every (model, configuration)'s flags in one worker process.
+fn vllm_checks(install: &Install, configs: &[(String, EngineConfig)]) -> Result<Vec<FlagCheck>> {
+    let items = configs
+        .iter()
+        .map(|(model, c)| {
+            let mut argv = vec![model.clone()];
+            argv.extend(c.args.iter().cloned());
+            CheckItem { argv, env_names: c.env.keys().cloned().collect() }
+        })
+        .collect();
+    let task = Task::Check(CheckJob { python: install.python(), items });
+    let log: PathBuf = std::env::temp_dir().join(format!("enginebench-check-{}.log", std::process::id()));
+    eprintln!("checking flags with vLLM's serve parser (imports vLLM, loads no weights)...");
+    let ui = MultiProgress::new();
+    let mut worker = spawn_worker(&task, &Default::default(), &[], &log, false, &ui)?;
+    let mut results = None;
+    let mut error = None;
+    for line in BufReader::new(worker.stdout.take().expect("piped")).lines() {
+        match serde_json::from_str::<Message>(&line?) {
+            Ok(Message::Checked { results: r }) => results = Some(r),
+            Ok(Message::Error { message, .. }) => error = Some(message),
+            _ => {}
+        }
+    }
+    let status = worker.child.wait()?;
+    match (results, error) {
+        (Some(r), _) if status.success() => {
+            let _ = std::fs::remove_file(&log);
+            Ok(r)
+        }
+        (_, Some(e)) => bail!("the flag check failed: {e} (log: {})", log.display()),
+        _ => bail!("the flag check worker ended unexpectedly ({status}); log: {}", log.display()),
+    }
+}
