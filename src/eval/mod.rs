@@ -3,3 +3,5 @@
 pub mod filters;
 pub mod gsm8k;
 pub mod score;
+#[allow(dead_code)]
+pub mod pyrandom;
