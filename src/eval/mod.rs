@@ -5,3 +5,5 @@ pub mod gsm8k;
 pub mod score;
 #[allow(dead_code)]
 pub mod pyrandom;
+#[allow(dead_code)]
+pub mod data;
