@@ -7,3 +7,5 @@ pub mod score;
 pub mod pyrandom;
 #[allow(dead_code)]
 pub mod data;
+#[allow(dead_code)]
+pub mod tasks;
