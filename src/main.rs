@@ -32,6 +32,7 @@ fn main() {
             }
             exit::OK
         }),
+        Command::Telemetry(a) => telemetry::cli_main_opts(a.seconds, a.interval_ms, a.json).map(|()| exit::OK),
         Command::Worker => unreachable!(),
     };
     let code = match outcome {
