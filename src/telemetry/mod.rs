@@ -490,7 +490,15 @@ impl Telemetry {
             }
             std::thread::sleep((self.config.interval / 4).max(Duration::from_millis(5)));
         }
-        let samples = self.shared.samples.lock().unwrap();
+        // Copy only the samples that can matter (the window, plus margin for
+        // bracketing and gaps), so the sampler is not held up while summarising.
+        let margin = energy::MAX_SAMPLE_GAP_S + 2.0;
+        let samples: Vec<Sample> = {
+            let all = self.shared.samples.lock().unwrap();
+            let lo = all.partition_point(|s| s.t < t0 - margin);
+            let hi = all.partition_point(|s| s.t <= t1 + margin);
+            all[lo..hi].to_vec()
+        };
         summary::summarize(
             &samples,
             &self.probed.gpus,
