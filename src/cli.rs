@@ -33,6 +33,8 @@ pub enum Command {
     Import(ImportCommand),
     /// Write a result in InferenceX's aggregate shape or vllm bench serve's result shape.
     Export(ExportArgs),
+    /// List the telemetry sources (GPU, host) and sample them, to check a node before a sweep.
+    Telemetry(TelemetryArgs),
     /// Internal: the engine worker process (reads a job on stdin).
     #[command(name = "__worker", hide = true)]
     Worker,
@@ -169,6 +171,19 @@ pub struct ExportArgs {
     /// Write one file per point into this folder (default: a JSON array on stdout).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryArgs {
+    /// How long to sample, seconds.
+    #[arg(long, visible_alias = "duration", default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Time between samples, ms.
+    #[arg(long, visible_alias = "interval", default_value_t = 100)]
+    pub interval_ms: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// A list parsed from one argument (clap would otherwise expect one item per value).

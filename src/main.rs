@@ -10,6 +10,7 @@ mod metrics;
 mod orchestrate;
 mod recipe;
 mod report;
+mod telemetry;
 mod workload;
 
 use clap::Parser;
@@ -42,6 +43,7 @@ fn main() {
             }
             exit::OK
         }),
+        Command::Telemetry(a) => telemetry::cli_main_opts(a.seconds, a.interval_ms, a.json).map(|()| exit::OK),
         Command::Worker => unreachable!(),
     };
     let code = match outcome {
