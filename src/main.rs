@@ -9,6 +9,7 @@ mod metrics;
 mod orchestrate;
 mod recipe;
 mod report;
+mod serve;
 mod workload;
 
 use clap::Parser;
