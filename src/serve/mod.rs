@@ -13,5 +13,8 @@
 // Not wired into a command yet (`overhead` will use it); tests exercise it.
 #![allow(dead_code, unused_imports)]
 
+pub mod process;
+pub mod server;
 pub mod sse;
 
+pub use server::{ServerSpec, VllmServer};
