@@ -325,21 +325,47 @@ mod tests {
         assert_eq!(removed, s(&["--host 0.0.0.0", "--port=9000", "--port 8000"]));
     }
 
-    #[test]
-    fn a_server_that_dies_reports_its_log() {
-        // a fake venv whose `vllm` prints and exits
+    /// A fake venv whose `bin/vllm` is the shell script `body`.
+    fn fake_venv(body: &str) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let script = bin.join("vllm");
-        std::fs::write(&script, "#!/bin/sh\necho \"args: $*\"\necho boom >&2\nexit 3\n").unwrap();
+        std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_server_that_dies_reports_its_log() {
+        let dir = fake_venv("echo \"args: $*\"\necho boom >&2\nexit 3");
         let spec = ServerSpec::new(dir.path(), "m", s(&["--port", "1"]), dir.path().join("logs/serve.log"));
         let err = format!("{:#}", VllmServer::start(&spec).unwrap_err());
         assert!(err.contains("exited") && err.contains("boom"), "{err}");
         assert!(err.contains("args: serve m --host 127.0.0.1 --port "), "{err}");
         assert!(!err.contains("--port 1 "), "{err}");
+    }
+
+    #[test]
+    fn a_lost_port_race_is_retried_on_other_ports() {
+        let dir = fake_venv("echo try >> \"$(dirname \"$0\")/../tries\"\necho 'OSError: [Errno 98] Address already in use' >&2\nexit 1");
+        let spec = ServerSpec::new(dir.path(), "m", vec![], dir.path().join("serve.log"));
+        let err = format!("{:#}", VllmServer::start(&spec).unwrap_err());
+        assert!(err.contains("Address already in use"), "{err}");
+        let tries = std::fs::read_to_string(dir.path().join("tries")).unwrap();
+        assert_eq!(tries.lines().count(), PORT_ATTEMPTS);
+    }
+
+    #[test]
+    fn a_server_that_never_gets_ready_is_stopped() {
+        let dir = fake_venv("echo $$ > \"$(dirname \"$0\")/../pid\"\nsleep 60 & wait");
+        let mut spec = ServerSpec::new(dir.path(), "m", vec![], dir.path().join("serve.log"));
+        spec.ready_timeout = Duration::from_millis(800);
+        let err = format!("{:#}", VllmServer::start(&spec).unwrap_err());
+        assert!(err.contains("not ready after"), "{err}");
+        let pid: i32 = std::fs::read_to_string(dir.path().join("pid")).unwrap().trim().parse().unwrap();
+        assert!(group_members(pid).is_empty(), "the fake server and its sleep are gone");
     }
 
     #[test]
