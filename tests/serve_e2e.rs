@@ -104,14 +104,23 @@ fn check_point(label: &str, out: &ServeOutcome) {
         let (ttft, e2el) = (r.ttft_s().unwrap(), r.e2el_s().unwrap());
         assert!(r.send_s >= 0.0 && ttft > 0.0 && ttft <= e2el, "{label} request {i}: {r:?}");
         assert!(r.last_token_s.unwrap() <= out.duration_s, "{label} request {i}: {r:?}");
-        // vllm serve streams one chunk per token and engine step here
-        // (ignore_eos, no stop strings, stream_interval 1)
-        assert_eq!(r.itl_s.len(), OSL as usize - 1, "{label} request {i}: {r:?}");
+        // One ITL per chunk after the first. vllm serve sends one chunk per
+        // token and engine step, except that its API server merges the
+        // outputs of several steps into one chunk when its streaming task
+        // falls behind the engine (RequestOutputCollector in
+        // vllm/v1/engine/output_processor.py), seen on this 2-core machine
+        // under load: so at most OSL - 1 ITLs, exactly that when each chunk
+        // carries one token.
+        assert!(r.itl_s.len() <= OSL as usize - 1, "{label} request {i}: {r:?}");
         assert!(r.itl_s.iter().all(|&g| g >= 0.0));
         assert!((ttft + r.itl_s.iter().sum::<f64>() - e2el).abs() < 1e-9, "{label} request {i}: {r:?}");
-        let tpot = r.tpot_s().unwrap();
-        assert!((tpot - mean(&r.itl_s)).abs() < 1e-9, "TPOT = mean ITL when each chunk is one token");
+        if r.itl_s.len() == OSL as usize - 1 {
+            let tpot = r.tpot_s().unwrap();
+            assert!((tpot - mean(&r.itl_s)).abs() < 1e-9, "TPOT = mean ITL when each chunk is one token");
+        }
     }
+    let merged = out.records.iter().filter(|r| r.itl_s.len() < OSL as usize - 1).count();
+    eprintln!("{label}: {merged} of {} requests had steps merged into one chunk by the server", out.records.len());
 }
 
 fn summary(label: &str, out: &ServeOutcome) -> String {
