@@ -11,6 +11,7 @@ mod orchestrate;
 mod recipe;
 mod report;
 mod telemetry;
+mod serve;
 mod workload;
 
 use clap::Parser;
