@@ -25,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a recipe: the perf sweep, then GSM8K, on one in-process engine.
     Run(RunArgs),
+    /// Run only the eval (GSM8K) on the recipe's engine.
+    Eval(EvalArgs),
     /// Check or show a recipe without loading a model.
     #[command(subcommand)]
     Recipe(RecipeCommand),
@@ -50,9 +52,6 @@ pub struct RunArgs {
     /// Run several variants, each in its own engine, e.g. before,aiter.
     #[arg(long, value_parser = |s: &str| Ok::<_, String>(List(s.split(',').map(|v| v.trim().to_string()).collect())))]
     pub variants: Option<List<String>>,
-    /// Accuracy gate: fail (exit 1) when the gate metric is below this fraction.
-    #[arg(long)]
-    pub min_accuracy: Option<f64>,
     /// Concurrencies: a list (1,4,16) or a doubling range (1..256).
     #[arg(long, value_parser = |s: &str| sweep::parse_conc(s).map(List))]
     pub conc: Option<List<u32>>,
@@ -96,9 +95,8 @@ pub struct RunArgs {
     /// Goodput SLOs in ms as KEY:VALUE (ttft, tpot, e2el), e.g. --goodput ttft:500 tpot:50.
     #[arg(long, num_args = 1..)]
     pub goodput: Option<Vec<String>>,
-    /// GSM8K questions to score (overrides eval.limit).
-    #[arg(long)]
-    pub eval_limit: Option<u32>,
+    #[command(flatten)]
+    pub eval: EvalFlags,
     /// Skip the eval.
     #[arg(long)]
     pub no_eval: bool,
@@ -184,6 +182,53 @@ pub struct TelemetryArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Options of the eval, shared by `run` and `eval`.
+#[derive(Debug, Args)]
+pub struct EvalFlags {
+    /// Eval task: gsm8k, gsm8k_cot, gsm8k_inferencex, or a task TOML (overrides eval.task).
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Questions to score (overrides eval.limit).
+    #[arg(long, alias = "limit")]
+    pub eval_limit: Option<u32>,
+    /// GSM8K data: a jsonl or parquet file (openai/gsm8k format), or a folder with train and test files.
+    #[arg(long)]
+    pub gsm8k_data: Option<PathBuf>,
+    /// Few-shot examples per question (overrides the task's).
+    #[arg(long)]
+    pub num_fewshot: Option<usize>,
+    /// Apply the tokenizer's chat template (few-shot as turns).
+    #[arg(long, conflicts_with = "no_chat")]
+    pub chat: bool,
+    /// Plain-text prompts even if the task says chat.
+    #[arg(long)]
+    pub no_chat: bool,
+    /// Eval requests kept in flight (overrides eval.concurrency).
+    #[arg(long)]
+    pub eval_concurrency: Option<u32>,
+    /// Accuracy gate: fail (exit 1) when an exact_match is below this fraction (e.g. 0.90).
+    #[arg(long)]
+    pub min_accuracy: Option<f64>,
+}
+
+/// `enginebench eval`: the eval alone on the recipe's engine.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Recipe file (TOML); default: recipes/cpu/smollm2-135m.toml.
+    pub recipe: Option<PathBuf>,
+    /// Run this variant of the recipe instead of the base.
+    #[arg(long, conflicts_with = "variants")]
+    pub variant: Option<String>,
+    /// Several variants, each on its own engine.
+    #[arg(long, value_parser = |s: &str| Ok::<_, String>(List(s.split(',').map(|v| v.trim().to_string()).collect())))]
+    pub variants: Option<List<String>>,
+    #[command(flatten)]
+    pub eval: EvalFlags,
+    /// Output folder (default results/<recipe>-<UTC time>).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
 }
 
 /// A list parsed from one argument (clap would otherwise expect one item per value).

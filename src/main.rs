@@ -28,6 +28,7 @@ fn main() {
     init_tracing(cli.verbose);
     let outcome = match cli.command {
         Command::Run(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::run::run(&o)),
+        Command::Eval(a) => orchestrate::run::run(&eval_options(a, cli.verbose)),
         Command::Recipe(cli::RecipeCommand::Check(a)) => {
             orchestrate::check::check(&a.recipes, a.variant.as_deref())
         }
@@ -73,10 +74,9 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
     };
     let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
     variants.extend(a.variant);
-    Ok(RunOptions {
+    let mut o = RunOptions {
         recipe: a.recipe,
         variants,
-        min_accuracy: a.min_accuracy,
         conc: a.conc.map(|l| l.0),
         isl: a.isl,
         osl: a.osl,
@@ -91,12 +91,32 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
         burstiness: a.burstiness,
         percentiles: a.percentiles,
         goodput,
-        eval_limit: a.eval_limit,
         no_eval: a.no_eval,
         step_trace: a.step_trace,
         output: a.output,
         verbose,
-    })
+        ..RunOptions::default()
+    };
+    apply_eval_flags(&mut o, a.eval);
+    Ok(o)
+}
+
+fn eval_options(a: cli::EvalArgs, verbose: bool) -> RunOptions {
+    let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
+    variants.extend(a.variant);
+    let mut o = RunOptions { recipe: a.recipe, variants, only_eval: true, output: a.output, verbose, ..RunOptions::default() };
+    apply_eval_flags(&mut o, a.eval);
+    o
+}
+
+fn apply_eval_flags(o: &mut RunOptions, e: cli::EvalFlags) {
+    o.task = e.task;
+    o.eval_limit = e.eval_limit;
+    o.gsm8k_data = e.gsm8k_data;
+    o.num_fewshot = e.num_fewshot;
+    o.chat = if e.chat { Some(true) } else if e.no_chat { Some(false) } else { None };
+    o.eval_concurrency = e.eval_concurrency;
+    o.min_accuracy = e.min_accuracy;
 }
 
 fn init_tracing(verbose: bool) {

@@ -241,6 +241,24 @@ class Engine:
         self._text_rids.add(rid)
         self.engine.add_request(str(rid), prompt, params)
 
+    def add_chat(self, rid, messages, max_tokens, stop):
+        """Adds an eval request from chat messages [(role, content), ...]: the
+        tokenizer's chat template with the generation prompt, tokenized without
+        adding special tokens again (as vLLM's chat endpoint does)."""
+        conversation = [{"role": r, "content": c} for r, c in messages]
+        text = self.tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True
+        )
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        params = self._SamplingParams(
+            max_tokens=max_tokens,
+            temperature=0.0,
+            stop=list(stop),
+            output_kind=self._FINAL,
+        )
+        self._text_rids.add(rid)
+        self.engine.add_request(str(rid), self._TokensPrompt(prompt_token_ids=ids), params)
+
     def step(self):
         """Runs one engine step.
 

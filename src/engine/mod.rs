@@ -7,6 +7,8 @@ pub mod vllm;
 
 use anyhow::Result;
 
+pub use crate::eval::Prompt;
+
 /// New tokens one request received in one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delta {
@@ -86,9 +88,10 @@ pub trait StepEngine {
     /// (exactly that many when `ignore_eos`). Its tokens arrive as [`Delta`]s.
     fn add_tokens(&mut self, rid: u64, prompt: &[u32], max_tokens: u32, ignore_eos: bool)
     -> Result<()>;
-    /// Adds an eval request: a text prompt, greedy, stopping at any of `stop`.
-    /// It yields one [`Completion`] when it finishes (and a [`Delta`]).
-    fn add_text(&mut self, rid: u64, prompt: &str, max_tokens: u32, stop: &[String])
+    /// Adds an eval request: a text prompt, or chat messages put through the
+    /// tokenizer's chat template; greedy, stopping at any of `stop`. It yields
+    /// one [`Completion`] when it finishes (and a [`Delta`]).
+    fn add_text(&mut self, rid: u64, prompt: &Prompt, max_tokens: u32, stop: &[String])
     -> Result<()>;
     /// Runs one engine step (schedule + execute + update), filling `out`.
     fn step(&mut self, out: &mut StepOutput) -> Result<()>;

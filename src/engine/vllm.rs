@@ -8,7 +8,7 @@ use pyo3::types::{PyList, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
-use super::{Completion, Delta, EngineTiming, StepEngine, StepOutput, StepStats};
+use super::{Completion, Delta, EngineTiming, Prompt, StepEngine, StepOutput, StepStats};
 
 /// The shim's source, compiled into the binary so it can never go missing.
 const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engine.py");
@@ -94,12 +94,21 @@ impl StepEngine for VllmEngine {
         })
     }
 
-    fn add_text(&mut self, rid: u64, prompt: &str, max_tokens: u32, stop: &[String]) -> Result<()> {
+    fn add_text(&mut self, rid: u64, prompt: &Prompt, max_tokens: u32, stop: &[String]) -> Result<()> {
         Python::attach(|py| {
-            self.engine
-                .call_method1(py, intern!(py, "add_text"), (rid, prompt, max_tokens, stop.to_vec()))
-                .map(drop)
-                .py_context(py)
+            let result = match prompt {
+                Prompt::Text(text) => self.engine.call_method1(
+                    py,
+                    intern!(py, "add_text"),
+                    (rid, text.as_str(), max_tokens, stop.to_vec()),
+                ),
+                Prompt::Chat(messages) => {
+                    let pairs: Vec<(&str, &str)> =
+                        messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+                    self.engine.call_method1(py, intern!(py, "add_chat"), (rid, pairs, max_tokens, stop.to_vec()))
+                }
+            };
+            result.map(drop).py_context(py)
         })
     }
 

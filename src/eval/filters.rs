@@ -5,8 +5,6 @@
 //! `lm_eval/api/metrics.py` `exact_match_hf_evaluate` (`re.sub` of each of
 //! `regexes_to_ignore` on both sides, then lower-case).
 
-use std::sync::LazyLock;
-
 use regex::Regex;
 
 /// What a filter returns when nothing matches (lm-eval's `fallback`).
@@ -22,7 +20,6 @@ pub const INVALID: &str = "[invalid]";
 #[derive(Debug, Clone)]
 pub struct PyRegex {
     re: Regex,
-    source: String,
     /// Capture groups of the Python pattern.
     groups: usize,
     /// Whether the last Rust group is the synthetic `(\n?)` of a final `$`.
@@ -52,12 +49,7 @@ impl PyRegex {
         };
         let re = Regex::new(&rust)?;
         let groups = re.captures_len() - 1 - usize::from(dollar);
-        Ok(PyRegex { re, source: pattern.to_string(), groups, dollar })
-    }
-
-    /// The pattern as written (Python syntax).
-    pub fn as_str(&self) -> &str {
-        &self.source
+        Ok(PyRegex { re, groups, dollar })
     }
 
     /// `re.findall(pattern, text)`.
@@ -169,44 +161,45 @@ impl Normalizer {
     }
 }
 
-/// lm-eval gsm8k's strict-match pattern.
-pub const STRICT_PATTERN: &str = r"#### (\-?[0-9\.\,]+)";
-/// lm-eval gsm8k's flexible-extract pattern.
-pub const FLEXIBLE_PATTERN: &str = r"(-?[$0-9.,]{2,})|(-?[0-9]+)";
-/// lm-eval gsm8k's `regexes_to_ignore`, in order.
-pub const GSM8K_IGNORE: [&str; 4] = [",", r"\$", r"(?s).*#### ", r"\.$"];
-
-static STRICT: LazyLock<RegexFilter> =
-    LazyLock::new(|| RegexFilter::new("strict-match", STRICT_PATTERN, 0).unwrap());
-static FLEXIBLE: LazyLock<RegexFilter> =
-    LazyLock::new(|| RegexFilter::new("flexible-extract", FLEXIBLE_PATTERN, -1).unwrap());
-static GSM8K_NORMALIZER: LazyLock<Normalizer> =
-    LazyLock::new(|| Normalizer::new(&GSM8K_IGNORE.map(String::from), true).unwrap());
-
-/// gsm8k strict-match: the first `#### N` (group 1), else `[invalid]`.
-pub fn strict_match(completion: &str) -> String {
-    STRICT.apply(completion)
-}
-
-/// gsm8k flexible-extract: the last number-like match (`group_select: -1`);
-/// of its two groups the first non-empty one.
-pub fn flexible_extract(completion: &str) -> String {
-    FLEXIBLE.apply(completion)
-}
-
-/// gsm8k's normalisation for exact_match: remove `,`, `$`, everything up to
-/// the last `#### `, a trailing `.`, then lower-case.
-pub fn normalize(s: &str) -> String {
-    GSM8K_NORMALIZER.normalize(s)
-}
-
-/// gsm8k exact_match of an extracted prediction against the full gold answer.
-pub fn exact_match(prediction: &str, gold_answer: &str) -> bool {
-    GSM8K_NORMALIZER.exact_match(prediction, gold_answer)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::LazyLock;
+
+    /// lm-eval gsm8k's strict-match pattern.
+    pub const STRICT_PATTERN: &str = r"#### (\-?[0-9\.\,]+)";
+    /// lm-eval gsm8k's flexible-extract pattern.
+    pub const FLEXIBLE_PATTERN: &str = r"(-?[$0-9.,]{2,})|(-?[0-9]+)";
+    /// lm-eval gsm8k's `regexes_to_ignore`, in order.
+    pub const GSM8K_IGNORE: [&str; 4] = [",", r"\$", r"(?s).*#### ", r"\.$"];
+    
+    static STRICT: LazyLock<RegexFilter> =
+        LazyLock::new(|| RegexFilter::new("strict-match", STRICT_PATTERN, 0).unwrap());
+    static FLEXIBLE: LazyLock<RegexFilter> =
+        LazyLock::new(|| RegexFilter::new("flexible-extract", FLEXIBLE_PATTERN, -1).unwrap());
+    static GSM8K_NORMALIZER: LazyLock<Normalizer> =
+        LazyLock::new(|| Normalizer::new(&GSM8K_IGNORE.map(String::from), true).unwrap());
+    
+    /// gsm8k strict-match: the first `#### N` (group 1), else `[invalid]`.
+    pub fn strict_match(completion: &str) -> String {
+        STRICT.apply(completion)
+    }
+    
+    /// gsm8k flexible-extract: the last number-like match (`group_select: -1`);
+    /// of its two groups the first non-empty one.
+    pub fn flexible_extract(completion: &str) -> String {
+        FLEXIBLE.apply(completion)
+    }
+    
+    /// gsm8k's normalisation for exact_match: remove `,`, `$`, everything up to
+    /// the last `#### `, a trailing `.`, then lower-case.
+    pub fn normalize(s: &str) -> String {
+        GSM8K_NORMALIZER.normalize(s)
+    }
+    
+    /// gsm8k exact_match of an extracted prediction against the full gold answer.
+    pub fn exact_match(prediction: &str, gold_answer: &str) -> bool {
+        GSM8K_NORMALIZER.exact_match(prediction, gold_answer)
+    }
     use super::*;
 
     #[test]

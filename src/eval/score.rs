@@ -49,14 +49,6 @@ pub fn score_sample(
     }
 }
 
-/// Scores one completion with lm-eval gsm8k's filters (the built-in `gsm8k` task).
-pub fn score(doc_id: usize, prompt: &str, completion: &str, output_tokens: u32, gold: &str) -> Sample {
-    use std::sync::LazyLock;
-    static GSM8K: LazyLock<TaskDef> =
-        LazyLock::new(|| super::tasks::load_task("gsm8k", &Default::default()).expect("built-in gsm8k task"));
-    score_sample(&GSM8K, doc_id, prompt, completion, output_tokens, gold)
-}
-
 /// exact_match means and standard errors over scored samples.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Aggregate {
@@ -98,6 +90,13 @@ pub fn mean_and_stderr(outcomes: impl Iterator<Item = bool>) -> (f64, f64) {
 
 #[cfg(test)]
 mod tests {
+    /// Scores one completion with lm-eval gsm8k's filters (the built-in `gsm8k` task).
+    pub fn score(doc_id: usize, prompt: &str, completion: &str, output_tokens: u32, gold: &str) -> Sample {
+        use std::sync::LazyLock;
+        static GSM8K: LazyLock<TaskDef> =
+            LazyLock::new(|| crate::eval::tasks::load_task("gsm8k", &Default::default()).expect("built-in gsm8k task"));
+        score_sample(&GSM8K, doc_id, prompt, completion, output_tokens, gold)
+    }
     use super::*;
     use crate::eval::tasks::{TaskOverrides, load_task};
 

@@ -72,6 +72,21 @@ pub enum MaxTokensPolicy {
     Inferencex,
 }
 
+impl MaxTokensPolicy {
+    /// The generation limit: `fixed` as written, or InferenceX's rule on the
+    /// engine's `max_model_len`.
+    pub fn resolve(self, fixed: u32, max_model_len: Option<u32>) -> u32 {
+        match self {
+            MaxTokensPolicy::Fixed => fixed,
+            MaxTokensPolicy::Inferencex => {
+                let ctx = max_model_len.unwrap_or(16384);
+                let v = if ctx > 4096 { ctx - 4096 } else { ctx / 2 };
+                v.min(16384)
+            }
+        }
+    }
+}
+
 /// A fixed few-shot exemplar (`[[fewshot.samples]]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -230,14 +245,7 @@ impl TaskDef {
 
     /// Max new tokens for an engine whose context is `max_model_len` (if known).
     pub fn max_tokens_for(&self, max_model_len: Option<u32>) -> u32 {
-        match self.max_tokens_policy {
-            MaxTokensPolicy::Fixed => self.max_tokens,
-            MaxTokensPolicy::Inferencex => {
-                let ctx = max_model_len.unwrap_or(16384);
-                let v = if ctx > 4096 { ctx - 4096 } else { ctx / 2 };
-                v.min(16384)
-            }
-        }
+        self.max_tokens_policy.resolve(self.max_tokens, max_model_len)
     }
 }
 
@@ -383,9 +391,9 @@ mod tests {
             (FewshotSource::Train, 1234, WithoutTrain::FirstKTest)
         );
         assert!(!g.chat);
-        assert_eq!(g.strict.regex.as_str(), r"#### (\-?[0-9\.\,]+)");
+        assert_eq!(g.strict.apply("x #### -1,234.5 #### 9"), "-1,234.5");
         assert_eq!(g.strict.group_select, 0);
-        assert_eq!(g.flexible.regex.as_str(), r"(-?[$0-9.,]{2,})|(-?[0-9]+)");
+        assert_eq!(g.flexible.apply("3 then $12, and 7"), "7");
         assert_eq!(g.flexible.group_select, -1);
         let doc = Doc { question: "q".into(), answer: "a\n#### 1,234".into() };
         assert_eq!(g.target(&doc), "a\n#### 1,234");
@@ -396,7 +404,9 @@ mod tests {
         assert_eq!(c.samples.len(), 8);
         assert_eq!(c.fewshot_source, FewshotSource::Samples);
         assert_eq!(c.until, ["Q:", "</s>", "<|im_end|>"]);
-        assert_eq!(c.strict.regex.as_str(), r"The answer is (\-?[0-9\.\,]+).");
+        // The final "." of "The answer is (...)." is a regex dot: it needs one more character.
+        assert_eq!(c.strict.apply("The answer is 6."), "6");
+        assert_eq!(c.strict.apply("The answer is 6"), "[invalid]");
         assert_eq!(c.target(&doc), "1,234");
         assert_eq!(c.target(&Doc { question: "q".into(), answer: "x ####  7 \n".into() }), "7");
         assert_eq!(

@@ -9,10 +9,10 @@ use anyhow::Result;
 
 use super::protocol::{EvalJob, PointSpec};
 use crate::error::usage;
-use crate::eval::gsm8k;
+use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
 use crate::recipe::sweep::{Goodput, Sweep};
-use crate::recipe::{EngineConfig, Recipe, default_recipe_path};
+use crate::recipe::{EngineConfig, EvalSection, Recipe, default_recipe_path};
 use crate::workload::lengths::LengthConvention;
 use crate::workload::prompts::RandomDataset;
 
@@ -39,17 +39,25 @@ pub struct RunOptions {
     pub goodput: Option<Goodput>,
     pub eval_limit: Option<u32>,
     pub no_eval: bool,
+    /// Run only the eval (`enginebench eval`): no sweep points.
+    pub only_eval: bool,
+    /// Eval task name or TOML path (overrides eval.task).
+    pub task: Option<String>,
+    pub gsm8k_data: Option<PathBuf>,
+    pub num_fewshot: Option<usize>,
+    pub chat: Option<bool>,
+    pub eval_concurrency: Option<u32>,
     pub step_trace: bool,
     pub output: Option<PathBuf>,
     pub verbose: bool,
 }
 
-/// The eval questions, prepared before any engine starts.
+/// The eval, prepared before any engine starts.
 pub struct EvalPlan {
     pub job: EvalJob,
-    /// (doc id, gold answer) per prompt.
-    pub golds: Vec<(usize, String)>,
-    pub data_source: String,
+    pub task: TaskDef,
+    /// The questions (doc ids, prompts, golds) and where they came from.
+    pub plan: crate::eval::EvalPlan,
 }
 
 /// One engine configuration ready to run.
@@ -80,11 +88,17 @@ pub struct Plan {
 pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let recipe_path = opts.recipe.clone().unwrap_or_else(default_recipe_path);
     let mut recipe = Recipe::load(&recipe_path)?;
-    if let Some(limit) = opts.eval_limit {
-        match recipe.eval.as_mut() {
-            Some(e) => e.limit = Some(limit),
-            None => return Err(usage("--eval-limit given but the recipe has no [eval] section")),
+    let eval_flags = opts.eval_limit.is_some() || opts.task.is_some() || opts.gsm8k_data.is_some();
+    if recipe.eval.is_none() && eval_flags {
+        if opts.task.is_some() || opts.only_eval {
+            // `--task` (or `enginebench eval`) asks for an eval the recipe lacks.
+            recipe.eval = Some(EvalSection::default());
+        } else {
+            return Err(usage("--eval-limit/--gsm8k-data given but the recipe has no [eval] section (add --task gsm8k)"));
         }
+    }
+    if opts.only_eval && recipe.eval.is_none() {
+        recipe.eval = Some(EvalSection::default());
     }
     if let Some(a) = opts.min_accuracy {
         if !(0.0..=1.0).contains(&a) {
@@ -100,20 +114,31 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let install = Install::locate()?;
     let model_path = resolve_model(&recipe.model, &install)?;
     let eval = match (&recipe.eval, opts.no_eval) {
-        (Some(section), false) => Some(plan_gsm8k(&install, section.limit, section.concurrency)?),
+        (Some(section), false) => Some(plan_eval(&install, section, opts)?),
         _ => None,
     };
     let mut seen_variants = Vec::new();
     let jobs = configs
         .into_iter()
-        .map(|config| {
-            let run_eval = eval.is_some() && !seen_variants.contains(&config.variant);
+        .filter(|config| {
+            // The eval alone needs one engine per variant, not one per TP.
+            let first = !seen_variants.contains(&config.variant);
             seen_variants.push(config.variant.clone());
-            PlannedJob { env: engine_env(&recipe, &config), specs: point_specs(&config), config, run_eval }
+            first || !opts.only_eval
+        })
+        .map(|config| {
+            let run_eval = eval.is_some() && config.tp == first_tp(&config);
+            let specs = if opts.only_eval { Vec::new() } else { point_specs(&config) };
+            PlannedJob { env: engine_env(&recipe, &config), specs, config, run_eval }
         })
         .collect();
     let min_accuracy = opts.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));
     Ok(Plan { recipe, recipe_path, install, model_path, jobs, eval, min_accuracy })
+}
+
+/// The first TP size of a configuration's sweep: the eval runs on that engine.
+fn first_tp(config: &EngineConfig) -> Option<u32> {
+    config.sweep.tps().first().copied().flatten()
 }
 
 /// The command line's sweep settings as an overlay on the recipe's sweep.
@@ -182,22 +207,30 @@ fn engine_env(recipe: &Recipe, config: &EngineConfig) -> BTreeMap<String, String
     env
 }
 
-fn plan_gsm8k(install: &Install, limit: Option<u32>, concurrency: u32) -> Result<EvalPlan> {
-    let path = gsm8k::olmo_split_path(&install.site_packages()?);
-    let docs = gsm8k::load_olmo_split(&path)?;
-    let prompts = gsm8k::test_only_prompts(&docs, gsm8k::NUM_FEWSHOT, limit.map(|l| l as usize));
-    if prompts.is_empty() {
-        return Err(usage(format!("GSM8K: no questions to score in {}", path.display())));
+/// Loads the eval's task and data and builds its prompts.
+fn plan_eval(install: &Install, section: &EvalSection, opts: &RunOptions) -> Result<EvalPlan> {
+    let overrides = TaskOverrides {
+        num_fewshot: opts.num_fewshot,
+        chat: opts.chat,
+        ..TaskOverrides::default()
+    };
+    let task_name = opts.task.clone().unwrap_or_else(|| section.task.clone());
+    let task = load_task(&task_name, &overrides)?;
+    let data = load_data(opts.gsm8k_data.as_deref(), &install.site_packages()?)?;
+    let limit = opts.eval_limit.or(section.limit).map(|l| l as usize);
+    let plan = build_requests(&task, &data, limit)?;
+    if plan.requests.is_empty() {
+        return Err(usage(format!("{}: no questions to score in {}", task.name, plan.data_source)));
     }
-    let golds = prompts.iter().map(|(i, d, _)| (*i, d.answer.clone())).collect();
     Ok(EvalPlan {
         job: EvalJob {
-            prompts: prompts.into_iter().map(|(_, _, p)| p).collect(),
-            max_tokens: gsm8k::MAX_NEW_TOKENS,
-            stop: gsm8k::STOP.iter().map(|s| s.to_string()).collect(),
-            concurrency,
+            prompts: plan.requests.iter().map(|r| r.prompt.clone()).collect(),
+            max_tokens: plan.max_tokens,
+            max_tokens_policy: plan.max_tokens_policy,
+            stop: plan.stop.clone(),
+            concurrency: opts.eval_concurrency.unwrap_or(section.concurrency),
         },
-        golds,
-        data_source: path.display().to_string(),
+        task,
+        plan,
     })
 }

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::EngineTiming;
+use crate::engine::{EngineTiming, Prompt};
+use crate::eval::tasks::MaxTokensPolicy;
 use crate::metrics::RequestRecord;
 use crate::metrics::steps::StepRecord;
 use crate::recipe::sweep::Point;
@@ -86,14 +87,20 @@ pub struct RawPoint {
     /// Requested output length per measured request, tokens.
     pub requested_output_lens: Vec<u32>,
     pub duration_s: f64,
+    /// CLOCK_MONOTONIC at the start of the measured requests, s: with
+    /// `duration_s`, the point's window in the telemetry series.
+    pub started_mono_s: f64,
     pub steps: Vec<StepRecord>,
 }
 
-/// Text prompts to complete greedily (the eval's generation step).
+/// Prompts to complete greedily (the eval's generation step).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EvalJob {
-    pub prompts: Vec<String>,
+    pub prompts: Vec<Prompt>,
+    /// The task's generation limit, resolved with `max_tokens_policy` against
+    /// the engine's max_model_len once it is built.
     pub max_tokens: u32,
+    pub max_tokens_policy: MaxTokensPolicy,
     pub stop: Vec<String>,
     /// Requests kept in flight.
     pub concurrency: u32,
@@ -117,8 +124,8 @@ pub enum Message {
     Progress { phase: String, done: u64, total: u64 },
     /// A measured point.
     Point { raw: Box<RawPoint> },
-    /// Eval completions, in prompt order.
-    Eval { completions: Vec<EvalCompletion>, duration_s: f64 },
+    /// Eval completions, in prompt order, and the generation limit used.
+    Eval { completions: Vec<EvalCompletion>, duration_s: f64, max_tokens: u32 },
     /// The worker failed; nothing more follows. `bad_input` when the cause is
     /// the user's input (e.g. a flag vLLM's parser rejected): exit code 2.
     Error { message: String, traceback: Option<String>, #[serde(default)] bad_input: bool },

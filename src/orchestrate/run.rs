@@ -13,8 +13,8 @@ use super::progress::Bar;
 use super::protocol::{EvalCompletion, Job, Message, RawPoint, Task};
 use super::spawn::spawn_worker;
 use crate::error::{exit, usage};
-use crate::eval::gsm8k;
-use crate::eval::score::{Sample, mean_and_stderr, score};
+use crate::eval::tasks::TaskDef;
+use crate::eval::{Sample, aggregate, score_sample};
 use crate::metrics::crosscheck::cross_check;
 use crate::metrics::steps::summarize_steps;
 use crate::metrics::{FigureSpec, point_figures};
@@ -22,7 +22,7 @@ use crate::recipe::GateMetric;
 use crate::recipe::sweep::ResolvedSweep;
 use crate::report::files::{JsonLines, write_json_atomic};
 use crate::report::result::{
-    Evals, Gate, Gsm8kResult, Host, JobResult, PointResult, RecipeInfo, RunError, RunResult,
+    Evals, Gate, GateCheck, Gsm8kResult, Host, JobResult, PointResult, RecipeInfo, RunError, RunResult,
     SCHEMA_VERSION, TIMING_NOTE, Versions,
 };
 use crate::report::table;
@@ -70,6 +70,16 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
 
     let ui = MultiProgress::new();
     eprintln!("enginebench: recipe {} -> {}", plan.recipe.name, out_dir.display());
+    if let Some(e) = &plan.eval {
+        eprintln!(
+            "eval: {} ({}): {} questions, few-shot {}, data {}",
+            e.task.name,
+            e.task.description,
+            e.plan.requests.len(),
+            e.plan.fewshot_mode.label(),
+            e.plan.data_kind.as_str()
+        );
+    }
     let mut outcomes = Vec::new();
     for (index, job) in plan.jobs.iter().enumerate() {
         if plan.jobs.len() > 1 {
@@ -170,11 +180,12 @@ fn run_job(
                 files.append_point(index, j, j.points.len(), &point, &raw)?;
                 j.points.push(point);
             }
-            Message::Eval { completions, duration_s } => {
-                bar.finish(format!("gsm8k generated in {duration_s:.1} s"));
+            Message::Eval { completions, duration_s, max_tokens } => {
+                bar.finish(format!("eval generated in {duration_s:.1} s"));
                 if let Some(eval) = &plan.eval {
-                    let g = score_gsm8k(eval, &completions, duration_s, files, &j.label)?;
-                    let gate = plan.min_accuracy.map(|min| gate(&g, min, plan.recipe.eval.as_ref().map(|e| e.gate_metric)));
+                    let g = score_eval(eval, &completions, duration_s, max_tokens, files, &j.label)?;
+                    let metric = plan.recipe.eval.as_ref().map(|e| e.gate_metric);
+                    let gate = plan.min_accuracy.map(|min| gate(&g, &eval.task, min, metric));
                     j.eval = Some(Evals { gsm8k: g, gate });
                 }
             }
@@ -214,12 +225,20 @@ fn run_job(
     Ok(outcome)
 }
 
-fn gate(g: &Gsm8kResult, min_accuracy: f64, metric: Option<GateMetric>) -> Gate {
-    let (metric, value) = match metric.unwrap_or_default() {
-        GateMetric::Strict => ("exact_match,strict-match", g.exact_match_strict),
-        GateMetric::Flexible => ("exact_match,flexible-extract", g.exact_match_flexible),
+/// The accuracy gate over lm-eval's metric names (`exact_match,<filter>`).
+fn gate(g: &Gsm8kResult, task: &TaskDef, min_accuracy: f64, metric: Option<GateMetric>) -> Gate {
+    let strict = (format!("exact_match,{}", task.strict.name), g.exact_match_strict);
+    let flexible = (format!("exact_match,{}", task.flexible.name), g.exact_match_flexible);
+    let metrics = match metric.unwrap_or_default() {
+        GateMetric::All => vec![strict, flexible],
+        GateMetric::Strict => vec![strict],
+        GateMetric::Flexible => vec![flexible],
     };
-    Gate { metric: metric.into(), value, min_accuracy, passed: value >= min_accuracy }
+    let checks: Vec<GateCheck> = metrics
+        .into_iter()
+        .map(|(metric, value)| GateCheck { metric, value, passed: value >= min_accuracy })
+        .collect();
+    Gate { min_accuracy, passed: checks.iter().all(|c| c.passed), checks }
 }
 
 /// Figures, step summary and cross-check of one measured point.
@@ -368,10 +387,11 @@ impl OutputFiles {
     }
 }
 
-fn score_gsm8k(
-    plan: &EvalPlan,
+fn score_eval(
+    eval: &EvalPlan,
     completions: &[EvalCompletion],
     duration_s: f64,
+    max_tokens: u32,
     files: &mut OutputFiles,
     label: &str,
 ) -> Result<Gsm8kResult> {
@@ -380,10 +400,15 @@ fn score_gsm8k(
     }
     let log = files.samples.as_mut().expect("just created");
     let mut samples: Vec<Sample> = Vec::with_capacity(completions.len());
-    for ((prompt, (doc_id, gold)), completion) in
-        plan.job.prompts.iter().zip(&plan.golds).zip(completions)
-    {
-        let s = score(*doc_id, prompt, &completion.text, completion.output_tokens, gold);
+    for (request, completion) in eval.plan.requests.iter().zip(completions) {
+        let s = score_sample(
+            &eval.task,
+            request.doc_id,
+            &request.prompt.hash_input(),
+            &completion.text,
+            completion.output_tokens,
+            &request.gold,
+        );
         #[derive(Serialize)]
         struct Line<'a> {
             label: &'a str,
@@ -393,17 +418,24 @@ fn score_gsm8k(
         log.append(&Line { label, sample: &s })?;
         samples.push(s);
     }
-    let (strict, strict_se) = mean_and_stderr(samples.iter().map(|s| s.strict_correct));
-    let (flex, flex_se) = mean_and_stderr(samples.iter().map(|s| s.flexible_correct));
+    let a = aggregate(&samples);
+    let p = &eval.plan;
     Ok(Gsm8kResult {
-        n: samples.len(),
-        exact_match_strict: strict,
-        exact_match_strict_stderr: strict_se,
-        exact_match_flexible: flex,
-        exact_match_flexible_stderr: flex_se,
-        num_fewshot: gsm8k::NUM_FEWSHOT,
-        fewshot_source: gsm8k::FEWSHOT_FIRST_TEST.into(),
-        data_source: plan.data_source.clone(),
+        n: a.n,
+        exact_match_strict: a.exact_match_strict,
+        exact_match_strict_stderr: a.exact_match_strict_stderr,
+        exact_match_flexible: a.exact_match_flexible,
+        exact_match_flexible_stderr: a.exact_match_flexible_stderr,
+        task: p.task.clone(),
+        task_origin: p.task_origin.clone(),
+        chat: p.chat,
+        num_fewshot: p.num_fewshot,
+        fewshot_mode: p.fewshot_mode.label(),
+        data_kind: p.data_kind.as_str().to_string(),
+        data_source: p.data_source.clone(),
+        train_size: p.split_sizes.train,
+        test_size: p.split_sizes.test,
+        max_tokens,
         duration_s,
         output_tokens: completions.iter().map(|c| u64::from(c.output_tokens)).sum(),
     })

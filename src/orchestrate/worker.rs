@@ -12,6 +12,7 @@ use super::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
 use crate::engine::{StepEngine, interpreter};
+use crate::telemetry::mono_now_s;
 use crate::workload::arrivals::arrival_times;
 use crate::workload::{Pacing, Request, RequestIds, drive};
 
@@ -58,7 +59,8 @@ pub fn main() -> i32 {
         Err(e) => {
             let py = e.downcast_ref::<PythonError>();
             let traceback = py.and_then(|p| p.traceback.clone());
-            let bad_input = py.is_some_and(PythonError::is_flag_error);
+            let bad_input = py.is_some_and(PythonError::is_flag_error)
+                || e.downcast_ref::<crate::error::UsageError>().is_some();
             let message = format!("{e:#}");
             eprintln!("enginebench worker failed: {message}");
             channel.send(&Message::Error { message, traceback, bad_input });
@@ -101,6 +103,7 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
         engine_start_s: started.elapsed().as_secs_f64(),
     });
 
+    check_lengths(&job.points, engine.info.get("max_model_len").and_then(|v| v.as_u64()))?;
     let mut ids = RequestIds::default();
     for spec in &job.points {
         let p = &spec.point;
@@ -109,9 +112,29 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
         channel.send(&Message::Point { raw: Box::new(raw) });
     }
     if let Some(eval) = &job.eval {
-        run_eval(&mut engine, eval, &mut ids, channel).context("running the eval")?;
+        let max_len = engine.info.get("max_model_len").and_then(|v| v.as_u64());
+        run_eval(&mut engine, max_len, eval, &mut ids, channel).context("running the eval")?;
     }
     engine.shutdown()?;
+    Ok(())
+}
+
+/// Every point's longest request must fit the engine's max_model_len; a
+/// clear error before any request is better than vLLM rejecting each one.
+fn check_lengths(points: &[PointSpec], max_model_len: Option<u64>) -> Result<()> {
+    let Some(max) = max_model_len else { return Ok(()) };
+    for spec in points {
+        let d = &spec.dataset;
+        let (_, isl) = d.convention.bounds(d.isl, d.range_ratio);
+        let (_, osl) = d.convention.bounds(d.osl, d.range_ratio);
+        let need = u64::from(d.prefix_len + isl + osl);
+        if need > max {
+            return Err(crate::error::usage(format!(
+                "ISL {} + OSL {} needs up to {need} tokens per request (prefix and range ratio included) but the engine's max_model_len is {max}: raise --max-model-len or shorten the sweep",
+                d.isl, d.osl
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -148,6 +171,7 @@ fn run_point(
     let pacing = Pacing { max_in_flight: conc, arrivals: arrivals.as_deref() };
     let phase = format!("{}/{} conc {}", p.isl, p.osl, p.conc);
     let total = measured.len() as u64;
+    let started_mono_s = mono_now_s();
     let outcome = drive(engine, measured, pacing, ids, &mut |done| {
         channel.send(&Message::Progress { phase: phase.clone(), done: done as u64, total })
     })?;
@@ -157,20 +181,24 @@ fn run_point(
         engine_timings: outcome.engine_timings,
         requested_output_lens: workload.output_lens[p.warmups as usize..].to_vec(),
         duration_s: outcome.duration_s,
+        started_mono_s,
         steps: outcome.steps,
     })
 }
 
 fn run_eval(
     engine: &mut impl StepEngine,
+    engine_max_len: Option<u64>,
     eval: &EvalJob,
     ids: &mut RequestIds,
     channel: &mut Channel,
 ) -> Result<()> {
+    let max_model_len = engine_max_len.map(|m| m as u32);
+    let max_tokens = eval.max_tokens_policy.resolve(eval.max_tokens, max_model_len);
     let requests: Vec<Request> = eval
         .prompts
         .iter()
-        .map(|p| Request::Text { prompt: p, max_tokens: eval.max_tokens, stop: &eval.stop })
+        .map(|p| Request::Text { prompt: p, max_tokens, stop: &eval.stop })
         .collect();
     let total = requests.len() as u64;
     let pacing = Pacing { max_in_flight: eval.concurrency as usize, arrivals: None };
@@ -183,6 +211,6 @@ fn run_eval(
         .zip(&outcome.records)
         .map(|(text, r)| EvalCompletion { text: text.unwrap_or_default(), output_tokens: r.output_tokens })
         .collect();
-    channel.send(&Message::Eval { completions, duration_s: outcome.duration_s });
+    channel.send(&Message::Eval { completions, duration_s: outcome.duration_s, max_tokens });
     Ok(())
 }

@@ -97,7 +97,8 @@ pub struct EngineSection {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvalSection {
-    /// Task name; `gsm8k` (lm-eval's 5-shot) is the one available.
+    /// Task: `gsm8k` (lm-eval's 5-shot), `gsm8k_cot`, `gsm8k_inferencex`
+    /// (InferenceX's chat mode), or a path to a task TOML (see `evals/`).
     #[serde(default = "default_task")]
     pub task: String,
     /// Questions scored; all of the split when absent.
@@ -110,17 +111,18 @@ pub struct EvalSection {
     /// (0..1; InferenceX uses 0.90 for GPU recipes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_accuracy: Option<f64>,
-    /// Which exact_match the gate reads: "strict" (strict-match, what InferenceX
-    /// checks) or "flexible" (flexible-extract).
+    /// Which exact_match the gate reads: "all" (both filters, as InferenceX's
+    /// validate_scores.py checks every exact_match metric), "strict" or "flexible".
     #[serde(default)]
     pub gate_metric: GateMetric,
 }
 
-/// The filter whose exact_match the accuracy gate reads.
+/// The filter(s) whose exact_match the accuracy gate reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GateMetric {
     #[default]
+    All,
     Strict,
     Flexible,
 }
@@ -130,6 +132,19 @@ fn default_task() -> String {
 }
 fn default_eval_conc() -> u32 {
     64
+}
+
+impl Default for EvalSection {
+    /// What an empty `[eval]` section means.
+    fn default() -> Self {
+        EvalSection {
+            task: default_task(),
+            limit: None,
+            concurrency: default_eval_conc(),
+            min_accuracy: None,
+            gate_metric: GateMetric::default(),
+        }
+    }
 }
 
 impl Recipe {
@@ -176,9 +191,6 @@ impl Recipe {
             }
         }
         if let Some(eval) = &self.eval {
-            if eval.task != "gsm8k" {
-                return bad(format!("eval.task = {:?} is unknown; known tasks: gsm8k", eval.task));
-            }
             if eval.concurrency == 0 {
                 return bad("eval.concurrency must be at least 1".into());
             }

