@@ -16,6 +16,11 @@ impl<'a> Bar<'a> {
         Bar { ui, bar: None, phase: String::new() }
     }
 
+    /// The phase of the current bar ("" when none).
+    pub fn phase(&self) -> &str {
+        &self.phase
+    }
+
     pub fn spinner(&mut self, msg: &str) {
         self.clear();
         let b = self.ui.add(ProgressBar::new_spinner());

@@ -23,9 +23,14 @@ use crate::recipe::sweep::ResolvedSweep;
 use crate::report::files::{JsonLines, write_json_atomic};
 use crate::report::result::{
     Evals, Gate, GateCheck, Gsm8kResult, Host, JobResult, PointResult, RecipeInfo, RunError, RunResult,
-    SCHEMA_VERSION, TIMING_NOTE, Versions,
+    SCHEMA_VERSION, TIMING_NOTE, TelemetryInfo, Versions,
 };
+use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
 use crate::report::table;
+
+/// Telemetry sampling interval (the default; the sampler costs
+/// ~0.2 ms of CPU per sample on the development machine).
+const TELEMETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How a job ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +122,7 @@ fn pending_job(job: &PlannedJob) -> JobResult {
         engine_start_s: None,
         points: Vec::new(),
         eval: None,
+        telemetry: None,
         error: None,
     }
 }
@@ -139,12 +145,21 @@ fn run_job(
         points: job.specs.clone(),
         eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
     };
-    let log_name = if plan.jobs.len() > 1 { format!("worker-{index}.log") } else { "worker.log".into() };
-    let log_path = files.dir.join(&log_name);
+    let suffix = if plan.jobs.len() > 1 { format!("-{index}") } else { String::new() };
+    let log_path = files.dir.join(format!("worker{suffix}.log"));
+    let series_file = format!("telemetry{suffix}.jsonl");
     result.jobs[index].status = "running".into();
     files.write_result(result)?;
 
+    // The sampler starts before the engine, so the series covers its load.
+    let telemetry = Telemetry::start(TelemetryConfig {
+        interval: TELEMETRY_INTERVAL,
+        visible_gpus: visible_gpus_from_env(&job.env),
+        gpu_count_hint: job.config.tp,
+    });
+    telemetry.mark("engine load");
     let mut worker = spawn_worker(&Task::Run(request), &job.env, &job.config.env_unset, &log_path, verbose, ui)?;
+    telemetry.set_engine_pid(worker.child.id());
     let mut bar = Bar::new(ui);
     bar.spinner("starting engine (import vLLM, load weights)");
     let mut failure: Option<RunError> = None;
@@ -160,6 +175,7 @@ fn run_job(
         let j = &mut result.jobs[index];
         match msg {
             Message::Ready { engine, engine_start_s } => {
+                telemetry.mark("engine ready");
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
                 let get = |k: &str| engine.get(k).and_then(|v| v.as_str()).map(String::from);
                 let size = |k: &str| engine.get(k).and_then(|v| v.as_u64()).unwrap_or(1).max(1) as u32;
@@ -173,9 +189,18 @@ fn run_job(
                     result.versions.python = get("python");
                 }
             }
-            Message::Progress { phase, done, total } => bar.progress(&phase, done, total),
+            Message::Progress { phase, done, total } => {
+                if bar.phase() != phase {
+                    telemetry.mark(&phase);
+                }
+                bar.progress(&phase, done, total)
+            }
             Message::Point { raw } => {
-                let point = finish_point(&raw, &j.sweep, gpus);
+                let mut point = finish_point(&raw, &j.sweep, gpus);
+                let f = &point.figures;
+                let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
+                let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);
+                point.telemetry = Some(window);
                 bar.finish(point_line(&point));
                 files.append_point(index, j, j.points.len(), &point, &raw)?;
                 j.points.push(point);
@@ -200,6 +225,18 @@ fn run_job(
     }
     bar.clear();
     let status = worker.child.wait()?;
+    let report = telemetry.stop();
+    report.write_jsonl(&files.dir.join(&series_file))?;
+    result.jobs[index].telemetry = Some(TelemetryInfo {
+        interval_ms: report.interval_ms,
+        sources: report.sources.clone(),
+        gpus: report.gpus.clone(),
+        markers: report.markers.clone(),
+        samples: report.samples.len(),
+        series_file,
+        sampler_cpu_seconds: report.sampler_cpu_seconds,
+        sampler_cpu_fraction: report.sampler_cpu_fraction(),
+    });
     if failure.is_none() && (!got_done || !status.success()) {
         failure = Some(RunError {
             message: format!("the engine worker ended unexpectedly ({})", describe_exit(status)),
@@ -270,6 +307,7 @@ fn finish_point(raw: &RawPoint, sweep: &ResolvedSweep, gpus: u32) -> PointResult
         figures,
         step_stats: summarize_steps(&raw.steps),
         crosscheck,
+        telemetry: None,
     }
 }
 

@@ -73,8 +73,28 @@ pub struct JobResult {
     pub points: Vec<PointResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<Evals>,
+    /// What the telemetry sampler used (the series is in telemetry*.jsonl).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetryInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+}
+
+/// The telemetry sampler of a job: every source tried (and why it was or was
+/// not used), the GPUs sampled, phase markers, and its own cost.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TelemetryInfo {
+    pub interval_ms: f64,
+    pub sources: Vec<crate::telemetry::SourceStatus>,
+    pub gpus: Vec<crate::telemetry::GpuInfo>,
+    pub markers: Vec<crate::telemetry::Marker>,
+    /// Samples taken (lines of the series file).
+    pub samples: usize,
+    /// The series file, relative to the result folder.
+    pub series_file: String,
+    /// CPU time of the sampler thread, s, and its share of one CPU while it ran.
+    pub sampler_cpu_seconds: f64,
+    pub sampler_cpu_fraction: f64,
 }
 
 impl JobResult {
@@ -154,6 +174,12 @@ pub struct PointResult {
     /// The harness's TTFT/E2EL against vLLM's own per-request stats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crosscheck: Option<CrossCheck>,
+    /// GPU and host telemetry over the measured window: power, energy,
+    /// J/token (InferenceX's `avg_power_w`, `total_gpu_energy_j`,
+    /// `joules_per_*_token`, `power_valid`), temperatures, clocks, utilisation,
+    /// memory, host CPU and the engine's RSS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<crate::telemetry::WindowSummary>,
 }
 
 /// Accuracy results.

@@ -142,6 +142,7 @@ mod tests {
             figures,
             step_stats: Default::default(),
             crosscheck: None,
+            telemetry: None,
         };
         let t = points_table(&[p.clone(), PointResult { conc: 4, ..p }]);
         assert!(t.contains("4/2"));
