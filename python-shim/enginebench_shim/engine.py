@@ -264,7 +264,7 @@ class Engine:
 
         Returns (deltas, texts, stats, timings):
           deltas: flat [rid, new_tokens, finished, ...]
-          texts:  [(rid, text, n_output_tokens)] of finished text requests, or None
+          texts:  [(rid, text, output_token_ids)] of finished text requests, or None
           stats:  (prefill_reqs, prefill_tokens, decode_reqs, decode_tokens,
                    running, waiting, kv_cache_usage, prefix_queries, prefix_hits,
                    preempted) for this step; scheduled counts are -1 when unknown
@@ -288,7 +288,7 @@ class Engine:
                 self._text_rids.discard(rid)
                 if texts is None:
                     texts = []
-                texts.append((rid, comp.text, len(comp.token_ids)))
+                texts.append((rid, comp.text, list(comp.token_ids)))
             m = out.metrics
             if m is not None and m.first_token_ts > 0.0:
                 if timings is None:

@@ -24,8 +24,8 @@ pub struct Delta {
 pub struct Completion {
     pub rid: u64,
     pub text: String,
-    /// Tokens generated.
-    pub output_tokens: u32,
+    /// The generated token ids (greedy-token agreement compares them).
+    pub token_ids: Vec<u32>,
 }
 
 /// The scheduler's view of one step (vLLM's SchedulerStats plus what the

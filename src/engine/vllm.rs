@@ -125,10 +125,10 @@ impl StepEngine for VllmEngine {
             }));
             let texts = result.get_item(1).py_context(py)?;
             if !texts.is_none() {
-                let texts: Vec<(u64, String, u32)> = texts.extract().py_context(py)?;
-                out.completions.extend(texts.into_iter().map(|(rid, text, output_tokens)| {
-                    Completion { rid, text, output_tokens }
-                }));
+                let texts: Vec<(u64, String, Vec<u32>)> = texts.extract().py_context(py)?;
+                out.completions.extend(
+                    texts.into_iter().map(|(rid, text, token_ids)| Completion { rid, text, token_ids }),
+                );
             }
             let (p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits, preempted): (
                 i64, i64, i64, i64, u32, u32, f64, u64, u64, u32,

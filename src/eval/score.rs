@@ -21,6 +21,10 @@ pub struct Sample {
     pub gold: String,
     pub strict_correct: bool,
     pub flexible_correct: bool,
+    /// The generated token ids (filled in by the runner; greedy-token
+    /// agreement between two runs compares them).
+    #[serde(default)]
+    pub token_ids: Vec<u32>,
 }
 
 /// Scores one completion with the task's filters and exact_match.
@@ -46,6 +50,7 @@ pub fn score_sample(
         strict,
         flexible,
         gold: gold.to_string(),
+        token_ids: Vec::new(),
     }
 }
 

@@ -112,6 +112,8 @@ pub struct EvalCompletion {
     pub text: String,
     /// Tokens generated (the stop string, if any, is not in `text`).
     pub output_tokens: u32,
+    /// The generated token ids.
+    pub token_ids: Vec<u32>,
 }
 
 /// Worker -> orchestrator.

@@ -439,7 +439,7 @@ fn score_eval(
     let log = files.samples.as_mut().expect("just created");
     let mut samples: Vec<Sample> = Vec::with_capacity(completions.len());
     for (request, completion) in eval.plan.requests.iter().zip(completions) {
-        let s = score_sample(
+        let mut s = score_sample(
             &eval.task,
             request.doc_id,
             &request.prompt.hash_input(),
@@ -447,6 +447,7 @@ fn score_eval(
             completion.output_tokens,
             &request.gold,
         );
+        s.token_ids = completion.token_ids.clone();
         #[derive(Serialize)]
         struct Line<'a> {
             label: &'a str,

@@ -209,7 +209,10 @@ fn run_eval(
         .completions
         .into_iter()
         .zip(&outcome.records)
-        .map(|(text, r)| EvalCompletion { text: text.unwrap_or_default(), output_tokens: r.output_tokens })
+        .map(|(c, r)| {
+            let (text, token_ids) = c.unwrap_or_default();
+            EvalCompletion { text, output_tokens: r.output_tokens, token_ids }
+        })
         .collect();
     channel.send(&Message::Eval { completions, duration_s: outcome.duration_s, max_tokens });
     Ok(())

@@ -51,8 +51,8 @@ pub struct Pacing<'a> {
 pub struct LoopOutcome {
     /// One record per request, in submission order.
     pub records: Vec<RequestRecord>,
-    /// Completion text per request (text requests only).
-    pub completions: Vec<Option<String>>,
+    /// Completion (text, token ids) per request (text requests only).
+    pub completions: Vec<Option<(String, Vec<u32>)>>,
     /// vLLM's own timing per request, where the engine reported it.
     pub engine_timings: Vec<Option<EngineTiming>>,
     /// From before the first `add_request` to the last token, s.
@@ -142,7 +142,7 @@ pub fn drive<E: StepEngine>(
         }
         for c in step.completions.drain(..) {
             if let Some(idx) = index_of(c.rid, base, n) {
-                out.completions[idx] = Some(c.text);
+                out.completions[idx] = Some((c.text, c.token_ids));
             }
         }
         for t in &step.timings {
@@ -197,7 +197,7 @@ mod tests {
                 let finished = r.1 == 0;
                 out.deltas.push(Delta { rid: r.0, new_tokens: 1, finished });
                 if finished && r.2 {
-                    out.completions.push(Completion { rid: r.0, text: format!("done {}", r.0), output_tokens: 1 });
+                    out.completions.push(Completion { rid: r.0, text: format!("done {}", r.0), token_ids: vec![7] });
                 }
             }
             self.running.retain(|r| r.1 > 0);
@@ -253,6 +253,7 @@ mod tests {
         let mut ids = RequestIds::default();
         let pacing = Pacing { max_in_flight: 8, arrivals: None };
         let out = drive(&mut engine, &reqs, pacing, &mut ids, &mut |_| {}).unwrap();
-        assert_eq!(out.completions, vec![Some("done 0".into()), Some("done 1".into()), Some("done 2".into())]);
+        let texts: Vec<String> = out.completions.into_iter().map(|c| c.unwrap().0).collect();
+        assert_eq!(texts, vec!["done 0", "done 1", "done 2"]);
     }
 }
