@@ -103,6 +103,16 @@ pub struct RunArgs {
     /// Write every engine step to steps.jsonl.
     #[arg(long)]
     pub step_trace: bool,
+    /// The most one point (warm-up included) or the eval may take, s; then the
+    /// engine worker is killed and the point recorded as `timeout`.
+    #[arg(long)]
+    pub point_timeout: Option<f64>,
+    /// Continue an earlier run folder: only missing or failed points (and a missing eval) run.
+    #[arg(long, conflicts_with = "output")]
+    pub resume: Option<PathBuf>,
+    /// With --resume: continue even if a job's model, flags or env changed.
+    #[arg(long, requires = "resume")]
+    pub force: bool,
     /// Output folder (default results/<recipe>-<UTC time>).
     #[arg(long, short)]
     pub output: Option<PathBuf>,

@@ -93,6 +93,9 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
         goodput,
         no_eval: a.no_eval,
         step_trace: a.step_trace,
+        point_timeout: a.point_timeout.map(std::time::Duration::from_secs_f64),
+        resume: a.resume,
+        force: a.force,
         output: a.output,
         verbose,
         ..RunOptions::default()

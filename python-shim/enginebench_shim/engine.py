@@ -13,7 +13,9 @@ a step costs as little as possible outside vLLM.
 """
 
 import json
+import os
 import sys
+import time
 
 
 class FlagError(ValueError):
@@ -161,6 +163,11 @@ class Engine:
         self._DELTA = RequestOutputKind.DELTA
         self._FINAL = RequestOutputKind.FINAL_ONLY
         self._text_rids = set()
+        # Test-only fault hook: hang (sleep) in step() after this many steps,
+        # so tests can check that a per-point timeout cuts a hung engine.
+        hang = os.environ.get("ENGINEBENCH_TEST_HANG_AFTER_STEPS")
+        self._hang_after = int(hang) if hang else None
+        self._steps = 0
 
     def _wrap_scheduler(self):
         """Counts the prefill/decode tokens each schedule() call hands the model.
@@ -272,6 +279,10 @@ class Engine:
                    vLLM's RequestStateStats of requests finished in this step, or None
         """
         self._sink.pop("preempted", None)
+        if self._hang_after is not None:
+            self._steps += 1
+            if self._steps > self._hang_after:
+                time.sleep(1e6)
         outputs = self.engine.step()
         deltas = []
         texts = None

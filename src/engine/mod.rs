@@ -95,4 +95,6 @@ pub trait StepEngine {
     -> Result<()>;
     /// Runs one engine step (schedule + execute + update), filling `out`.
     fn step(&mut self, out: &mut StepOutput) -> Result<()>;
+    /// Aborts requests in flight (a graceful stop).
+    fn abort(&mut self, rids: &[u64]) -> Result<()>;
 }

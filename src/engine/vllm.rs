@@ -112,6 +112,12 @@ impl StepEngine for VllmEngine {
         })
     }
 
+    fn abort(&mut self, rids: &[u64]) -> Result<()> {
+        Python::attach(|py| {
+            self.engine.call_method1(py, intern!(py, "abort"), (rids.to_vec(),)).map(drop).py_context(py)
+        })
+    }
+
     fn step(&mut self, out: &mut StepOutput) -> Result<()> {
         out.clear();
         Python::attach(|py| {

@@ -6,6 +6,10 @@
 //! the orchestrator saves as `worker.log`.
 
 pub mod check;
+pub mod finish;
+pub mod interrupt;
+pub mod job;
+pub mod outputs;
 pub mod plan;
 pub mod progress;
 pub mod protocol;

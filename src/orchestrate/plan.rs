@@ -48,6 +48,13 @@ pub struct RunOptions {
     pub chat: Option<bool>,
     pub eval_concurrency: Option<u32>,
     pub step_trace: bool,
+    /// The most one point (warm-up included) or the eval may take; then the
+    /// worker is killed and the point recorded as `timeout`.
+    pub point_timeout: Option<std::time::Duration>,
+    /// Continue an earlier run in this folder: only missing or failed points run.
+    pub resume: Option<PathBuf>,
+    /// With `resume`: accept jobs whose configuration changed.
+    pub force: bool,
     pub output: Option<PathBuf>,
     pub verbose: bool,
 }
@@ -80,6 +87,8 @@ pub struct Plan {
     pub jobs: Vec<PlannedJob>,
     pub eval: Option<EvalPlan>,
     pub min_accuracy: Option<f64>,
+    /// From `--point-timeout` or the recipe's `point_timeout_s`.
+    pub point_timeout: Option<std::time::Duration>,
 }
 
 /// Loads the recipe, applies overrides, and prepares the jobs.
@@ -133,7 +142,11 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         })
         .collect();
     let min_accuracy = opts.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));
-    Ok(Plan { recipe, recipe_path, install, model_path, jobs, eval, min_accuracy })
+    if opts.point_timeout.is_some_and(|t| t.is_zero()) {
+        return Err(usage("--point-timeout must be > 0 seconds"));
+    }
+    let point_timeout = opts.point_timeout.or(recipe.point_timeout_s.map(std::time::Duration::from_secs_f64));
+    Ok(Plan { recipe, recipe_path, install, model_path, jobs, eval, min_accuracy, point_timeout })
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.

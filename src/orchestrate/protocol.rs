@@ -91,6 +91,9 @@ pub struct RawPoint {
     /// `duration_s`, the point's window in the telemetry series.
     pub started_mono_s: f64,
     pub steps: Vec<StepRecord>,
+    /// Cut short by a graceful stop (Ctrl-C): in-flight requests were aborted.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// Prompts to complete greedily (the eval's generation step).

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -36,7 +37,11 @@ pub fn spawn_worker(
     for k in env_unset {
         command.env_remove(k);
     }
+    // Its own process group: Ctrl-C in the terminal reaches only the
+    // orchestrator, which decides how to stop the worker (and the worker
+    // dies with the orchestrator through PR_SET_PDEATHSIG).
     let mut child = command
+        .process_group(0)
         .arg("__worker")
         .envs(env)
         .env("PYTHONUNBUFFERED", "1")

@@ -4,6 +4,8 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -42,8 +44,23 @@ impl Channel {
     }
 }
 
+/// Set by SIGUSR1: the orchestrator asks for a graceful stop (Ctrl-C).
+static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
+/// The signal the orchestrator sends for a graceful stop. Python leaves it
+/// alone (it only handles SIGINT), so the Rust flag sees it.
+pub const STOP_SIGNAL: i32 = libc::SIGUSR1;
+
 /// Entry point of `enginebench __worker`. Returns the process exit code.
 pub fn main() -> i32 {
+    // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag of this process:
+    // if the orchestrator dies, the worker (and its engine) is killed too.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    if let Err(e) = signal_hook::flag::register(STOP_SIGNAL, Arc::clone(&STOP)) {
+        eprintln!("enginebench worker: cannot install the stop signal handler: {e}");
+    }
     let mut channel = match Channel::take_stdout() {
         Ok(c) => c,
         Err(e) => {
@@ -109,9 +126,14 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
         let p = &spec.point;
         let raw = run_point(&mut engine, spec, &mut ids, channel)
             .with_context(|| format!("point isl={} osl={} conc={}", p.isl, p.osl, p.conc))?;
+        let partial = raw.partial;
         channel.send(&Message::Point { raw: Box::new(raw) });
+        if partial {
+            break;
+        }
     }
-    if let Some(eval) = &job.eval {
+    let stopped = STOP.load(Ordering::Relaxed);
+    if let Some(eval) = job.eval.as_ref().filter(|_| !stopped) {
         let max_len = engine.info.get("max_model_len").and_then(|v| v.as_u64());
         run_eval(&mut engine, max_len, eval, &mut ids, channel).context("running the eval")?;
     }
@@ -160,7 +182,7 @@ fn run_point(
         // Warm-ups run closed-loop at the point's concurrency, excluded from figures.
         let phase = format!("warm-up conc {}", p.conc);
         let total = warmup.len() as u64;
-        let pacing = Pacing { max_in_flight: conc, arrivals: None };
+        let pacing = Pacing { max_in_flight: conc, arrivals: None, stop: Some(&STOP) };
         drive(engine, warmup, pacing, ids, &mut |done| {
             channel.send(&Message::Progress { phase: phase.clone(), done: done as u64, total })
         })?;
@@ -168,7 +190,7 @@ fn run_point(
     let arrivals = spec
         .request_rate
         .map(|rate| arrival_times(measured.len(), rate, spec.burstiness, spec.dataset.seed));
-    let pacing = Pacing { max_in_flight: conc, arrivals: arrivals.as_deref() };
+    let pacing = Pacing { max_in_flight: conc, arrivals: arrivals.as_deref(), stop: Some(&STOP) };
     let phase = format!("{}/{} conc {}", p.isl, p.osl, p.conc);
     let total = measured.len() as u64;
     let started_mono_s = mono_now_s();
@@ -183,6 +205,7 @@ fn run_point(
         duration_s: outcome.duration_s,
         started_mono_s,
         steps: outcome.steps,
+        partial: outcome.stopped || STOP.load(Ordering::Relaxed),
     })
 }
 
@@ -201,10 +224,14 @@ fn run_eval(
         .map(|p| Request::Text { prompt: p, max_tokens, stop: &eval.stop })
         .collect();
     let total = requests.len() as u64;
-    let pacing = Pacing { max_in_flight: eval.concurrency as usize, arrivals: None };
+    let pacing = Pacing { max_in_flight: eval.concurrency as usize, arrivals: None, stop: Some(&STOP) };
     let outcome = drive(engine, &requests, pacing, ids, &mut |done| {
         channel.send(&Message::Progress { phase: "gsm8k".into(), done: done as u64, total })
     })?;
+    if outcome.stopped {
+        // Interrupted: an eval on part of the questions is not a score.
+        return Ok(());
+    }
     let completions = outcome
         .completions
         .into_iter()

@@ -58,6 +58,10 @@ pub struct Recipe {
     /// Unknown `VLLM_*` environment names are errors instead of warnings.
     #[serde(default)]
     pub strict: bool,
+    /// The most one point (warm-up included) or the eval may take, s
+    /// (`--point-timeout` overrides); then the worker is killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_timeout_s: Option<f64>,
     /// Values for `${NAME}` placeholders in args and env (`${TP}` comes from the sweep).
     #[serde(default)]
     pub vars: BTreeMap<String, String>,
@@ -176,6 +180,9 @@ impl Recipe {
 
     fn validate(&self, origin: &str) -> Result<()> {
         let bad = |what: String| Err(usage(format!("recipe {origin}: {what}")));
+        if self.point_timeout_s.is_some_and(|t| !(t > 0.0)) {
+            return bad("point_timeout_s must be > 0 seconds".into());
+        }
         if self.framework != "vllm" {
             return bad(format!("framework = {:?} is not supported; use \"vllm\"", self.framework));
         }

@@ -37,6 +37,9 @@ pub struct RunResult {
     pub finished_at: Option<String>,
     pub timing: String,
     pub jobs: Vec<JobResult>,
+    /// How often the run was continued with `--resume`.
+    #[serde(default)]
+    pub resumes: u32,
 }
 
 /// One engine configuration and what it measured.
@@ -48,8 +51,19 @@ pub struct JobResult {
     pub variant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tp: Option<u32>,
-    /// "pending", "running", "ok" or "failed".
+    /// "pending", "running", "ok", "failed" or "interrupted".
     pub status: String,
+    /// SHA-256 (first 16 hex digits) of the model, engine args, env and
+    /// unset variables, known before the engine starts: `--resume` refuses a
+    /// folder whose jobs were planned differently.
+    #[serde(default)]
+    pub plan_fingerprint: String,
+    /// `--trust-remote-code` was passed (only when the recipe says so).
+    #[serde(default)]
+    pub trust_remote_code: bool,
+    /// The worker's process id while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_pid: Option<u32>,
     /// The `vllm serve` flags after the model, as run.
     pub engine_args: Vec<String>,
     /// Environment set for the engine process (recipe, variant and enginebench defaults).
@@ -71,6 +85,10 @@ pub struct JobResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_start_s: Option<f64>,
     pub points: Vec<PointResult>,
+    /// Points that did not finish, with why: "failed", "timeout",
+    /// "interrupted" (the one in progress), "not run" (the ones after it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfinished: Vec<Unfinished>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<Evals>,
     /// What the telemetry sampler used (the series is in telemetry*.jsonl).
@@ -78,6 +96,15 @@ pub struct JobResult {
     pub telemetry: Option<TelemetryInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+}
+
+/// A point that has no result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unfinished {
+    #[serde(flatten)]
+    pub point: crate::recipe::sweep::Point,
+    pub status: String,
+    pub reason: String,
 }
 
 /// The telemetry sampler of a job: every source tried (and why it was or was
@@ -98,6 +125,11 @@ pub struct TelemetryInfo {
 }
 
 impl JobResult {
+    /// The plan fingerprint: model, engine args, env, unset variables.
+    pub fn compute_plan_fingerprint(&self, model: &str) -> String {
+        self.compute_fingerprint(model, "")
+    }
+
     /// The fingerprint of this configuration under `vllm_version`.
     pub fn compute_fingerprint(&self, model: &str, vllm_version: &str) -> String {
         use sha2::{Digest, Sha256};
@@ -165,7 +197,8 @@ pub struct PointResult {
     pub ignore_eos: bool,
     /// GPUs the engine spans (TP x PP); the per-GPU divisor.
     pub gpus: u32,
-    /// "ok", or "failed" when any request failed.
+    /// "ok", "failed" when any request failed, or "partial" when Ctrl-C cut
+    /// it short (its figures cover the requests that finished).
     pub status: String,
     #[serde(flatten)]
     pub figures: PointFigures,

@@ -3,6 +3,7 @@
 //! (request-rate mode), step the engine, and timestamp every step's return on
 //! Rust's monotonic clock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -44,6 +45,9 @@ pub struct Pacing<'a> {
     /// Request-rate mode: request i may not be sent before `arrivals[i]` s
     /// after the start. `None`: all at once, bounded by `max_in_flight`.
     pub arrivals: Option<&'a [f64]>,
+    /// When set (a graceful stop was asked for), no request is added, the
+    /// ones in flight are aborted, and the loop returns what it has.
+    pub stop: Option<&'a AtomicBool>,
 }
 
 /// What a run of requests measured.
@@ -59,6 +63,9 @@ pub struct LoopOutcome {
     pub duration_s: f64,
     /// Every `step()` call.
     pub steps: Vec<StepRecord>,
+    /// Stopped early by `Pacing::stop`: unsent requests have no send time
+    /// and in-flight ones carry an "aborted" error.
+    pub stopped: bool,
 }
 
 /// Runs `requests` through `engine`. A request is added as soon as fewer than
@@ -84,16 +91,33 @@ pub fn drive<E: StepEngine>(
         engine_timings: vec![None; n],
         duration_s: 0.0,
         steps: Vec::new(),
+        stopped: false,
     };
     let origin = Instant::now();
     let mut next = 0usize;
     let mut in_flight = 0usize;
     let mut finished = 0usize;
     let mut step = StepOutput::default();
+    let mut finished_flags = vec![false; n];
     let max_in_flight = pacing.max_in_flight.max(1);
     let arrived = |i: usize, now: f64| pacing.arrivals.is_none_or(|a| a[i] <= now);
 
     while finished < n {
+        if pacing.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            out.stopped = true;
+            let aborted: Vec<u64> = (0..next)
+                .filter(|&i| out.records[i].error.is_none() && !finished_flags[i])
+                .map(|i| base + i as u64)
+                .collect();
+            engine.abort(&aborted)?;
+            for rid in aborted {
+                out.records[(rid - base) as usize].error = Some("aborted: interrupted".into());
+            }
+            for r in &mut out.records[next..] {
+                r.error = Some("not sent: interrupted".into());
+            }
+            break;
+        }
         if in_flight == 0 && next < n {
             // Nothing to step: wait for the next arrival.
             if let Some(at) = pacing.arrivals.map(|a| a[next]) {
@@ -133,6 +157,7 @@ pub fn drive<E: StepEngine>(
             out.records[idx].on_tokens(now, d.new_tokens);
             delivered += d.new_tokens;
             if d.finished {
+                finished_flags[idx] = true;
                 if out.records[idx].output_tokens == 0 {
                     out.records[idx].error = Some("finished without output tokens".into());
                 }
@@ -189,6 +214,10 @@ mod tests {
             self.running.push((rid, max_tokens, true));
             Ok(())
         }
+        fn abort(&mut self, rids: &[u64]) -> Result<()> {
+            self.running.retain(|r| !rids.contains(&r.0));
+            Ok(())
+        }
         fn step(&mut self, out: &mut StepOutput) -> Result<()> {
             out.clear();
             self.max_seen_running = self.max_seen_running.max(self.running.len());
@@ -212,7 +241,7 @@ mod tests {
         let reqs = vec![Request::Tokens { prompt: &prompt, max_tokens: 4, ignore_eos: true }; 10];
         let mut ids = RequestIds::default();
         let mut done_calls = Vec::new();
-        let pacing = Pacing { max_in_flight: 3, arrivals: None };
+        let pacing = Pacing { max_in_flight: 3, arrivals: None, stop: None };
         let out = drive(&mut engine, &reqs, pacing, &mut ids, &mut |n| done_calls.push(n)).unwrap();
         assert_eq!(engine.max_seen_running, 3);
         assert_eq!(out.records.len(), 10);
@@ -225,9 +254,32 @@ mod tests {
         assert_eq!(out.steps.iter().map(|s| s.finished).sum::<u32>(), 10);
         assert!(out.duration_s > 0.0);
         // Ids continue across loops on one engine.
-        let one = Pacing { max_in_flight: 1, arrivals: None };
+        let one = Pacing { max_in_flight: 1, arrivals: None, stop: None };
         let out2 = drive(&mut engine, &reqs[..1], one, &mut ids, &mut |_| {}).unwrap();
         assert!(out2.records[0].ok());
+    }
+
+    #[test]
+    fn stop_aborts_in_flight_and_keeps_what_finished() {
+        let mut engine = OneTokenPerStep::default();
+        let prompt = [1u32];
+        let mut reqs = vec![Request::Tokens { prompt: &prompt, max_tokens: 6, ignore_eos: true }; 6];
+        reqs[0] = Request::Tokens { prompt: &prompt, max_tokens: 3, ignore_eos: true };
+        let stop = AtomicBool::new(false);
+        let pacing = Pacing { max_in_flight: 2, arrivals: None, stop: Some(&stop) };
+        // Stop when the first request finished (step 3): the second is in flight.
+        let mut seen = 0;
+        let out = drive(&mut engine, &reqs, pacing, &mut RequestIds::default(), &mut |n| {
+            seen = n;
+            stop.store(true, Ordering::Relaxed);
+        })
+        .unwrap();
+        assert!(out.stopped);
+        assert_eq!(seen, 1);
+        assert!(out.records[0].ok());
+        assert_eq!(out.records[1].error.as_deref(), Some("aborted: interrupted"));
+        assert!(out.records[2..].iter().all(|r| r.error.as_deref() == Some("not sent: interrupted")));
+        assert!(engine.running.is_empty(), "in-flight requests were aborted in the engine");
     }
 
     #[test]
@@ -236,7 +288,7 @@ mod tests {
         let prompt = [1u32];
         let reqs = vec![Request::Tokens { prompt: &prompt, max_tokens: 1, ignore_eos: true }; 3];
         let arrivals = [0.0, 0.05, 0.10];
-        let pacing = Pacing { max_in_flight: 8, arrivals: Some(&arrivals) };
+        let pacing = Pacing { max_in_flight: 8, arrivals: Some(&arrivals), stop: None };
         let out = drive(&mut engine, &reqs, pacing, &mut RequestIds::default(), &mut |_| {}).unwrap();
         for (r, at) in out.records.iter().zip(arrivals) {
             assert!(r.send_s >= at, "sent at {} before arrival {at}", r.send_s);
@@ -251,7 +303,7 @@ mod tests {
         let q = Prompt::Text("Q".into());
         let reqs: Vec<Request> = (0..3).map(|_| Request::Text { prompt: &q, max_tokens: 2, stop: &stop }).collect();
         let mut ids = RequestIds::default();
-        let pacing = Pacing { max_in_flight: 8, arrivals: None };
+        let pacing = Pacing { max_in_flight: 8, arrivals: None, stop: None };
         let out = drive(&mut engine, &reqs, pacing, &mut ids, &mut |_| {}).unwrap();
         let texts: Vec<String> = out.completions.into_iter().map(|c| c.unwrap().0).collect();
         assert_eq!(texts, vec!["done 0", "done 1", "done 2"]);

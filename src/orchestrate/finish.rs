@@ -1,0 +1,146 @@
+//! Turning what a worker sent into results: point figures, eval scores, the
+//! accuracy gate.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::outputs::OutputFiles;
+use super::plan::EvalPlan;
+use super::protocol::{EvalCompletion, RawPoint};
+use crate::eval::tasks::TaskDef;
+use crate::eval::{Sample, aggregate, score_sample};
+use crate::metrics::crosscheck::cross_check;
+use crate::metrics::steps::summarize_steps;
+use crate::metrics::{FigureSpec, point_figures};
+use crate::recipe::GateMetric;
+use crate::recipe::sweep::ResolvedSweep;
+use crate::report::files::JsonLines;
+use crate::report::result::{Gate, GateCheck, Gsm8kResult, PointResult};
+
+/// The accuracy gate over lm-eval's metric names (`exact_match,<filter>`).
+pub fn gate(g: &Gsm8kResult, task: &TaskDef, min_accuracy: f64, metric: Option<GateMetric>) -> Gate {
+    let strict = (format!("exact_match,{}", task.strict.name), g.exact_match_strict);
+    let flexible = (format!("exact_match,{}", task.flexible.name), g.exact_match_flexible);
+    let metrics = match metric.unwrap_or_default() {
+        GateMetric::All => vec![strict, flexible],
+        GateMetric::Strict => vec![strict],
+        GateMetric::Flexible => vec![flexible],
+    };
+    let checks: Vec<GateCheck> = metrics
+        .into_iter()
+        .map(|(metric, value)| GateCheck { metric, value, passed: value >= min_accuracy })
+        .collect();
+    Gate { min_accuracy, passed: checks.iter().all(|c| c.passed), checks }
+}
+
+/// Figures, step summary and cross-check of one measured point.
+pub fn finish_point(raw: &RawPoint, sweep: &ResolvedSweep, gpus: u32) -> PointResult {
+    let p = &raw.spec.point;
+    let spec = FigureSpec { percentiles: &sweep.percentiles, gpus, goodput: sweep.goodput };
+    let figures = point_figures(&raw.records, raw.duration_s, spec);
+    let crosscheck = cross_check(&raw.records, &raw.engine_timings);
+    if let Some(c) = crosscheck.as_ref().filter(|c| !c.agree) {
+        tracing::warn!(
+            "{}/{} conc {}: harness and vLLM disagree (TTFT median diff {:.2} ms, E2EL {:.2} ms, tolerance {:.2}/{:.2} ms)",
+            p.isl, p.osl, p.conc, c.ttft.median_ms, c.e2el.median_ms, c.ttft.tolerance_ms, c.e2el.tolerance_ms
+        );
+    }
+    PointResult {
+        conc: p.conc,
+        isl: p.isl,
+        osl: p.osl,
+        num_prompts: p.num_prompts,
+        warmups: p.warmups,
+        length_convention: raw.spec.dataset.convention,
+        range_ratio: raw.spec.dataset.range_ratio,
+        prefix_len: raw.spec.dataset.prefix_len,
+        request_rate: raw.spec.request_rate,
+        burstiness: raw.spec.request_rate.map(|_| raw.spec.burstiness),
+        ignore_eos: raw.spec.ignore_eos,
+        gpus,
+        status: if raw.partial {
+            "partial"
+        } else if figures.failed == 0 {
+            "ok"
+        } else {
+            "failed"
+        }
+        .into(),
+        figures,
+        step_stats: summarize_steps(&raw.steps),
+        crosscheck,
+        telemetry: None,
+    }
+}
+
+pub fn point_line(p: &PointResult) -> String {
+    let mut line = format!(
+        "{}/{} conc {}: {:.1} output tok/s, median TPOT {:.2} ms",
+        p.isl,
+        p.osl,
+        p.conc,
+        p.figures.output_throughput,
+        p.figures.ms("median_tpot_ms")
+    );
+    if p.figures.failed > 0 {
+        line.push_str(&format!(", {} requests FAILED", p.figures.failed));
+    }
+    line
+}
+
+/// Scores the completions of an eval and logs every sample.
+pub fn score_eval(
+    eval: &EvalPlan,
+    completions: &[EvalCompletion],
+    duration_s: f64,
+    max_tokens: u32,
+    files: &mut OutputFiles,
+    label: &str,
+) -> Result<Gsm8kResult> {
+    if files.samples.is_none() {
+        files.samples = Some(JsonLines::create(files.dir.join("gsm8k_samples.jsonl"))?);
+    }
+    let log = files.samples.as_mut().expect("just created");
+    let mut samples: Vec<Sample> = Vec::with_capacity(completions.len());
+    for (request, completion) in eval.plan.requests.iter().zip(completions) {
+        let mut s = score_sample(
+            &eval.task,
+            request.doc_id,
+            &request.prompt.hash_input(),
+            &completion.text,
+            completion.output_tokens,
+            &request.gold,
+        );
+        s.token_ids = completion.token_ids.clone();
+        #[derive(Serialize)]
+        struct Line<'a> {
+            label: &'a str,
+            #[serde(flatten)]
+            sample: &'a Sample,
+        }
+        log.append(&Line { label, sample: &s })?;
+        samples.push(s);
+    }
+    let a = aggregate(&samples);
+    let p = &eval.plan;
+    Ok(Gsm8kResult {
+        n: a.n,
+        exact_match_strict: a.exact_match_strict,
+        exact_match_strict_stderr: a.exact_match_strict_stderr,
+        exact_match_flexible: a.exact_match_flexible,
+        exact_match_flexible_stderr: a.exact_match_flexible_stderr,
+        task: p.task.clone(),
+        task_origin: p.task_origin.clone(),
+        chat: p.chat,
+        num_fewshot: p.num_fewshot,
+        fewshot_mode: p.fewshot_mode.label(),
+        data_kind: p.data_kind.as_str().to_string(),
+        data_source: p.data_source.clone(),
+        train_size: p.split_sizes.train,
+        test_size: p.split_sizes.test,
+        max_tokens,
+        duration_s,
+        output_tokens: completions.iter().map(|c| u64::from(c.output_tokens)).sum(),
+    })
+}
+

@@ -1,0 +1,35 @@
+//! Ctrl-C: the first asks for a graceful stop, the second for an immediate one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// Counts SIGINT/SIGTERM received by the orchestrator.
+#[derive(Clone)]
+pub struct Interrupts(Arc<AtomicUsize>);
+
+impl Interrupts {
+    /// Installs the handler (a thread that counts signals).
+    pub fn install() -> Interrupts {
+        let count = Arc::new(AtomicUsize::new(0));
+        let c = Arc::clone(&count);
+        match Signals::new([SIGINT, SIGTERM]) {
+            Ok(mut signals) => {
+                std::thread::spawn(move || {
+                    for _ in signals.forever() {
+                        c.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot handle Ctrl-C gracefully: {e}"),
+        }
+        Interrupts(count)
+    }
+
+    /// Signals received so far.
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}

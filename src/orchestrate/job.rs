@@ -1,0 +1,281 @@
+//! One job: a worker process for one engine configuration, watched until it
+//! ends. Everything it sends is written as it arrives; crashes, hangs and
+//! Ctrl-C leave valid files with the unfinished points named.
+
+use std::io::{BufRead, BufReader};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use indicatif::MultiProgress;
+
+use super::finish::{finish_point, gate, point_line, score_eval};
+use super::interrupt::Interrupts;
+use super::outputs::OutputFiles;
+use super::plan::{Plan, PlannedJob};
+use super::progress::{Bar, say};
+use super::protocol::{Job, Message, Task};
+use super::spawn::spawn_worker;
+use super::worker::STOP_SIGNAL;
+use crate::report::result::{Evals, RunError, RunResult, TelemetryInfo, Unfinished};
+use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
+
+/// Telemetry sampling interval (the default; the sampler costs
+/// ~0.2 ms of CPU per sample on the development machine).
+const TELEMETRY_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How a job ended, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobOutcome {
+    Ok,
+    Failed,
+    /// The engine rejected the user's input (e.g. a flag vLLM's parser rejects).
+    BadInput,
+    /// Stopped by Ctrl-C.
+    Interrupted,
+}
+
+/// Runs one job in a fresh worker and records everything into `result.jobs[index]`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_job(
+    plan: &Plan,
+    index: usize,
+    job: &PlannedJob,
+    result: &mut RunResult,
+    files: &mut OutputFiles,
+    ui: &MultiProgress,
+    interrupts: &Interrupts,
+    opts: &super::plan::RunOptions,
+) -> Result<JobOutcome> {
+    let mut engine_argv = vec![plan.model_path.clone()];
+    engine_argv.extend(job.config.args.iter().cloned());
+    let request = Job {
+        python: plan.install.python(),
+        engine_argv,
+        points: job.specs.clone(),
+        eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
+    };
+    let suffix = files.suffix(index, plan.jobs.len());
+    let log_path = files.dir.join(format!("worker{suffix}.log"));
+    let series_file = format!("telemetry{suffix}.jsonl");
+    result.jobs[index].status = "running".into();
+    files.write_result(result)?;
+
+    // The sampler starts before the engine, so the series covers its load.
+    let telemetry = Telemetry::start(TelemetryConfig {
+        interval: TELEMETRY_INTERVAL,
+        visible_gpus: visible_gpus_from_env(&job.env),
+        gpu_count_hint: job.config.tp,
+    });
+    telemetry.mark("engine load");
+    let mut worker = spawn_worker(&Task::Run(request), &job.env, &job.config.env_unset, &log_path, opts.verbose, ui)?;
+    let pid = worker.child.id();
+    telemetry.set_engine_pid(pid);
+    result.jobs[index].worker_pid = Some(pid);
+    files.write_result(result)?;
+
+    // Messages arrive on a thread so the loop can watch the clock and Ctrl-C.
+    let (tx, rx) = mpsc::channel();
+    let stdout = worker.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    let mut bar = Bar::new(ui);
+    bar.spinner("starting engine (import vLLM, load weights)");
+    let mut failure: Option<RunError> = None;
+    let mut bad_input = false;
+    let mut got_done = false;
+    let mut gpus = 1;
+    let mut points_done = 0usize;
+    let mut deadline: Option<Instant> = None;
+    let mut timed_out = false;
+    let seen_interrupts = interrupts.count();
+    let mut asked_to_stop = false;
+    let mut killed = false;
+    loop {
+        let line = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => Some(line),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        // Ctrl-C: the first asks the worker to stop gracefully, the second kills it.
+        let pressed = interrupts.count() - seen_interrupts;
+        if pressed >= 1 && !asked_to_stop {
+            asked_to_stop = true;
+            bar.clear();
+            say(ui, "interrupted: aborting the requests in flight and keeping the partial point (Ctrl-C again to kill the engine)");
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as i32, STOP_SIGNAL) };
+        }
+        if pressed >= 2 && !killed {
+            killed = true;
+            say(ui, "interrupted again: killing the engine worker");
+            kill_group(pid);
+        }
+        if let Some(d) = deadline.filter(|d| Instant::now() > *d && !timed_out) {
+            let _ = d;
+            timed_out = true;
+            let secs = plan.point_timeout.map_or(0, |t| t.as_secs());
+            failure = Some(RunError {
+                message: format!("timeout: no point finished within --point-timeout {secs} s; the engine worker was killed"),
+                traceback: None,
+                log_tail: Vec::new(),
+            });
+            kill_group(pid);
+        }
+        let Some(line) = line else { continue };
+        let Ok(msg) = serde_json::from_str::<Message>(&line) else {
+            tracing::debug!("worker said: {line}");
+            continue;
+        };
+        let j = &mut result.jobs[index];
+        match msg {
+            Message::Ready { engine, engine_start_s } => {
+                telemetry.mark("engine ready");
+                bar.finish(format!("engine started in {engine_start_s:.1} s"));
+                let get = |k: &str| engine.get(k).and_then(|v| v.as_str()).map(String::from);
+                let size = |k: &str| engine.get(k).and_then(|v| v.as_u64()).unwrap_or(1).max(1) as u32;
+                gpus = size("tensor_parallel_size") * size("pipeline_parallel_size");
+                j.fingerprint = Some(j.compute_fingerprint(&plan.model_path, get("vllm").as_deref().unwrap_or("")));
+                j.engine = Some(engine.clone());
+                j.engine_start_s = Some(engine_start_s);
+                if result.versions.vllm.is_none() {
+                    result.versions.vllm = get("vllm");
+                    result.versions.torch = get("torch");
+                    result.versions.python = get("python");
+                }
+                deadline = plan.point_timeout.map(|t| Instant::now() + t);
+            }
+            Message::Progress { phase, done, total } => {
+                if bar.phase() != phase {
+                    telemetry.mark(&phase);
+                }
+                bar.progress(&phase, done, total)
+            }
+            Message::Point { raw } => {
+                let mut point = finish_point(&raw, &j.sweep, gpus);
+                let f = &point.figures;
+                let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
+                let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);
+                point.telemetry = Some(window);
+                bar.finish(point_line(&point));
+                files.append_point(index, j, j.points.len(), &point, &raw)?;
+                j.points.push(point);
+                points_done += 1;
+                deadline = plan.point_timeout.map(|t| Instant::now() + t);
+            }
+            Message::Eval { completions, duration_s, max_tokens } => {
+                bar.finish(format!("eval generated in {duration_s:.1} s"));
+                if let Some(eval) = &plan.eval {
+                    let g = score_eval(eval, &completions, duration_s, max_tokens, files, &j.label)?;
+                    let metric = plan.recipe.eval.as_ref().map(|e| e.gate_metric);
+                    let gate = plan.min_accuracy.map(|min| gate(&g, &eval.task, min, metric));
+                    j.eval = Some(Evals { gsm8k: g, gate });
+                }
+            }
+            Message::Error { message, traceback, bad_input: bad } => {
+                bad_input = bad;
+                failure = Some(RunError { message, traceback, log_tail: Vec::new() });
+            }
+            Message::Done => got_done = true,
+            Message::Checked { .. } => {}
+        }
+        files.write_result(result)?;
+    }
+    bar.clear();
+    let status = worker.child.wait()?;
+    let report = telemetry.stop();
+    report.write_jsonl(&files.dir.join(&series_file))?;
+
+    let interrupted = asked_to_stop;
+    if failure.is_none() && !interrupted && (!got_done || !status.success()) {
+        failure = Some(RunError {
+            message: format!("the engine worker ended unexpectedly ({})", describe_exit(status)),
+            traceback: None,
+            log_tail: Vec::new(),
+        });
+    }
+    if let Some(f) = failure.as_mut() {
+        f.log_tail = worker.log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
+    }
+
+    let j = &mut result.jobs[index];
+    j.worker_pid = None;
+    j.telemetry = Some(TelemetryInfo {
+        interval_ms: report.interval_ms,
+        sources: report.sources.clone(),
+        gpus: report.gpus.clone(),
+        markers: report.markers.clone(),
+        samples: report.samples.len(),
+        series_file,
+        sampler_cpu_seconds: report.sampler_cpu_seconds,
+        sampler_cpu_fraction: report.sampler_cpu_fraction(),
+    });
+    // Name every point that did not finish, and why.
+    let partial_last = j.points.last().is_some_and(|p| p.status == "partial");
+    for (i, spec) in job.specs.iter().enumerate().skip(points_done) {
+        let (status, reason) = if i == points_done && !partial_last {
+            match (&failure, interrupted) {
+                (_, true) => ("interrupted", "stopped by Ctrl-C before it finished".to_string()),
+                (Some(_), _) if timed_out => ("timeout", failure.as_ref().map(|f| f.message.clone()).unwrap_or_default()),
+                (Some(f), _) => ("failed", f.message.clone()),
+                (None, _) => ("not run", "the worker ended before this point".to_string()),
+            }
+        } else {
+            ("not run", if interrupted { "interrupted".to_string() } else { "an earlier point failed".to_string() })
+        };
+        j.unfinished.push(Unfinished { point: spec.point, status: status.into(), reason });
+    }
+    let points_failed = j.points.iter().any(|p| p.status == "failed");
+    let gate_failed = j.eval.as_ref().and_then(|e| e.gate.as_ref()).is_some_and(|g| !g.passed);
+    let outcome = match (&failure, bad_input) {
+        _ if interrupted => JobOutcome::Interrupted,
+        (Some(_), true) => JobOutcome::BadInput,
+        (Some(_), false) => JobOutcome::Failed,
+        (None, _) if points_failed || gate_failed || !j.unfinished.is_empty() => JobOutcome::Failed,
+        (None, _) => JobOutcome::Ok,
+    };
+    j.status = match outcome {
+        JobOutcome::Ok => "ok",
+        JobOutcome::Interrupted => "interrupted",
+        _ => "failed",
+    }
+    .into();
+    j.error = failure;
+    files.write_result(result)?;
+    Ok(outcome)
+}
+
+/// Kills the worker and everything it started (its own process group).
+fn kill_group(pid: u32) {
+    // SAFETY: signals to our own child's process group.
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+}
+
+/// "exit code 1", "killed by signal 9 (SIGKILL)", ...
+pub fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => {
+            let name = match sig {
+                libc::SIGKILL => " (SIGKILL; out of memory is a common cause)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGABRT => " (SIGABRT)",
+                libc::SIGTERM => " (SIGTERM)",
+                libc::SIGBUS => " (SIGBUS)",
+                _ => "",
+            };
+            format!("killed by signal {sig}{name}")
+        }
+        _ => "unknown status".into(),
+    }
+}

@@ -1,0 +1,121 @@
+//! The files of a run folder (see the README's "Output files").
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::protocol::RawPoint;
+use crate::report::files::{JsonLines, write_json_atomic};
+use crate::report::result::{JobResult, PointResult, RunResult};
+
+/// One request as written to `requests.jsonl`.
+#[derive(Serialize)]
+struct RequestLine<'a> {
+    job: usize,
+    label: &'a str,
+    point: usize,
+    isl: u32,
+    osl: u32,
+    conc: u32,
+    request: usize,
+    input_tokens: u32,
+    requested_output_tokens: u32,
+    output_tokens: u32,
+    send_s: f64,
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+    e2el_ms: Option<f64>,
+    itl_ms: Vec<f64>,
+    error: &'a Option<String>,
+    /// vLLM's own TTFT / queue time for this request, ms.
+    vllm_ttft_ms: Option<f64>,
+    vllm_queued_ms: Option<f64>,
+}
+
+/// The files of a run folder (see the README's "Output files").
+pub struct OutputFiles {
+    pub dir: PathBuf,
+    points: JsonLines,
+    requests: JsonLines,
+    steps: Option<JsonLines>,
+    pub samples: Option<JsonLines>,
+    /// `--resume` count of this run (file name suffixes keep earlier files).
+    pub resumes: u32,
+}
+
+impl OutputFiles {
+    pub fn create(dir: &Path, step_trace: bool) -> Result<OutputFiles> {
+        Ok(OutputFiles {
+            dir: dir.to_path_buf(),
+            points: JsonLines::create(dir.join("points.jsonl"))?,
+            requests: JsonLines::create(dir.join("requests.jsonl"))?,
+            steps: if step_trace { Some(JsonLines::create(dir.join("steps.jsonl"))?) } else { None },
+            samples: None,
+            resumes: 0,
+        })
+    }
+
+    /// File name suffix of job `index`'s per-job files (worker log,
+    /// telemetry): none for a single job, `-N` otherwise, `-rK` after resumes.
+    pub fn suffix(&self, index: usize, jobs: usize) -> String {
+        let job = if jobs > 1 { format!("-{index}") } else { String::new() };
+        let resume = if self.resumes > 0 { format!("-r{}", self.resumes) } else { String::new() };
+        format!("{job}{resume}")
+    }
+
+    pub fn write_result(&self, result: &RunResult) -> Result<()> {
+        write_json_atomic(&self.dir.join("result.json"), result)
+    }
+
+    pub fn append_point(
+        &mut self,
+        job_index: usize,
+        job: &JobResult,
+        index: usize,
+        point: &PointResult,
+        raw: &RawPoint,
+    ) -> Result<()> {
+        #[derive(Serialize)]
+        struct Tagged<'a, T: Serialize> {
+            job: usize,
+            label: &'a str,
+            point: usize,
+            #[serde(flatten)]
+            item: &'a T,
+        }
+        let label = job.label.as_str();
+        self.points.append(&Tagged { job: job_index, label, point: index, item: point })?;
+        let ms = |s: Option<f64>| s.map(|s| s * 1000.0);
+        for (i, r) in raw.records.iter().enumerate() {
+            let vllm = raw.engine_timings.get(i).copied().flatten();
+            self.requests.append(&RequestLine {
+                job: job_index,
+                label,
+                point: index,
+                isl: point.isl,
+                osl: point.osl,
+                conc: point.conc,
+                request: i,
+                input_tokens: r.input_tokens,
+                requested_output_tokens: raw.requested_output_lens.get(i).copied().unwrap_or(0),
+                output_tokens: r.output_tokens,
+                send_s: r.send_s,
+                ttft_ms: ms(r.ttft_s()),
+                tpot_ms: ms(r.tpot_s()),
+                e2el_ms: ms(r.e2el_s()),
+                itl_ms: r.itl_s.iter().map(|s| s * 1000.0).collect(),
+                error: &r.error,
+                vllm_ttft_ms: vllm.map(|t| t.ttft_s * 1000.0),
+                vllm_queued_ms: vllm.map(|t| t.queued_s * 1000.0),
+            })?;
+        }
+        if let Some(steps) = self.steps.as_mut() {
+            for step in &raw.steps {
+                steps.append(&Tagged { job: job_index, label, point: index, item: step })?;
+            }
+        }
+        Ok(())
+    }
+}
+
