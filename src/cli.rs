@@ -27,6 +27,8 @@ pub enum Command {
     Run(RunArgs),
     /// Run only the eval (GSM8K) on the recipe's engine.
     Eval(EvalArgs),
+    /// The same sweep in-process, with the engine core in its own process, and through `vllm serve`: what the server costs.
+    Overhead(RunArgs),
     /// Check or show a recipe without loading a model.
     #[command(subcommand)]
     Recipe(RecipeCommand),

@@ -29,6 +29,7 @@ fn main() {
     let outcome = match cli.command {
         Command::Run(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::run::run(&o)),
         Command::Eval(a) => orchestrate::run::run(&eval_options(a, cli.verbose)),
+        Command::Overhead(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::overhead::overhead(&o)),
         Command::Recipe(cli::RecipeCommand::Check(a)) => {
             orchestrate::check::check(&a.recipes, a.variant.as_deref())
         }

@@ -220,6 +220,9 @@ class Engine:
             "pipeline_parallel_size": int(pc.pipeline_parallel_size),
             "data_parallel_size": int(pc.data_parallel_size),
             "vocab_size": len(self.tokenizer),
+            # With vocab_size, what random prompts draw from (other clients of
+            # the same workload rebuild the allowed ids from these two).
+            "special_token_ids": sorted(set(getattr(self.tokenizer, "all_special_ids", []) or [])),
             "device": str(self.engine.vllm_config.device_config.device_type),
             "scheduler_details": self.scheduler_details,
         }

@@ -10,6 +10,7 @@ pub mod finish;
 pub mod interrupt;
 pub mod job;
 pub mod outputs;
+pub mod overhead;
 pub mod plan;
 pub mod progress;
 pub mod protocol;

@@ -70,6 +70,8 @@ pub struct EvalPlan {
 /// One engine configuration ready to run.
 pub struct PlannedJob {
     pub config: EngineConfig,
+    /// Shown instead of the configuration's label (the tiers of `overhead`).
+    pub label: Option<String>,
     /// The engine process's environment additions (config env + enginebench defaults).
     pub env: BTreeMap<String, String>,
     pub specs: Vec<PointSpec>,
@@ -138,7 +140,7 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         .map(|config| {
             let run_eval = eval.is_some() && config.tp == first_tp(&config);
             let specs = if opts.only_eval { Vec::new() } else { point_specs(&config) };
-            PlannedJob { env: engine_env(&recipe, &config), specs, config, run_eval }
+            PlannedJob { env: engine_env(&recipe, &config), specs, config, run_eval, label: None }
         })
         .collect();
     let min_accuracy = opts.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));

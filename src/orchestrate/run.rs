@@ -64,7 +64,7 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
             continue; // resumed: nothing left to do for this job
         }
         if plan.jobs.len() > 1 {
-            say(&ui, &format!("job {}/{}: {}", index + 1, plan.jobs.len(), job.config.label()));
+            say(&ui, &format!("job {}/{}: {}", index + 1, plan.jobs.len(), result.jobs[index].label));
         }
         let outcome = run_job(&plan, index, job, &mut result, &mut files, &ui, &interrupts, opts)?;
         outcomes.push(outcome);
@@ -97,7 +97,7 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
     })
 }
 
-fn new_result(plan: &Plan) -> RunResult {
+pub(super) fn new_result(plan: &Plan) -> RunResult {
     RunResult {
         schema_version: SCHEMA_VERSION,
         status: "running".into(),
@@ -119,9 +119,9 @@ fn new_result(plan: &Plan) -> RunResult {
     }
 }
 
-fn pending_job(job: &PlannedJob, model: &str) -> JobResult {
+pub(super) fn pending_job(job: &PlannedJob, model: &str) -> JobResult {
     let mut j = JobResult {
-        label: job.config.label(),
+        label: job.label.clone().unwrap_or_else(|| job.config.label()),
         variant: job.config.variant.clone(),
         tp: job.config.tp,
         status: "pending".into(),
@@ -199,7 +199,7 @@ fn resume(dir: &Path, plan: &mut Plan, opts: &RunOptions) -> Result<(PathBuf, Ru
     Ok((dir.to_path_buf(), old, files))
 }
 
-fn output_dir(given: Option<&Path>, recipe_name: &str) -> Result<PathBuf> {
+pub(super) fn output_dir(given: Option<&Path>, recipe_name: &str) -> Result<PathBuf> {
     let dir = match given {
         Some(d) => d.to_path_buf(),
         None => PathBuf::from("results")
@@ -217,7 +217,7 @@ fn output_dir(given: Option<&Path>, recipe_name: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn print_summary(result: &RunResult, out_dir: &Path, verbose: bool) {
+pub(super) fn print_summary(result: &RunResult, out_dir: &Path, verbose: bool) {
     let multi = result.jobs.len() > 1;
     for job in &result.jobs {
         if multi {
@@ -258,6 +258,6 @@ fn print_summary(result: &RunResult, out_dir: &Path, verbose: bool) {
     println!("results: {}", out_dir.join("result.json").display());
 }
 
-fn now_rfc3339() -> String {
+pub(super) fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

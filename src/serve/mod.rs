@@ -10,13 +10,10 @@
 //!
 //! Linux only (process groups, `/proc`, `PR_SET_PDEATHSIG`).
 
-// Not wired into a command yet (`overhead` will use it); tests exercise it.
-#![allow(dead_code, unused_imports)]
-
 pub mod client;
 pub mod process;
 pub mod server;
 pub mod sse;
 
-pub use client::{ClientConfig, ServeOutcome, run_benchmark};
+pub use client::{ClientConfig, run_benchmark};
 pub use server::{ServerSpec, VllmServer};
