@@ -1,5 +1,6 @@
 //! enginebench: drive vLLM's engine in-process from Rust and measure it.
 
+mod ab;
 mod cli;
 mod engine;
 mod error;

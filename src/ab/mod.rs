@@ -1,0 +1,3 @@
+//! A/B analysis: compare a candidate with a baseline.
+
+pub mod stats;
