@@ -195,14 +195,11 @@ const COLOURS: [RGBColor; 8] = [
 /// Pixel size of every chart.
 pub const SIZE: (u32, u32) = (1100, 700);
 
-/// An axis tick: no decimals from 10 up, else up to 2 (trailing zeros dropped).
+/// An axis tick: at most 2 decimals, trailing zeros dropped (`300`, `15.5`, `0.25`).
 fn tick(v: &f64) -> String {
-    if v.abs() >= 10.0 || *v == 0.0 {
-        format!("{v:.0}")
-    } else {
-        let s = format!("{v:.2}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
+    let s = format!("{v:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.to_string() }
 }
 
 /// Draws one chart onto any plotters backend (files, or a buffer in tests).
@@ -480,6 +477,11 @@ pub(crate) mod tests {
             let opens = text.matches("<text").count();
             assert_eq!(opens, text.matches("</text>").count());
         }
+    }
+
+    #[test]
+    fn ticks() {
+        assert_eq!([tick(&300.0), tick(&15.5), tick(&0.25), tick(&0.0), tick(&16.000000001)], ["300", "15.5", "0.25", "0", "16"]);
     }
 
     #[test]
