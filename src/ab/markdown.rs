@@ -60,9 +60,12 @@ fn repeats_text(c: &Comparison) -> String {
     if b == k { format!("{b} {} each", word(b)) } else { format!("{b} baseline and {k} candidate {}", word(k)) }
 }
 
+/// (ISL, OSL, TP) and its rows.
+type Group<'a> = ((u32, u32, u32), Vec<&'a Row>);
+
 /// Rows grouped by (ISL, OSL, TP), in order.
-fn groups(rows: &[Row]) -> Vec<((u32, u32, u32), Vec<&Row>)> {
-    let mut out: Vec<((u32, u32, u32), Vec<&Row>)> = Vec::new();
+fn groups(rows: &[Row]) -> Vec<Group<'_>> {
+    let mut out: Vec<Group<'_>> = Vec::new();
     for r in rows {
         let k = (r.isl, r.osl, r.tp);
         match out.last_mut() {

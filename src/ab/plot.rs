@@ -139,8 +139,10 @@ pub fn from_comparison(c: &Comparison) -> Vec<Charts> {
 /// that share a label, i.e. repeats, are averaged per concurrency).
 pub fn from_result(result: &RunResult) -> Vec<Charts> {
     use std::collections::BTreeMap;
-    // (isl, osl) -> label (in job order) -> conc -> sums
-    let mut groups: BTreeMap<(u32, u32), Vec<(String, BTreeMap<u32, (f64, f64, f64, usize)>)>> = BTreeMap::new();
+    // Sums of tok/s/gpu, intvty, TPOT ms and the count, by conc.
+    type Sums = BTreeMap<u32, (f64, f64, f64, usize)>;
+    // (isl, osl) -> (label, sums) in job order
+    let mut groups: BTreeMap<(u32, u32), Vec<(String, Sums)>> = BTreeMap::new();
     for job in &result.jobs {
         for p in &job.points {
             let list = groups.entry((p.isl, p.osl)).or_default();

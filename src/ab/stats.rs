@@ -480,7 +480,7 @@ mod tests {
         let t = RepeatData::Ratio { observed: 80.0, num: vec![80.0; 10], den: vec![1.0; 10] };
         assert_eq!(t.observed(), 80.0);
         let u = RepeatData::Ratio { observed: 88.0, num: vec![80.0; 10], den: vec![0.9; 10] };
-        let d = bootstrap_delta(&[t.clone()], &[u], BootstrapOptions::default()).unwrap();
+        let d = bootstrap_delta(std::slice::from_ref(&t), &[u], BootstrapOptions::default()).unwrap();
         close(d.delta, 0.1, 1e-12);
         let (lo, hi) = d.ci.unwrap();
         close(lo, 0.1, 1e-12);
