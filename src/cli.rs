@@ -39,6 +39,10 @@ pub enum Command {
     Export(ExportArgs),
     /// List the telemetry sources (GPU, host) and sample them, to check a node before a sweep.
     Telemetry(TelemetryArgs),
+    /// Compare two results (before/after): deltas with 95% CIs, accuracy (McNemar), token agreement, gate.
+    Compare(CompareArgs),
+    /// Plot every job of a result: tok/s/gpu vs tok/s/user, tok/s/gpu and TPOT vs concurrency (PNG, SVG).
+    Plot(PlotArgs),
     /// Internal: the engine worker process (reads a job on stdin).
     #[command(name = "__worker", hide = true)]
     Worker,
@@ -179,6 +183,47 @@ pub struct ExportArgs {
     /// The result.json of a run (requests.jsonl is read from beside it).
     pub result: PathBuf,
     /// Write one file per point into this folder (default: a JSON array on stdout).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline's result.json (requests.jsonl and gsm8k_samples.jsonl are read from beside it).
+    pub baseline: PathBuf,
+    /// The candidate's result.json (may be the same file, with two labels).
+    pub candidate: PathBuf,
+    /// The baseline's job label (needed when its file has several).
+    #[arg(long)]
+    pub baseline_label: Option<String>,
+    /// The candidate's job label (needed when its file has several).
+    #[arg(long)]
+    pub candidate_label: Option<String>,
+    /// Largest accepted drop of either exact_match, as a fraction (0.01 = 1 point).
+    #[arg(long, default_value_t = 0.01)]
+    pub max_accuracy_drop: f64,
+    /// Fail (exit 1) on a significant perf regression larger than this fraction (0.05 = 5%).
+    #[arg(long, default_value_t = 0.05)]
+    pub max_regression: f64,
+    /// Bootstrap resamples for the confidence intervals.
+    #[arg(long, default_value_t = crate::ab::stats::DEFAULT_RESAMPLES)]
+    pub resamples: usize,
+    /// Bootstrap seed.
+    #[arg(long, default_value_t = crate::ab::stats::DEFAULT_SEED)]
+    pub seed: u64,
+    /// The perf-changelog config key (default: the recipe name).
+    #[arg(long)]
+    pub config_key: Option<String>,
+    /// Write ab.md, ab.json, changelog.yaml and the plots here (default: beside the candidate).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// The result.json of a run.
+    pub result: PathBuf,
+    /// Write the PNG and SVG files here (default: beside the result).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
 }

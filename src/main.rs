@@ -1,5 +1,6 @@
 //! enginebench: drive vLLM's engine in-process from Rust and measure it.
 
+mod ab;
 mod cli;
 mod engine;
 mod error;
@@ -47,6 +48,27 @@ fn main() {
             exit::OK
         }),
         Command::Telemetry(a) => telemetry::cli_main_opts(a.seconds, a.interval_ms, a.json).map(|()| exit::OK),
+        Command::Compare(a) => ab::run_compare(&ab::CompareRequest {
+            baseline: a.baseline,
+            candidate: a.candidate,
+            baseline_label: a.baseline_label,
+            candidate_label: a.candidate_label,
+            options: ab::Options {
+                max_accuracy_drop: a.max_accuracy_drop,
+                max_regression: a.max_regression,
+                resamples: a.resamples,
+                seed: a.seed,
+                ..ab::Options::default()
+            },
+            config_key: a.config_key,
+            output: a.output,
+        }),
+        Command::Plot(a) => ab::run_plot(&a.result, a.output.as_deref()).map(|files| {
+            for f in files {
+                println!("{}", f.display());
+            }
+            exit::OK
+        }),
         Command::Worker => unreachable!(),
     };
     let code = match outcome {

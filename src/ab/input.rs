@@ -1,0 +1,175 @@
+//! What a comparison reads: for each variant, its repeats (one job of a
+//! result, the job's measured requests and its eval samples), loaded from
+//! result files or handed over in memory by the `ab` command.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Deserialize;
+
+use crate::error::usage;
+use crate::eval::score::Sample;
+use crate::report::result::{JobResult, RunResult};
+
+/// One measured request: the fields of a `requests.jsonl` line that a
+/// comparison needs (other keys are ignored).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RequestRow {
+    /// Index of the job in `result.json`'s `jobs` (absent in single-job files: 0).
+    #[serde(default)]
+    pub job: usize,
+    /// Index of the point in the job's `points`.
+    pub point: usize,
+    /// Prompt tokens.
+    pub input_tokens: u32,
+    /// Tokens generated.
+    pub output_tokens: u32,
+    /// Time to first token, ms.
+    pub ttft_ms: Option<f64>,
+    /// Time per output token after the first, ms (only with more than one output token).
+    pub tpot_ms: Option<f64>,
+    /// End-to-end latency, ms.
+    pub e2el_ms: Option<f64>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl RequestRow {
+    /// Completed normally (counted in the point's figures, as bench serve counts).
+    pub fn ok(&self) -> bool {
+        self.error.is_none() && self.e2el_ms.is_some()
+    }
+}
+
+/// One repeat of one variant: a job as it ran, its measured requests (every
+/// point's, `point` indexing `job.points`) and its eval samples (may be empty).
+#[derive(Debug, Clone)]
+pub struct Repeat {
+    pub job: JobResult,
+    pub requests: Vec<RequestRow>,
+    pub samples: Vec<Sample>,
+}
+
+impl Repeat {
+    /// Tensor-parallel size: the job's `tp`, else the engine's
+    /// `tensor_parallel_size`, else 1.
+    pub fn tp(&self) -> u32 {
+        self.job
+            .tp
+            .or_else(|| {
+                self.job.engine.as_ref()?.get("tensor_parallel_size")?.as_u64().map(|v| v as u32)
+            })
+            .unwrap_or(1)
+    }
+}
+
+/// One variant: its label and its repeats, in the order they ran. Repeats
+/// with different TP sizes are different rows of the comparison, never
+/// repeats of each other.
+#[derive(Debug, Clone)]
+pub struct Arm {
+    pub label: String,
+    pub repeats: Vec<Repeat>,
+}
+
+impl Arm {
+    /// The eval samples of the first repeat that has any (greedy decoding
+    /// makes later repeats' samples the same questions again).
+    pub fn samples(&self) -> &[Sample] {
+        self.repeats.iter().map(|r| r.samples.as_slice()).find(|s| !s.is_empty()).unwrap_or(&[])
+    }
+}
+
+/// A `gsm8k_samples.jsonl` line: the sample and the label of its job.
+#[derive(Deserialize)]
+struct SampleLine {
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(flatten)]
+    sample: Sample,
+}
+
+/// Reads one variant from a result file: the jobs whose label is `label`
+/// (or, when none is, whose variant is), with the `requests.jsonl` and
+/// `gsm8k_samples.jsonl` lines beside it that belong to them. Without a
+/// label the file must hold exactly one job (or one label). Jobs with the
+/// same label are repeats; a samples line is matched to its job by label,
+/// and when several jobs share the label each question's first line is
+/// used. `role` ("baseline" / "candidate") and `flag` name the option in errors.
+pub fn load_arm(result_path: &Path, label: Option<&str>, role: &str, flag: &str) -> Result<(RunResult, Arm)> {
+    let result = crate::report::export::read_result(result_path)?;
+    let labels: Vec<&str> = {
+        let mut v: Vec<&str> = result.jobs.iter().map(|j| j.label.as_str()).collect();
+        v.dedup();
+        v
+    };
+    let chosen: Vec<usize> = match label {
+        Some(l) => {
+            let by_label: Vec<usize> = (0..result.jobs.len()).filter(|&i| result.jobs[i].label == l).collect();
+            if by_label.is_empty() {
+                (0..result.jobs.len()).filter(|&i| result.jobs[i].variant.as_deref() == Some(l)).collect()
+            } else {
+                by_label
+            }
+        }
+        None => {
+            let mut distinct = labels.clone();
+            distinct.sort();
+            distinct.dedup();
+            if distinct.len() > 1 {
+                return Err(usage(format!(
+                    "{} has jobs {}: pick the {role} with {flag}",
+                    result_path.display(),
+                    quote_list(&distinct)
+                )));
+            }
+            (0..result.jobs.len()).collect()
+        }
+    };
+    if chosen.is_empty() {
+        return Err(usage(format!(
+            "{}: no job labelled {:?} for the {role} (jobs: {})",
+            result_path.display(),
+            label.unwrap_or(""),
+            quote_list(&labels)
+        )));
+    }
+    let requests = read_jsonl::<RequestRow>(&result_path.with_file_name("requests.jsonl"))?;
+    let sample_lines = read_jsonl::<SampleLine>(&result_path.with_file_name("gsm8k_samples.jsonl"))?;
+    let single_job = result.jobs.len() == 1;
+    let mut repeats = Vec::new();
+    for &ji in &chosen {
+        let job = result.jobs[ji].clone();
+        let reqs: Vec<RequestRow> = requests.iter().filter(|r| r.job == ji).cloned().collect();
+        let mut seen = BTreeMap::new();
+        let samples: Vec<Sample> = sample_lines
+            .iter()
+            .filter(|s| s.label.as_deref().map_or(single_job, |l| l == job.label))
+            .filter(|s| seen.insert((s.sample.doc_id, s.sample.prompt_sha256.clone()), ()).is_none())
+            .map(|s| s.sample.clone())
+            .collect();
+        repeats.push(Repeat { job, requests: reqs, samples });
+    }
+    let arm_label = label.map(str::to_string).unwrap_or_else(|| result.jobs[chosen[0]].label.clone());
+    Ok((result, Arm { label: arm_label, repeats }))
+}
+
+fn quote_list(items: &[&str]) -> String {
+    items.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Reads a JSON-lines file beside a result; empty when the file is absent.
+fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
+    let Ok(file) = std::fs::File::open(path) else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| usage(format!("{}: {e}", path.display())))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_str(&line).map_err(|e| usage(format!("{}:{}: {e}", path.display(), i + 1)))?);
+    }
+    Ok(out)
+}

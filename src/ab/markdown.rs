@@ -1,0 +1,462 @@
+//! A comparison as text: the terminal table, the accuracy block and the gate
+//! (for the console), and Markdown in the shape people post in a PR
+//! (`| conc | before | after | delta |` per ISL/OSL and TP and figure).
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{CellAlignment, Table};
+
+use super::compare::{Accuracy, Comparison, METRICS, PairedMetric, Row};
+use super::stats::{CONFIDENCE, McNemarMethod};
+
+/// A delta (fraction) as a signed percentage with one decimal: `+4.2%`.
+pub fn pct(delta: f64) -> String {
+    if delta.is_finite() { format!("{:+.1}%", delta * 100.0) } else { "-".into() }
+}
+
+/// A fraction as an unsigned percentage: `5%`, `2.5%`.
+pub fn pct_unsigned(x: f64) -> String {
+    let v = x * 100.0;
+    if (v - v.round()).abs() < 1e-9 { format!("{v:.0}%") } else { format!("{v:.1}%") }
+}
+
+/// A delta interval: `[-1.2%, +2.9%]`, or `[no CI]`.
+pub fn ci_text(ci: Option<(f64, f64)>) -> String {
+    match ci {
+        Some((lo, hi)) => format!("[{}, {}]", pct(lo), pct(hi)),
+        None => "[no CI]".into(),
+    }
+}
+
+/// A p-value: two decimals from 0.1 up (`0.15`, `1.00`), two significant
+/// digits below (`0.018`, `0.00030`), `<0.0001` below that.
+pub fn p_text(p: f64) -> String {
+    if p < 1e-4 {
+        "<0.0001".into()
+    } else if p >= 0.1 {
+        format!("{p:.2}")
+    } else {
+        let decimals = (1.0 - p.log10().floor()) as usize;
+        format!("{p:.decimals$}")
+    }
+}
+
+/// A figure in its unit with about 3 significant digits (as the run table).
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        "-".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn repeats_text(c: &Comparison) -> String {
+    let b = c.rows.iter().map(|r| r.repeats.0).max().unwrap_or(0);
+    let k = c.rows.iter().map(|r| r.repeats.1).max().unwrap_or(0);
+    let word = |n: usize| if n == 1 { "repeat" } else { "repeats" };
+    if b == k { format!("{b} {} each", word(b)) } else { format!("{b} baseline and {k} candidate {}", word(k)) }
+}
+
+/// (ISL, OSL, TP) and its rows.
+type Group<'a> = ((u32, u32, u32), Vec<&'a Row>);
+
+/// Rows grouped by (ISL, OSL, TP), in order.
+fn groups(rows: &[Row]) -> Vec<Group<'_>> {
+    let mut out: Vec<Group<'_>> = Vec::new();
+    for r in rows {
+        let k = (r.isl, r.osl, r.tp);
+        match out.last_mut() {
+            Some((last, list)) if *last == k => list.push(r),
+            _ => out.push((k, vec![r])),
+        }
+    }
+    out
+}
+
+/// The whole comparison as Markdown: header, one `conc | before | after |
+/// delta` table per ISL/OSL, TP and figure, the accuracy block, notes and
+/// the gate.
+pub fn render(c: &Comparison) -> String {
+    let mut s = String::new();
+    let r = &c.context.recipe;
+    s.push_str(&format!("## A/B: `{}` vs `{}`\n\n", c.candidate_label, c.baseline_label));
+    let mut facts = vec![r.model.clone()];
+    facts.extend(r.hardware.clone());
+    facts.extend(r.precision.clone());
+    s.push_str(&format!(
+        "Recipe `{}` ({}). Before: `{}`, after: `{}`, {}. Delta = after / before - 1 with its {:.0}% CI \
+         (percentile bootstrap over repeats and requests, {} resamples, seed {}); a verdict needs the CI to exclude 0.\n",
+        r.name,
+        facts.join(", "),
+        c.baseline_label,
+        c.candidate_label,
+        repeats_text(c),
+        CONFIDENCE * 100.0,
+        c.options.resamples,
+        c.options.seed
+    ));
+    if !c.changes.is_empty() {
+        s.push_str(&format!("\nChange (after vs before): {}.\n", c.changes.join("; ")));
+    }
+    for ((isl, osl, tp), rows) in groups(&c.rows) {
+        s.push_str(&format!("\n### ISL/OSL {isl}/{osl}, TP {tp}\n"));
+        for m in METRICS {
+            let better = if m.higher_is_better() { "higher is better" } else { "lower is better" };
+            s.push_str(&format!("\n{}, {better}:\n\n", m.title()));
+            s.push_str("| conc | before | after | delta |\n|---:|---:|---:|:---|\n");
+            for row in &rows {
+                let f = row.figure(m);
+                s.push_str(&format!(
+                    "| {} | {} | {} | {} {} {} |\n",
+                    row.conc,
+                    num(f.baseline),
+                    num(f.candidate),
+                    pct(f.delta),
+                    ci_text(f.ci),
+                    f.verdict.text()
+                ));
+            }
+        }
+    }
+    if let Some(a) = &c.accuracy {
+        s.push('\n');
+        s.push_str(&accuracy_markdown(a));
+    }
+    if !c.notes.is_empty() {
+        s.push_str("\nNotes:\n\n");
+        for n in &c.notes {
+            s.push_str(&format!("- {n}\n"));
+        }
+    }
+    s.push('\n');
+    s.push_str(&gate_text(c));
+    s
+}
+
+fn mcnemar_cell(m: &PairedMetric) -> String {
+    match m.mcnemar {
+        Some(t) => format!(
+            "{} ({}, b={}, c={})",
+            p_text(t.p_value),
+            match t.method {
+                McNemarMethod::ExactBinomial => "exact",
+                McNemarMethod::ChiSquareCorrected => "chi2",
+            },
+            t.b,
+            t.c
+        ),
+        None => "-".into(),
+    }
+}
+
+fn held_text(a: &Accuracy) -> String {
+    if a.held {
+        format!(
+            "**Accuracy held**: each drop within {:.2} points and none significant (McNemar p >= 0.05).",
+            a.max_accuracy_drop * 100.0
+        )
+    } else {
+        format!(
+            "**Accuracy did not hold**: a drop beyond {:.2} points or a significant drop (McNemar p < 0.05).",
+            a.max_accuracy_drop * 100.0
+        )
+    }
+}
+
+fn agreement_text(a: &Accuracy) -> String {
+    match a.agreement {
+        Some(g) => {
+            let mut t = format!(
+                "Greedy-token agreement: {}/{} questions identical ({:.1}%)",
+                g.identical,
+                g.compared,
+                g.fraction * 100.0
+            );
+            match g.mean_first_divergence {
+                Some(d) => t.push_str(&format!("; the others first differ at token {d:.1} on average.")),
+                None => t.push('.'),
+            }
+            t
+        }
+        None => "Greedy-token agreement: no token ids to compare.".into(),
+    }
+}
+
+/// The accuracy block in Markdown.
+pub fn accuracy_markdown(a: &Accuracy) -> String {
+    let mut s = format!("### Accuracy: {}, {}-shot ({})\n\n", a.task, a.num_fewshot, a.fewshot_mode);
+    s.push_str("| exact_match | before | after | diff | McNemar p |\n|---|---:|---:|---:|---:|\n");
+    for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
+        s.push_str(&format!(
+            "| {name} | {:.2}% | {:.2}% | {:+.2} pts | {} |\n",
+            m.baseline * 100.0,
+            m.candidate * 100.0,
+            m.diff * 100.0,
+            mcnemar_cell(m)
+        ));
+    }
+    s.push_str(&format!(
+        "\nn = {} before, {} after, {} paired by question. {}\n{}\n",
+        a.baseline.n,
+        a.candidate.n,
+        a.paired,
+        held_text(a),
+        agreement_text(a)
+    ));
+    s
+}
+
+fn gate_text(c: &Comparison) -> String {
+    let mut s = format!(
+        "Gate (max regression {}, max accuracy drop {:.2} points): {}\n",
+        pct_unsigned(c.options.max_regression),
+        c.options.max_accuracy_drop * 100.0,
+        if c.gate.passed { "PASS" } else { "FAIL" }
+    );
+    for f in &c.gate.failures {
+        s.push_str(&format!("- {f}\n"));
+    }
+    s
+}
+
+/// The console view: one row per point with before → after, delta and CI
+/// for each figure and the row's verdict; then the accuracy block (plain
+/// text), notes and the gate.
+pub fn terminal(c: &Comparison) -> String {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    let mut header = vec!["ISL/OSL".to_string(), "TP".into(), "conc".into()];
+    header.extend(METRICS.iter().map(|m| format!("{}\nbefore → after\ndelta [95% CI]", m.short())));
+    header.push("verdict".into());
+    table.set_header(header);
+    for r in &c.rows {
+        let mut cells = vec![format!("{}/{}", r.isl, r.osl), r.tp.to_string(), r.conc.to_string()];
+        for m in METRICS {
+            let f = r.figure(m);
+            cells.push(format!("{} → {}\n{} {}", num(f.baseline), num(f.candidate), pct(f.delta), ci_text(f.ci)));
+        }
+        cells.push(r.verdict.text().to_string());
+        table.add_row(cells);
+    }
+    for col in table.column_iter_mut().skip(1) {
+        col.set_cell_alignment(CellAlignment::Right);
+    }
+    let mut s = format!(
+        "A/B: {} (after) vs {} (before), {}; 95% CI by bootstrap\n",
+        c.candidate_label,
+        c.baseline_label,
+        repeats_text(c)
+    );
+    if !c.changes.is_empty() {
+        s.push_str(&format!("change: {}\n", c.changes.join("; ")));
+    }
+    s.push_str(&table.to_string());
+    s.push('\n');
+    if let Some(a) = &c.accuracy {
+        s.push_str(&format!("{}, {}-shot ({}):\n", a.task, a.num_fewshot, a.fewshot_mode));
+        for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
+            s.push_str(&format!(
+                "  exact_match {name}: {:.2}% → {:.2}% ({:+.2} points), McNemar p = {}\n",
+                m.baseline * 100.0,
+                m.candidate * 100.0,
+                m.diff * 100.0,
+                mcnemar_cell(m)
+            ));
+        }
+        s.push_str(&format!("  n = {} / {}, {} paired; {}\n", a.baseline.n, a.candidate.n, a.paired, held_text(a).replace("**", "")));
+        s.push_str(&format!("  {}\n", agreement_text(a)));
+    }
+    for n in &c.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    s.push_str(&gate_text(c));
+    s
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::compare::{
+        Context, Figure, GateResult, Metric, Options, Scores, TokenAgreement,
+    };
+    use super::super::stats::{McNemar, Verdict};
+    use super::*;
+    use crate::report::result::RecipeInfo;
+
+    /// A hand-made comparison: one ISL/OSL and TP, two concurrencies.
+    pub fn fixture() -> Comparison {
+        let fig = |metric, b: f64, c: f64, ci: Option<(f64, f64)>, verdict| Figure {
+            metric,
+            baseline: b,
+            candidate: c,
+            delta: c / b - 1.0,
+            ci,
+            verdict,
+        };
+        let row = |conc, figures: Vec<Figure>, intvty, verdict| Row {
+            isl: 1024,
+            osl: 1024,
+            tp: 8,
+            conc,
+            repeats: (3, 3),
+            figures,
+            intvty,
+            verdict,
+        };
+        let rows = vec![
+            row(
+                4,
+                vec![
+                    fig(Metric::TputPerGpu, 80.0, 84.7, Some((0.031, 0.084)), Verdict::Faster),
+                    fig(Metric::OutputTput, 320.0, 338.8, Some((0.031, 0.084)), Verdict::Faster),
+                    fig(Metric::MedianTpot, 12.5, 11.9, Some((-0.071, -0.025)), Verdict::Faster),
+                    fig(Metric::MedianTtft, 150.0, 151.0, Some((-0.02, 0.035)), Verdict::NoSignificantChange),
+                ],
+                (80.0, 84.0),
+                Verdict::Faster,
+            ),
+            row(
+                64,
+                vec![
+                    fig(Metric::TputPerGpu, 365.1, 429.0, Some((0.12, 0.23)), Verdict::Faster),
+                    fig(Metric::OutputTput, 1460.4, 1716.0, Some((0.12, 0.23)), Verdict::Faster),
+                    fig(Metric::MedianTpot, 40.2, 35.0, Some((-0.16, -0.09)), Verdict::Faster),
+                    fig(Metric::MedianTtft, 900.0, 1000.0, Some((0.05, 0.17)), Verdict::Slower),
+                ],
+                (24.9, 28.6),
+                Verdict::Mixed,
+            ),
+        ];
+        let pm = |b: f64, c: f64, m: McNemar| PairedMetric { baseline: b, candidate: c, diff: c - b, mcnemar: Some(m), held: true };
+        let accuracy = Accuracy {
+            task: "gsm8k".into(),
+            num_fewshot: 5,
+            fewshot_mode: "train-random-seed-1234".into(),
+            baseline: Scores { n: 1319, strict: 0.959, flexible: 0.96 },
+            candidate: Scores { n: 1319, strict: 0.9583, flexible: 0.9598 },
+            paired: 1319,
+            strict: pm(0.959, 0.9583, crate::ab::stats::mcnemar(9, 8)),
+            flexible: pm(0.96, 0.9598, crate::ab::stats::mcnemar(20, 19)),
+            max_accuracy_drop: 0.01,
+            held: true,
+            agreement: Some(TokenAgreement {
+                compared: 1319,
+                identical: 1200,
+                fraction: 1200.0 / 1319.0,
+                mean_first_divergence: Some(41.3),
+                without_token_ids: 0,
+            }),
+        };
+        Comparison {
+            baseline_label: "before".into(),
+            candidate_label: "aiter".into(),
+            context: Context {
+                recipe: RecipeInfo {
+                    name: "minimax-m3-mxfp8-mi300x".into(),
+                    file: "recipes/amd/minimax-m3-mxfp8-mi300x.toml".into(),
+                    model: "MiniMaxAI/MiniMax-M3".into(),
+                    hardware: Some("mi300x".into()),
+                    precision: Some("fp8".into()),
+                    model_path: "MiniMaxAI/MiniMax-M3".into(),
+                },
+                config_key: Some("minimaxm3-fp8-mi300x-vllm".into()),
+            },
+            options: Options::default(),
+            changes: vec![],
+            rows,
+            accuracy: Some(accuracy),
+            notes: vec!["ISL/OSL 1024/1024 TP 8 conc 128 ran only in the baseline: not compared".into()],
+            gate: GateResult { passed: true, failures: vec![] },
+        }
+    }
+
+    #[test]
+    fn markdown_exact_text() {
+        let expected = "\
+## A/B: `aiter` vs `before`
+
+Recipe `minimax-m3-mxfp8-mi300x` (MiniMaxAI/MiniMax-M3, mi300x, fp8). Before: `before`, after: `aiter`, 3 repeats each. Delta = after / before - 1 with its 95% CI (percentile bootstrap over repeats and requests, 2000 resamples, seed 0); a verdict needs the CI to exclude 0.
+
+### ISL/OSL 1024/1024, TP 8
+
+Total throughput per GPU (tok/s/gpu), higher is better:
+
+| conc | before | after | delta |
+|---:|---:|---:|:---|
+| 4 | 80.0 | 84.7 | +5.9% [+3.1%, +8.4%] faster |
+| 64 | 365 | 429 | +17.5% [+12.0%, +23.0%] faster |
+
+Output throughput (tok/s), higher is better:
+
+| conc | before | after | delta |
+|---:|---:|---:|:---|
+| 4 | 320 | 339 | +5.9% [+3.1%, +8.4%] faster |
+| 64 | 1460 | 1716 | +17.5% [+12.0%, +23.0%] faster |
+
+Median TPOT (ms), lower is better:
+
+| conc | before | after | delta |
+|---:|---:|---:|:---|
+| 4 | 12.5 | 11.9 | -4.8% [-7.1%, -2.5%] faster |
+| 64 | 40.2 | 35.0 | -12.9% [-16.0%, -9.0%] faster |
+
+Median TTFT (ms), lower is better:
+
+| conc | before | after | delta |
+|---:|---:|---:|:---|
+| 4 | 150 | 151 | +0.7% [-2.0%, +3.5%] no significant change |
+| 64 | 900 | 1000 | +11.1% [+5.0%, +17.0%] slower |
+
+### Accuracy: gsm8k, 5-shot (train-random-seed-1234)
+
+| exact_match | before | after | diff | McNemar p |
+|---|---:|---:|---:|---:|
+| strict-match | 95.90% | 95.83% | -0.07 pts | 1.00 (exact, b=9, c=8) |
+| flexible-extract | 96.00% | 95.98% | -0.02 pts | 1.00 (chi2, b=20, c=19) |
+
+n = 1319 before, 1319 after, 1319 paired by question. **Accuracy held**: each drop within 1.00 points and none significant (McNemar p >= 0.05).
+Greedy-token agreement: 1200/1319 questions identical (91.0%); the others first differ at token 41.3 on average.
+
+Notes:
+
+- ISL/OSL 1024/1024 TP 8 conc 128 ran only in the baseline: not compared
+
+Gate (max regression 5%, max accuracy drop 1.00 points): PASS
+";
+        let got = render(&fixture());
+        if got != expected {
+            for (i, (a, b)) in got.lines().zip(expected.lines()).enumerate() {
+                assert_eq!(a, b, "line {}", i + 1);
+            }
+            assert_eq!(got, expected);
+        }
+    }
+
+    #[test]
+    fn terminal_view_has_every_row_and_the_gate() {
+        let t = terminal(&fixture());
+        assert!(t.contains("1024/1024"));
+        assert!(t.contains("80.0 → 84.7"));
+        assert!(t.contains("+17.5% [+12.0%, +23.0%]"));
+        assert!(t.contains("mixed"));
+        assert!(t.contains("McNemar p = 1.00 (exact, b=9, c=8)"));
+        assert!(t.contains("Accuracy held"));
+        assert!(t.trim_end().ends_with("PASS"));
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(pct(0.0583), "+5.8%");
+        assert_eq!(pct(-0.129), "-12.9%");
+        assert_eq!(pct_unsigned(0.05), "5%");
+        assert_eq!(pct_unsigned(0.025), "2.5%");
+        assert_eq!(p_text(0.01796), "0.018");
+        assert_eq!(p_text(0.000298), "0.00030");
+        assert_eq!(p_text(0.146), "0.15");
+        assert_eq!(p_text(0.00001), "<0.0001");
+        assert_eq!(num(1460.4), "1460");
+        assert_eq!(num(9.876), "9.88");
+    }
+}

@@ -1,0 +1,394 @@
+//! Comparison tests on hand-made runs: matching, verdicts, refusing
+//! mismatched workloads, accuracy and token agreement, the gate, and loading
+//! result files.
+
+use super::compare::{Context, Metric, Options, compare};
+use super::input::{Arm, Repeat, RequestRow, load_arm};
+use super::stats::Verdict;
+use crate::error::UsageError;
+use crate::eval::score::Sample;
+use crate::metrics::{FigureSpec, RequestRecord, point_figures};
+use crate::report::result::{Evals, Gsm8kResult, JobResult, PointResult, RecipeInfo, RunResult};
+use crate::workload::lengths::LengthConvention;
+
+const SWEEP: &str = r#"{"space":[{"pairs":[[64,16]],"concs":[1,4]}],"inferencex":false,"length_convention":"vllm",
+    "range_ratio":0.0,"prefix_len":0,"request_rate":null,"burstiness":1.0,"ignore_eos":true,"percentiles":[99.0],
+    "goodput":null,"seed":0,"count":{"prompts_per_conc":null,"num_prompts":8,"warmups_per_conc":null,"warmups":2}}"#;
+
+/// Requests of one point: `n` requests of 64 + 16 tokens, TTFT and TPOT
+/// (ms) varying a little around the given values, closed loop at `conc`.
+fn records(n: usize, conc: u32, ttft_ms: f64, tpot_ms: f64) -> (Vec<RequestRecord>, f64) {
+    let mut out = Vec::new();
+    let mut free = vec![0.0f64; conc as usize];
+    for i in 0..n {
+        let slot = i % conc as usize;
+        let send = free[slot];
+        let wiggle = 1.0 + 0.03 * ((i * 7 % 5) as f64 - 2.0);
+        let mut r = RequestRecord { input_tokens: 64, send_s: send, ..Default::default() };
+        let mut t = send + ttft_ms * wiggle / 1000.0;
+        r.on_tokens(t, 1);
+        for _ in 1..16 {
+            t += tpot_ms * wiggle / 1000.0;
+            r.on_tokens(t, 1);
+        }
+        free[slot] = t;
+        out.push(r);
+    }
+    let duration = free.iter().copied().fold(0.0, f64::max);
+    (out, duration)
+}
+
+/// A job at ISL/OSL 64/16 with points at `concs`, each of `n` requests; the
+/// candidate is `speed` times as fast (TTFT and TPOT divided by it).
+fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) -> Repeat {
+    let mut job: JobResult = serde_json::from_value(serde_json::json!({
+        "label": label, "status": "ok", "engine_args": ["--dtype", "float32"], "env": {},
+        "sweep": serde_json::from_str::<serde_json::Value>(SWEEP).unwrap(), "points": []
+    }))
+    .unwrap();
+    let mut requests = Vec::new();
+    for (pi, &conc) in concs.iter().enumerate() {
+        let (recs, duration) = records(n, conc, 100.0 / speed, 50.0 * (1.0 + 0.1 * f64::from(conc)) / speed);
+        let figures = point_figures(&recs, duration, FigureSpec { percentiles: &[99.0], gpus: 1, goodput: None });
+        job.points.push(PointResult {
+            conc,
+            isl: 64,
+            osl: 16,
+            num_prompts: n as u32,
+            warmups: 2,
+            length_convention: LengthConvention::Vllm,
+            range_ratio: 0.0,
+            prefix_len: 0,
+            request_rate: None,
+            burstiness: None,
+            ignore_eos: true,
+            gpus: 1,
+            status: "ok".into(),
+            figures,
+            step_stats: Default::default(),
+            crosscheck: None,
+            telemetry: None,
+        });
+        for r in &recs {
+            requests.push(RequestRow {
+                job: 0,
+                point: pi,
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                ttft_ms: r.ttft_s().map(|s| s * 1000.0),
+                tpot_ms: r.tpot_s().map(|s| s * 1000.0),
+                e2el_ms: r.e2el_s().map(|s| s * 1000.0),
+                error: None,
+            });
+        }
+    }
+    let samples: Vec<Sample> = correct
+        .iter()
+        .enumerate()
+        .map(|(i, &ok)| Sample {
+            doc_id: i + 5,
+            prompt_sha256: format!("{i:064x}"),
+            completion: String::new(),
+            output_tokens: 4,
+            strict: String::new(),
+            flexible: String::new(),
+            gold: String::new(),
+            strict_correct: ok,
+            flexible_correct: ok,
+            token_ids: if ok { vec![1, 2, 3, 4] } else { vec![1, 2, 9, 9] },
+        })
+        .collect();
+    if !samples.is_empty() {
+        let a = crate::eval::score::aggregate(&samples);
+        job.eval = Some(Evals {
+            gsm8k: Gsm8kResult {
+                n: a.n,
+                exact_match_strict: a.exact_match_strict,
+                exact_match_strict_stderr: a.exact_match_strict_stderr,
+                exact_match_flexible: a.exact_match_flexible,
+                exact_match_flexible_stderr: a.exact_match_flexible_stderr,
+                task: "gsm8k".into(),
+                task_origin: "builtin:gsm8k".into(),
+                chat: false,
+                num_fewshot: 5,
+                fewshot_mode: "first-k-test-excluded".into(),
+                data_kind: "given-path".into(),
+                data_source: "test".into(),
+                train_size: None,
+                test_size: 1319,
+                max_tokens: 256,
+                duration_s: 1.0,
+                output_tokens: 4 * a.n as u64,
+            },
+            gate: None,
+        });
+    }
+    Repeat { job, requests, samples }
+}
+
+fn arm(label: &str, repeats: Vec<Repeat>) -> Arm {
+    Arm { label: label.into(), repeats }
+}
+
+fn context() -> Context {
+    Context {
+        recipe: RecipeInfo {
+            name: "test".into(),
+            file: "t.toml".into(),
+            model: "m".into(),
+            hardware: Some("cpu".into()),
+            precision: None,
+            model_path: "m".into(),
+        },
+        config_key: None,
+    }
+}
+
+fn answers(right: usize, total: usize) -> Vec<bool> {
+    (0..total).map(|i| i < right).collect()
+}
+
+fn usage_message(r: anyhow::Result<super::Comparison>) -> String {
+    let e = r.expect_err("should refuse");
+    assert!(e.downcast_ref::<UsageError>().is_some(), "not a usage error (exit 2): {e}");
+    e.to_string()
+}
+
+#[test]
+fn identical_runs_show_no_significant_change_and_pass() {
+    let b = arm("base", vec![repeat("base", &[1, 4], 16, 1.0, &answers(30, 40))]);
+    let c = arm("knob", vec![repeat("knob", &[1, 4], 16, 1.0, &answers(30, 40))]);
+    let cmp = compare(&b, &c, context(), Options::default()).unwrap();
+    assert_eq!(cmp.rows.len(), 2);
+    for r in &cmp.rows {
+        for f in &r.figures {
+            assert!(f.delta.abs() < 1e-12, "{:?}", f);
+            let (lo, hi) = f.ci.unwrap();
+            assert!(lo <= 0.0 && hi >= 0.0);
+            assert_eq!(f.verdict, Verdict::NoSignificantChange, "{:?}", f);
+        }
+        assert_eq!(r.verdict, Verdict::NoSignificantChange);
+    }
+    let a = cmp.accuracy.as_ref().unwrap();
+    assert!(a.held);
+    assert_eq!(a.paired, 40);
+    assert_eq!(a.strict.mcnemar.unwrap().p_value, 1.0);
+    let g = a.agreement.unwrap();
+    assert_eq!((g.compared, g.identical, g.fraction, g.mean_first_divergence), (40, 40, 1.0, None));
+    assert!(cmp.gate.passed);
+    assert_eq!(cmp.exit_code(), 0);
+    assert!(cmp.changes.is_empty());
+}
+
+#[test]
+fn a_clear_speedup_is_faster_and_a_clear_slowdown_fails_the_gate() {
+    let base = || arm("base", vec![repeat("base", &[1, 4], 16, 1.0, &[])]);
+    let fast = arm("fast", vec![repeat("fast", &[1, 4], 16, 1.25, &[])]);
+    let cmp = compare(&base(), &fast, context(), Options::default()).unwrap();
+    for r in &cmp.rows {
+        let t = r.figure(Metric::TputPerGpu);
+        assert!((t.delta - 0.25).abs() < 0.01, "{t:?}");
+        assert_eq!(t.verdict, Verdict::Faster);
+        let tpot = r.figure(Metric::MedianTpot);
+        assert!((tpot.delta + 0.2).abs() < 1e-9, "{tpot:?}");
+        assert_eq!(tpot.verdict, Verdict::Faster);
+        assert_eq!(r.verdict, Verdict::Faster);
+    }
+    assert!(cmp.gate.passed);
+    assert!(cmp.accuracy.is_none());
+    assert!(cmp.notes.iter().any(|n| n.contains("no eval")));
+
+    let slow = arm("slow", vec![repeat("slow", &[1, 4], 16, 0.9, &[])]);
+    let cmp = compare(&base(), &slow, context(), Options::default()).unwrap();
+    assert!(!cmp.gate.passed);
+    assert_eq!(cmp.exit_code(), 1);
+    assert!(cmp.gate.failures.iter().any(|f| f.contains("conc 4") && f.contains("Median TPOT")), "{:?}", cmp.gate.failures);
+    // A tolerance above the slowdown (about 10%) lets it pass.
+    let lenient = Options { max_regression: 0.2, ..Options::default() };
+    let slow = arm("slow", vec![repeat("slow", &[1, 4], 16, 0.9, &[])]);
+    assert!(compare(&base(), &slow, context(), lenient).unwrap().gate.passed);
+}
+
+#[test]
+fn repeats_pair_up_and_average() {
+    let b = arm("base", vec![repeat("base", &[4], 8, 1.0, &[]), repeat("base", &[4], 8, 1.02, &[])]);
+    let c = arm("cand", vec![repeat("cand", &[4], 8, 1.1, &[]), repeat("cand", &[4], 8, 1.12, &[])]);
+    let cmp = compare(&b, &c, context(), Options::default()).unwrap();
+    let r = &cmp.rows[0];
+    assert_eq!(r.repeats, (2, 2));
+    let t = r.figure(Metric::TputPerGpu);
+    let mean = |a: &Arm| (a.repeats[0].job.points[0].figures.tput_per_gpu + a.repeats[1].job.points[0].figures.tput_per_gpu) / 2.0;
+    assert!((t.baseline - mean(&b)).abs() < 1e-9);
+    assert!((t.candidate - mean(&c)).abs() < 1e-9);
+    assert_eq!(t.verdict, Verdict::Faster);
+    assert!(!cmp.notes.iter().any(|n| n.contains("one repeat")));
+}
+
+#[test]
+fn refuses_mismatched_workloads() {
+    let b = || arm("base", vec![repeat("base", &[1, 4], 16, 1.0, &answers(3, 8))]);
+    // Another number of prompts.
+    let c = arm("c", vec![repeat("c", &[1, 4], 8, 1.0, &answers(3, 8))]);
+    let m = usage_message(compare(&b(), &c, context(), Options::default()));
+    assert!(m.contains("num_prompts 16 (baseline) vs 8 (candidate)"), "{m}");
+    // Another ISL/OSL.
+    let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
+    c.job.points.iter_mut().for_each(|p| p.isl = 128);
+    let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
+    assert!(m.contains("ISL/OSL 64/16 and the candidate 128/16"), "{m}");
+    // Another length convention / range ratio / ignore_eos.
+    for change in [
+        (|p: &mut PointResult| p.length_convention = LengthConvention::Inferencex) as fn(&mut PointResult),
+        |p| p.range_ratio = 0.5,
+        |p| p.ignore_eos = false,
+    ] {
+        let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
+        c.job.points.iter_mut().for_each(change);
+        let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
+        assert!(m.starts_with("workloads differ at ISL/OSL 64/16 TP 1 conc 1:"), "{m}");
+    }
+    // Another seed.
+    let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
+    c.job.sweep.seed = 1;
+    let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
+    assert!(m.contains("seed 0 (baseline) vs 1 (candidate)"), "{m}");
+    // Another eval: question count, few-shot mode, task.
+    let c = arm("c", vec![repeat("c", &[1, 4], 16, 1.0, &answers(3, 9))]);
+    let m = usage_message(compare(&b(), &c, context(), Options::default()));
+    assert!(m.contains("evals differ: questions (n) 8 (baseline) vs 9 (candidate)"), "{m}");
+    let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
+    c.job.eval.as_mut().unwrap().gsm8k.fewshot_mode = "train-random-seed-1234".into();
+    let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
+    assert!(m.contains("few-shot mode first-k-test-excluded (baseline) vs train-random-seed-1234"), "{m}");
+    let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
+    c.job.eval.as_mut().unwrap().gsm8k.task = "gsm8k_cot".into();
+    let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
+    assert!(m.contains("task gsm8k (baseline) vs gsm8k_cot"), "{m}");
+    // Other concurrencies only: compared where they meet, the rest noted.
+    let c = arm("c", vec![repeat("c", &[4, 8], 16, 1.0, &answers(3, 8))]);
+    let cmp = compare(&b(), &c, context(), Options::default()).unwrap();
+    assert_eq!(cmp.rows.iter().map(|r| r.conc).collect::<Vec<_>>(), [4]);
+    assert!(cmp.notes.iter().any(|n| n.contains("conc 1 ran only in the baseline")));
+    assert!(cmp.notes.iter().any(|n| n.contains("conc 8 ran only in the candidate")));
+}
+
+#[test]
+fn a_significant_accuracy_drop_fails_and_agreement_finds_divergence() {
+    // 100 questions: baseline right on 60, candidate on 45 (15 lost, none gained).
+    let b = arm("base", vec![repeat("base", &[1], 8, 1.0, &answers(60, 100))]);
+    let c = arm("cand", vec![repeat("cand", &[1], 8, 1.0, &answers(45, 100))]);
+    let cmp = compare(&b, &c, context(), Options::default()).unwrap();
+    let a = cmp.accuracy.as_ref().unwrap();
+    assert!((a.strict.diff + 0.15).abs() < 1e-12);
+    let m = a.strict.mcnemar.unwrap();
+    assert_eq!((m.b, m.c), (15, 0));
+    // Exact: 2 * 0.5^15.
+    assert!((m.p_value - 2.0 * 0.5f64.powi(15)).abs() < 1e-15);
+    assert!(!a.held);
+    assert!(!cmp.gate.passed);
+    assert!(cmp.gate.failures.iter().any(|f| f.starts_with("accuracy did not hold: strict-match 60.00% -> 45.00%")));
+    // The 15 changed answers differ from token 2 on.
+    let g = a.agreement.unwrap();
+    assert_eq!((g.compared, g.identical), (100, 85));
+    assert_eq!(g.mean_first_divergence, Some(2.0));
+    // A drop of one question in 100 (1 point) is within the default tolerance
+    // and not significant.
+    let c = arm("cand", vec![repeat("cand", &[1], 8, 1.0, &answers(59, 100))]);
+    let cmp = compare(&b, &c, context(), Options::default()).unwrap();
+    assert!(cmp.accuracy.as_ref().unwrap().held);
+    assert!(cmp.gate.passed);
+    // With a tolerance of half a point it is not.
+    let strict = Options { max_accuracy_drop: 0.005, ..Options::default() };
+    assert!(!compare(&b, &c, context(), strict).unwrap().gate.passed);
+}
+
+#[test]
+fn loads_two_labels_from_one_result_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = repeat("base", &[1, 4], 4, 1.0, &answers(2, 4));
+    let c = repeat("knob", &[1, 4], 4, 1.1, &answers(2, 4));
+    let result = RunResult {
+        schema_version: 1,
+        status: "ok".into(),
+        recipe: context().recipe,
+        versions: Default::default(),
+        host: crate::report::result::Host { hostname: "h".into(), cpu: "c".into(), logical_cpus: 2, gpus: vec![] },
+        started_at: "2026-11-30T00:00:00Z".into(),
+        finished_at: None,
+        timing: String::new(),
+        jobs: vec![b.job.clone(), c.job.clone()],
+    };
+    let path = dir.path().join("result.json");
+    std::fs::write(&path, serde_json::to_string(&result).unwrap()).unwrap();
+    let mut lines = String::new();
+    for (ji, r) in [&b, &c].iter().enumerate() {
+        for q in &r.requests {
+            lines.push_str(&format!(
+                "{{\"job\":{ji},\"label\":\"{}\",\"point\":{},\"isl\":64,\"osl\":16,\"conc\":1,\"input_tokens\":{},\"output_tokens\":{},\"ttft_ms\":{},\"tpot_ms\":{},\"e2el_ms\":{},\"itl_ms\":[],\"error\":null}}\n",
+                r.job.label,
+                q.point,
+                q.input_tokens,
+                q.output_tokens,
+                q.ttft_ms.unwrap(),
+                q.tpot_ms.unwrap(),
+                q.e2el_ms.unwrap()
+            ));
+        }
+    }
+    std::fs::write(dir.path().join("requests.jsonl"), lines).unwrap();
+    let mut samples = String::new();
+    for r in [&b, &c] {
+        for s in &r.samples {
+            let mut v = serde_json::to_value(s).unwrap();
+            v["label"] = r.job.label.clone().into();
+            samples.push_str(&format!("{v}\n"));
+        }
+    }
+    std::fs::write(dir.path().join("gsm8k_samples.jsonl"), samples).unwrap();
+
+    let (_, base) = load_arm(&path, Some("base"), "baseline", "--baseline-label").unwrap();
+    let (_, knob) = load_arm(&path, Some("knob"), "candidate", "--candidate-label").unwrap();
+    assert_eq!(base.repeats.len(), 1);
+    // Each job gets its own requests (JSON text round-trips floats to within an ulp or so).
+    let same = |got: &[RequestRow], want: &[RequestRow], job: usize| {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!((g.job, g.point, g.output_tokens), (job, w.point, w.output_tokens));
+            assert!((g.e2el_ms.unwrap() - w.e2el_ms.unwrap()).abs() < 1e-9);
+        }
+    };
+    same(&base.repeats[0].requests, &b.requests, 0);
+    same(&knob.repeats[0].requests, &c.requests, 1);
+    assert_eq!(knob.samples(), &c.samples[..]);
+    // No label on a two-label file: a usage error naming the labels.
+    let e = load_arm(&path, None, "baseline", "--baseline-label").unwrap_err();
+    assert!(e.downcast_ref::<UsageError>().is_some());
+    assert!(e.to_string().contains("\"base\", \"knob\": pick the baseline with --baseline-label"), "{e}");
+    let e = load_arm(&path, Some("nope"), "candidate", "--candidate-label").unwrap_err();
+    assert!(e.to_string().contains("no job labelled \"nope\""), "{e}");
+    // And the whole command writes its files and passes its gate.
+    let out = dir.path().join("out");
+    let req = super::CompareRequest {
+        baseline: path.clone(),
+        candidate: path.clone(),
+        baseline_label: Some("base".into()),
+        candidate_label: Some("knob".into()),
+        options: Options::default(),
+        config_key: None,
+        output: Some(out.clone()),
+    };
+    assert_eq!(super::run_compare(&req).unwrap(), 0);
+    let mut names: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names.len(), 9, "{names:?}");
+    assert!(names.contains(&"ab.md".to_string()) && names.contains(&"changelog.yaml".to_string()));
+    let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
+    assert!(md.contains("| conc | before | after | delta |"));
+    // `plot` on the same file draws both labels.
+    let files = super::run_plot(&path, Some(&dir.path().join("plots"))).unwrap();
+    assert_eq!(files.len(), 6);
+    let svg = std::fs::read_to_string(files.iter().find(|f| f.extension().unwrap() == "svg").unwrap()).unwrap();
+    let texts = super::plot::tests::svg_texts(&svg);
+    assert!(texts.contains(&"base".to_string()) && texts.contains(&"knob".to_string()), "{texts:?}");
+}
