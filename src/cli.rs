@@ -39,6 +39,8 @@ pub enum Command {
     Export(ExportArgs),
     /// List the telemetry sources (GPU, host) and sample them, to check a node before a sweep.
     Telemetry(TelemetryArgs),
+    /// Run a baseline and a candidate variant, interleaved per repeat, and compare them.
+    Ab(AbArgs),
     /// Compare two results (before/after): deltas with 95% CIs, accuracy (McNemar), token agreement, gate.
     Compare(CompareArgs),
     /// Plot every job of a result: tok/s/gpu vs tok/s/user, tok/s/gpu and TPOT vs concurrency (PNG, SVG).
@@ -188,17 +190,25 @@ pub struct ExportArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct CompareArgs {
-    /// The baseline's result.json (requests.jsonl and gsm8k_samples.jsonl are read from beside it).
-    pub baseline: PathBuf,
-    /// The candidate's result.json (may be the same file, with two labels).
-    pub candidate: PathBuf,
-    /// The baseline's job label (needed when its file has several).
+pub struct AbArgs {
+    /// The baseline variant (`base`: the recipe itself).
     #[arg(long)]
-    pub baseline_label: Option<String>,
-    /// The candidate's job label (needed when its file has several).
+    pub baseline: String,
+    /// The candidate variant.
     #[arg(long)]
-    pub candidate_label: Option<String>,
+    pub candidate: String,
+    /// Repeats of each variant, interleaved (baseline, candidate, baseline, ...).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
+    #[command(flatten)]
+    pub gate: GateArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Options of the A/B statistics and gate, shared by `ab` and `compare`.
+#[derive(Debug, Args)]
+pub struct GateArgs {
     /// Largest accepted drop of either exact_match, as a fraction (0.01 = 1 point).
     #[arg(long, default_value_t = 0.01)]
     pub max_accuracy_drop: f64,
@@ -214,6 +224,22 @@ pub struct CompareArgs {
     /// The perf-changelog config key (default: the recipe name).
     #[arg(long)]
     pub config_key: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline's result.json (requests.jsonl and gsm8k_samples.jsonl are read from beside it).
+    pub baseline: PathBuf,
+    /// The candidate's result.json (may be the same file, with two labels).
+    pub candidate: PathBuf,
+    /// The baseline's job label (needed when its file has several).
+    #[arg(long)]
+    pub baseline_label: Option<String>,
+    /// The candidate's job label (needed when its file has several).
+    #[arg(long)]
+    pub candidate_label: Option<String>,
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Write ab.md, ab.json, changelog.yaml and the plots here (default: beside the candidate).
     #[arg(long, short)]
     pub output: Option<PathBuf>,

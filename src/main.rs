@@ -53,16 +53,17 @@ fn main() {
             candidate: a.candidate,
             baseline_label: a.baseline_label,
             candidate_label: a.candidate_label,
-            options: ab::Options {
-                max_accuracy_drop: a.max_accuracy_drop,
-                max_regression: a.max_regression,
-                resamples: a.resamples,
-                seed: a.seed,
-                ..ab::Options::default()
-            },
-            config_key: a.config_key,
+            options: ab_options(&a.gate),
+            config_key: a.gate.config_key.clone(),
             output: a.output,
         }),
+        Command::Ab(a) => {
+            let options = ab_options(&a.gate);
+            let config_key = a.gate.config_key.clone();
+            run_options(a.run, cli.verbose).and_then(|o| {
+                orchestrate::ab::ab(&o, &a.baseline, &a.candidate, a.repeats, options, config_key)
+            })
+        }
         Command::Plot(a) => ab::run_plot(&a.result, a.output.as_deref()).map(|files| {
             for f in files {
                 println!("{}", f.display());
@@ -125,6 +126,16 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
     };
     apply_eval_flags(&mut o, a.eval);
     Ok(o)
+}
+
+fn ab_options(g: &cli::GateArgs) -> ab::Options {
+    ab::Options {
+        max_accuracy_drop: g.max_accuracy_drop,
+        max_regression: g.max_regression,
+        resamples: g.resamples,
+        seed: g.seed,
+        ..ab::Options::default()
+    }
 }
 
 fn eval_options(a: cli::EvalArgs, verbose: bool) -> RunOptions {

@@ -5,6 +5,7 @@
 //! back on its stdout, and everything Python prints goes to its stderr, which
 //! the orchestrator saves as `worker.log`.
 
+pub mod ab;
 pub mod check;
 pub mod finish;
 pub mod interrupt;

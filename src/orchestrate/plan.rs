@@ -68,6 +68,7 @@ pub struct EvalPlan {
 }
 
 /// One engine configuration ready to run.
+#[derive(Clone)]
 pub struct PlannedJob {
     pub config: EngineConfig,
     /// Shown instead of the configuration's label (the tiers of `overhead`).
