@@ -240,8 +240,8 @@ class Engine:
             str(rid), self._TokensPrompt(prompt_token_ids=token_ids), params
         )
 
-    def add_text(self, rid, prompt, max_tokens, stop):
-        """Adds an eval request: text prompt, greedy, only the final output is returned."""
+    def _add_eval(self, rid, prompt, max_tokens, stop):
+        """Eval requests: greedy, only the final output is returned."""
         params = self._SamplingParams(
             max_tokens=max_tokens,
             temperature=0.0,
@@ -250,6 +250,10 @@ class Engine:
         )
         self._text_rids.add(rid)
         self.engine.add_request(str(rid), prompt, params)
+
+    def add_text(self, rid, prompt, max_tokens, stop):
+        """Adds an eval request with a text prompt."""
+        self._add_eval(rid, prompt, max_tokens, stop)
 
     def add_chat(self, rid, messages, max_tokens, stop):
         """Adds an eval request from chat messages [(role, content), ...]: the
@@ -260,14 +264,7 @@ class Engine:
             conversation, tokenize=False, add_generation_prompt=True
         )
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        params = self._SamplingParams(
-            max_tokens=max_tokens,
-            temperature=0.0,
-            stop=list(stop),
-            output_kind=self._FINAL,
-        )
-        self._text_rids.add(rid)
-        self.engine.add_request(str(rid), self._TokensPrompt(prompt_token_ids=ids), params)
+        self._add_eval(rid, self._TokensPrompt(prompt_token_ids=ids), max_tokens, stop)
 
     def step(self):
         """Runs one engine step.

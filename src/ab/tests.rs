@@ -50,25 +50,7 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
     for (pi, &conc) in concs.iter().enumerate() {
         let (recs, duration) = records(n, conc, 100.0 / speed, 50.0 * (1.0 + 0.1 * f64::from(conc)) / speed);
         let figures = point_figures(&recs, duration, FigureSpec { percentiles: &[99.0], gpus: 1, goodput: None });
-        job.points.push(PointResult {
-            conc,
-            isl: 64,
-            osl: 16,
-            num_prompts: n as u32,
-            warmups: 2,
-            length_convention: LengthConvention::Vllm,
-            range_ratio: 0.0,
-            prefix_len: 0,
-            request_rate: None,
-            burstiness: None,
-            ignore_eos: true,
-            gpus: 1,
-            status: "ok".into(),
-            figures,
-            step_stats: Default::default(),
-            crosscheck: None,
-            telemetry: None,
-        });
+        job.points.push(PointResult { warmups: 2, ..PointResult::fixture(conc, n as u32, figures) });
         for r in &recs {
             requests.push(RequestRow {
                 job: 0,
@@ -317,6 +299,7 @@ fn loads_two_labels_from_one_result_folder() {
         finished_at: None,
         timing: String::new(),
         jobs: vec![b.job.clone(), c.job.clone()],
+        resumes: 0,
     };
     let path = dir.path().join("result.json");
     std::fs::write(&path, serde_json::to_string(&result).unwrap()).unwrap();

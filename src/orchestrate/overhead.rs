@@ -350,26 +350,20 @@ mod tests {
     use super::*;
 
     fn job(tput: f64, ttft: f64, tpot: f64) -> JobResult {
-        let v = serde_json::json!({
-            "label": "x", "status": "ok", "engine_args": [], "env": {},
-            "sweep": {"space": [], "inferencex": false, "length_convention": "vllm", "range_ratio": 0.0,
-                      "prefix_len": 0, "request_rate": null, "burstiness": 1.0, "ignore_eos": true,
-                      "percentiles": [99.0], "goodput": null, "seed": 0,
-                      "count": {"prompts_per_conc": null, "num_prompts": 4, "warmups_per_conc": null, "warmups": 0}},
-            "points": [{
-                "conc": 4, "isl": 64, "osl": 16, "num_prompts": 4, "warmups": 0, "length_convention": "vllm",
-                "range_ratio": 0.0, "prefix_len": 0, "ignore_eos": true, "gpus": 1, "status": "ok",
-                "completed": 4, "failed": 0, "total_input_tokens": 256, "total_output_tokens": 64, "duration_s": 1.0,
-                "request_throughput": 4.0, "output_throughput": tput, "total_token_throughput": 320.0,
-                "tput_per_gpu": 320.0, "output_tput_per_gpu": tput, "input_tput_per_gpu": 256.0,
-                "median_ttft_ms": ttft, "median_tpot_ms": tpot,
-                "step_stats": {"steps": 0, "mean_step_ms": 0.0, "median_step_ms": 0.0, "p99_step_ms": 0.0,
-                               "decode_only_steps": 0, "mean_decode_step_ms": 0.0, "median_decode_step_ms": 0.0,
-                               "mean_batch_size": 0.0, "max_running": 0, "max_kv_cache_usage": 0.0,
-                               "preemptions": 0, "prefix_cache_hit_rate": 0.0}
-            }]
-        });
-        serde_json::from_value(v).unwrap()
+        let mut j: JobResult = serde_json::from_str(
+            r#"{"label": "x", "status": "ok", "engine_args": [], "env": {}, "points": [],
+                "sweep": {"space": [], "inferencex": false, "length_convention": "vllm", "range_ratio": 0.0,
+                          "prefix_len": 0, "request_rate": null, "burstiness": 1.0, "ignore_eos": true,
+                          "percentiles": [99.0], "goodput": null, "seed": 0,
+                          "count": {"prompts_per_conc": null, "num_prompts": 4, "warmups_per_conc": null, "warmups": null}}}"#,
+        )
+        .unwrap();
+        let mut figures = point_figures(&[], 1.0, FigureSpec { percentiles: &[99.0], gpus: 1, goodput: None });
+        figures.output_throughput = tput;
+        figures.latency_ms.insert("median_ttft_ms".into(), ttft);
+        figures.latency_ms.insert("median_tpot_ms".into(), tpot);
+        j.points.push(PointResult { osl: 16, ..PointResult::fixture(4, 4, figures) });
+        j
     }
 
     #[test]

@@ -215,6 +215,33 @@ pub struct PointResult {
     pub telemetry: Option<crate::telemetry::WindowSummary>,
 }
 
+#[cfg(test)]
+impl PointResult {
+    /// A point of `num_prompts` requests at `conc` with these figures (ISL 64,
+    /// OSL 16, no warm-ups, vLLM convention): for unit tests.
+    pub fn fixture(conc: u32, num_prompts: u32, figures: PointFigures) -> PointResult {
+        PointResult {
+            conc,
+            isl: 64,
+            osl: 16,
+            num_prompts,
+            warmups: 0,
+            length_convention: LengthConvention::Vllm,
+            range_ratio: 0.0,
+            prefix_len: 0,
+            request_rate: None,
+            burstiness: None,
+            ignore_eos: true,
+            gpus: 1,
+            status: "ok".into(),
+            figures,
+            step_stats: Default::default(),
+            crosscheck: None,
+            telemetry: None,
+        }
+    }
+}
+
 /// Accuracy results.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Evals {

@@ -125,25 +125,7 @@ mod tests {
         r.on_tokens(0.020, 1);
         let spec = crate::metrics::FigureSpec { percentiles: &[99.0], gpus: 1, goodput: None };
         let figures = point_figures(&[r], 0.02, spec);
-        let p = PointResult {
-            conc: 1,
-            isl: 4,
-            osl: 2,
-            num_prompts: 1,
-            warmups: 0,
-            length_convention: Default::default(),
-            range_ratio: 0.0,
-            prefix_len: 0,
-            request_rate: None,
-            burstiness: None,
-            ignore_eos: true,
-            gpus: 1,
-            status: "ok".into(),
-            figures,
-            step_stats: Default::default(),
-            crosscheck: None,
-            telemetry: None,
-        };
+        let p = PointResult { isl: 4, osl: 2, ..PointResult::fixture(1, 1, figures) };
         let t = points_table(&[p.clone(), PointResult { conc: 4, ..p }]);
         assert!(t.contains("4/2"));
         assert!(t.contains("10.0 / 10.0 / 10.0"), "{t}"); // TTFT 10 ms
