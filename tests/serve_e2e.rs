@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 use common::{engine_lock, install};
 use metrics::RequestRecord;
 use serve::process::{group_members, pid_alive};
-use serve::{ClientConfig, ServeOutcome, ServerSpec, VllmServer, run_benchmark};
+use serve::client::ServeOutcome;
+use serve::{ClientConfig, ServerSpec, VllmServer, run_benchmark};
 
 const ISL: usize = 32;
 const OSL: u32 = 8;
