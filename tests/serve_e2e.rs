@@ -21,6 +21,8 @@ mod metrics {
     pub use crate::request_record::RequestRecord;
 }
 
+// Not every item of the module is needed by this test.
+#[allow(dead_code)]
 #[path = "../src/serve/mod.rs"]
 mod serve;
 
