@@ -71,7 +71,25 @@ fn run_sweep_and_gsm8k_on_real_engine() {
         let steps = &p["step_stats"];
         assert!(steps["steps"].as_u64().unwrap() >= 16 * n / p["conc"].as_u64().unwrap(), "{p}");
         assert!(steps["mean_step_ms"].as_f64().unwrap() > 0.0);
+
+        // Host telemetry sampled over the point: CPU and the engine's RSS.
+        let host = &p["telemetry"]["host"];
+        assert!(host["samples"].as_u64().unwrap() >= 1, "{}", p["telemetry"]);
+        assert!(host["cpu_pct"]["mean"].as_f64().unwrap() > 0.0, "{host}");
+        assert!(host["engine_rss_bytes"]["max"].as_f64().unwrap() > 1e8, "an engine holds > 100 MB: {host}");
+        // No GPU here: said so, and power is not claimed valid.
+        assert_eq!(p["telemetry"]["power_valid"], false);
     }
+    let t = &job["telemetry"];
+    let sources = t["sources"].as_array().unwrap();
+    for name in ["nvml", "amd_smi", "host"] {
+        let s = sources.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("source {name} not listed: {t}"));
+        assert!(!s["reason"].as_str().unwrap().is_empty(), "{s}");
+    }
+    assert!(sources.iter().any(|s| s["name"] == "host" && s["used"] == true));
+    let series = std::fs::read_to_string(out_dir.join(t["series_file"].as_str().unwrap())).unwrap();
+    assert_eq!(series.lines().count() as u64, t["samples"].as_u64().unwrap());
+    assert!(t["markers"].as_array().unwrap().iter().any(|m| m["label"] == "engine ready"));
     let jsonl = std::fs::read_to_string(out_dir.join("points.jsonl")).unwrap();
     assert_eq!(jsonl.lines().count(), 2);
 
