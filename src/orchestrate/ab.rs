@@ -8,7 +8,7 @@ use anyhow::Result;
 use indicatif::MultiProgress;
 
 use super::interrupt::Interrupts;
-use super::job::{JobOutcome, run_job};
+use super::job::{JobOutcome, Session, run_job};
 use super::outputs::OutputFiles;
 use super::plan::{RunOptions, plan};
 use super::progress::say;
@@ -60,7 +60,8 @@ pub fn ab(opts: &RunOptions, baseline: &str, candidate: &str, repeats: u32, opti
     let mut failed = false;
     for index in 0..plan.jobs.len() {
         say(&ui, &format!("repeat {}/{repeats}: {}", index / per_repeat + 1, result.jobs[index].label));
-        match run_job(&plan, index, &plan.jobs[index], &mut result, &mut files, &ui, &interrupts, &opts)? {
+        let session = Session { ui: &ui, interrupts: &interrupts, verbose: opts.verbose };
+        match run_job(&plan, index, &mut result, &mut files, &session)? {
             JobOutcome::Ok => {}
             JobOutcome::Interrupted => {
                 result.status = "interrupted".into();

@@ -12,7 +12,7 @@ use indicatif::MultiProgress;
 use super::finish::{finish_point, gate, point_line, score_eval};
 use super::interrupt::Interrupts;
 use super::outputs::OutputFiles;
-use super::plan::{Plan, PlannedJob};
+use super::plan::Plan;
 use super::progress::{Bar, say};
 use super::protocol::{Job, Message, Task};
 use super::spawn::spawn_worker;
@@ -35,18 +35,24 @@ pub enum JobOutcome {
     Interrupted,
 }
 
+/// What every job of a command shares: the terminal and Ctrl-C.
+pub struct Session<'a> {
+    pub ui: &'a MultiProgress,
+    pub interrupts: &'a Interrupts,
+    /// Show the engine's log live.
+    pub verbose: bool,
+}
+
 /// Runs one job in a fresh worker and records everything into `result.jobs[index]`.
-#[allow(clippy::too_many_arguments)]
 pub fn run_job(
     plan: &Plan,
     index: usize,
-    job: &PlannedJob,
     result: &mut RunResult,
     files: &mut OutputFiles,
-    ui: &MultiProgress,
-    interrupts: &Interrupts,
-    opts: &super::plan::RunOptions,
+    session: &Session<'_>,
 ) -> Result<JobOutcome> {
+    let (ui, interrupts) = (session.ui, session.interrupts);
+    let job = &plan.jobs[index];
     let mut engine_argv = vec![plan.model_path.clone()];
     engine_argv.extend(job.config.args.iter().cloned());
     let request = Job {
@@ -68,7 +74,7 @@ pub fn run_job(
         gpu_count_hint: job.config.tp,
     });
     telemetry.mark("engine load");
-    let mut worker = spawn_worker(&Task::Run(request), &job.env, &job.config.env_unset, &log_path, opts.verbose, ui)?;
+    let mut worker = spawn_worker(&Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, ui)?;
     let pid = worker.child.id();
     telemetry.set_engine_pid(pid);
     result.jobs[index].worker_pid = Some(pid);
@@ -118,8 +124,7 @@ pub fn run_job(
             say(ui, "interrupted again: killing the engine worker");
             kill_group(pid);
         }
-        if let Some(d) = deadline.filter(|d| Instant::now() > *d && !timed_out) {
-            let _ = d;
+        if deadline.is_some_and(|d| Instant::now() > d) && !timed_out {
             timed_out = true;
             let secs = plan.point_timeout.map_or(0, |t| t.as_secs());
             failure = Some(RunError {

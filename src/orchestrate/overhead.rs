@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::finish::point_line;
 use super::interrupt::Interrupts;
-use super::job::{JobOutcome, run_job};
+use super::job::{JobOutcome, Session, run_job};
 use super::outputs::OutputFiles;
 use super::plan::{PlannedJob, RunOptions, plan};
 use super::progress::say;
@@ -75,7 +75,8 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
     let mut failed = false;
     for index in 0..plan.jobs.len() {
         say(&ui, &format!("tier {}: {}", index + 1, TIERS[index]));
-        match run_job(&plan, index, &plan.jobs[index], &mut result, &mut files, &ui, &interrupts, &opts)? {
+        let session = Session { ui: &ui, interrupts: &interrupts, verbose: opts.verbose };
+        match run_job(&plan, index, &mut result, &mut files, &session)? {
             JobOutcome::Ok => {}
             JobOutcome::Interrupted => return finish(&mut result, &files, &out_dir, &opts, 130),
             _ => failed = true,

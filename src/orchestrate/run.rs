@@ -8,7 +8,7 @@ use anyhow::Result;
 use indicatif::MultiProgress;
 
 use super::interrupt::Interrupts;
-use super::job::{JobOutcome, run_job};
+use super::job::{JobOutcome, Session, run_job};
 use super::outputs::OutputFiles;
 use super::plan::{Plan, PlannedJob, RunOptions, plan};
 use super::progress::say;
@@ -66,7 +66,8 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
         if plan.jobs.len() > 1 {
             say(&ui, &format!("job {}/{}: {}", index + 1, plan.jobs.len(), result.jobs[index].label));
         }
-        let outcome = run_job(&plan, index, job, &mut result, &mut files, &ui, &interrupts, opts)?;
+        let session = Session { ui: &ui, interrupts: &interrupts, verbose: opts.verbose };
+        let outcome = run_job(&plan, index, &mut result, &mut files, &session)?;
         outcomes.push(outcome);
         if outcome == JobOutcome::Interrupted {
             break;
