@@ -101,7 +101,11 @@ def parse_serve_args(argv):
 
 
 def _stat_logger_class(sink):
-    """A vLLM stat logger that keeps the latest scheduler stats of each step."""
+    """A vLLM stat logger that keeps the latest scheduler stats of each step.
+
+    `sink` is a two-item list: [latest SchedulerStats or None, preemptions
+    since the last step()]. It only keeps a reference: step() reads the
+    fields, once per step (this runs inside every step, so it stays cheap)."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class StepStatLogger(StatLoggerBase):
@@ -110,21 +114,34 @@ def _stat_logger_class(sink):
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
             if scheduler_stats is not None:
-                pc = scheduler_stats.prefix_cache_stats
-                sink["sched"] = (
-                    scheduler_stats.num_running_reqs,
-                    scheduler_stats.num_waiting_reqs,
-                    float(scheduler_stats.kv_cache_usage),
-                    int(getattr(pc, "queries", 0)),
-                    int(getattr(pc, "hits", 0)),
-                )
-            if iteration_stats is not None:
-                sink["preempted"] = sink.get("preempted", 0) + iteration_stats.num_preempted_reqs
+                sink[0] = scheduler_stats
+            if iteration_stats is not None and iteration_stats.num_preempted_reqs:
+                sink[1] += iteration_stats.num_preempted_reqs
 
         def log_engine_initialized(self):
             pass
 
     return StepStatLogger
+
+
+def _iteration_details(out):
+    """(prefill reqs, prefill tokens, decode reqs, decode tokens) of a
+    SchedulerOutput, as vLLM's `compute_iteration_details` counts them
+    (a request is prefill while it has no output token: new requests and
+    chunked-prefill continuations), without its per-request loop: in a decode
+    step only `0 in num_output_tokens` looks at every request (C speed)."""
+    nst = out.num_scheduled_tokens
+    p_r = p_t = 0
+    for r in out.scheduled_new_reqs:
+        p_r += 1
+        p_t += nst[r.req_id]
+    cached = out.scheduled_cached_reqs
+    if 0 in cached.num_output_tokens:
+        for rid, n in zip(cached.req_ids, cached.num_output_tokens):
+            if n == 0 and rid in nst:
+                p_r += 1
+                p_t += nst[rid]
+    return (p_r, p_t, len(nst) - p_r, out.total_num_scheduled_tokens - p_t)
 
 
 class Engine:
@@ -137,7 +154,7 @@ class Engine:
 
         args = parse_serve_args(argv)
         engine_args = EngineArgs.from_cli_args(args)
-        self._sink = {}
+        self._sink = [None, 0]
         # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
         self.engine = LLMEngine.from_engine_args(
             engine_args,
@@ -168,6 +185,9 @@ class Engine:
         hang = os.environ.get("ENGINEBENCH_TEST_HANG_AFTER_STEPS")
         self._hang_after = int(hang) if hang else None
         self._steps = 0
+        # SamplingParams per (max_tokens, ignore_eos): vLLM copies the params
+        # of each request it adds, so one object can serve many requests.
+        self._token_params = {}
 
     def _wrap_scheduler(self):
         """Counts the prefill/decode tokens each schedule() call hands the model.
@@ -183,15 +203,29 @@ class Engine:
             return False
         schedule = scheduler.schedule
         scheduled = self._scheduled
+        # The first few steps are also counted by vLLM's own function; a
+        # difference (another vLLM version) switches to vLLM's for good.
+        checks = [16]
+        details = _iteration_details
+
+        def reference(out):
+            d = compute_iteration_details(out)
+            return (d.num_ctx_requests, d.num_ctx_tokens,
+                    d.num_generation_requests, d.num_generation_tokens)
 
         def counting_schedule(*a, **kw):
+            nonlocal details
             out = schedule(*a, **kw)
             try:
-                d = compute_iteration_details(out)
-                scheduled.append(
-                    (d.num_ctx_requests, d.num_ctx_tokens,
-                     d.num_generation_requests, d.num_generation_tokens)
-                )
+                counts = details(out)
+                if checks[0]:
+                    checks[0] -= 1
+                    expected = reference(out)
+                    if counts != expected:
+                        details = reference
+                        counts = expected
+                        checks[0] = 0
+                scheduled.append(counts)
             except Exception:  # never let bookkeeping break the engine
                 scheduler.schedule = schedule
                 self.scheduler_details = False
@@ -228,14 +262,20 @@ class Engine:
         }
 
     def add_tokens(self, rid, token_ids, max_tokens, ignore_eos):
-        """Adds a perf request: token-id prompt, greedy, outputs as per-step deltas."""
-        params = self._SamplingParams(
-            max_tokens=max_tokens,
-            min_tokens=max_tokens if ignore_eos else 0,
-            ignore_eos=ignore_eos,
-            temperature=0.0,
-            output_kind=self._DELTA,
-        )
+        """Adds a perf request: token-id prompt, greedy, outputs as per-step deltas.
+
+        With ignore_eos the request runs to max_tokens (vLLM then stops on
+        neither the EOS token nor the generation config's eos ids), as
+        `vllm bench serve` asks for it: no min_tokens, whose logits
+        processor would run on every step."""
+        params = self._token_params.get((max_tokens, ignore_eos))
+        if params is None:
+            params = self._token_params[(max_tokens, ignore_eos)] = self._SamplingParams(
+                max_tokens=max_tokens,
+                ignore_eos=ignore_eos,
+                temperature=0.0,
+                output_kind=self._DELTA,
+            )
         self.engine.add_request(
             str(rid), self._TokensPrompt(prompt_token_ids=token_ids), params
         )
@@ -270,35 +310,37 @@ class Engine:
         """Runs one engine step.
 
         Returns (deltas, texts, stats, timings):
-          deltas: flat [rid, new_tokens, finished, ...]
+          deltas: [(rid, new_tokens, finished), ...] with rid the request id
+                  string (Rust parses it), one per request that got output
           texts:  [(rid, text, output_token_ids)] of finished text requests, or None
           stats:  (prefill_reqs, prefill_tokens, decode_reqs, decode_tokens,
                    running, waiting, kv_cache_usage, prefix_queries, prefix_hits,
                    preempted) for this step; scheduled counts are -1 when unknown
           timings: flat [rid, ttft_s, decode_s, queued_s, gen_tokens, ...] from
                    vLLM's RequestStateStats of requests finished in this step, or None
+
+        This runs once per step for every request in flight: one comprehension
+        over the outputs, the rest only for finished requests.
         """
-        self._sink.pop("preempted", None)
+        sink = self._sink
+        sink[1] = 0
         if self._hang_after is not None:
             self._steps += 1
             if self._steps > self._hang_after:
                 time.sleep(1e6)
         outputs = self.engine.step()
-        deltas = []
+        deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished) for o in outputs]
         texts = None
         timings = None
         for out in outputs:
-            comp = out.outputs[0]
-            rid = int(out.request_id)
-            deltas.append(rid)
-            deltas.append(len(comp.token_ids))
-            deltas.append(1 if out.finished else 0)
             if not out.finished:
                 continue
+            rid = int(out.request_id)
             if rid in self._text_rids:
                 self._text_rids.discard(rid)
                 if texts is None:
                     texts = []
+                comp = out.outputs[0]
                 texts.append((rid, comp.text, list(comp.token_ids)))
             m = out.metrics
             if m is not None and m.first_token_ts > 0.0:
@@ -312,7 +354,9 @@ class Engine:
                     m.num_generation_tokens,
                 ))
         sched = self._scheduled
-        if sched:
+        if len(sched) == 1:
+            p_r, p_t, d_r, d_t = sched.pop()
+        elif sched:
             p_r = sum(s[0] for s in sched)
             p_t = sum(s[1] for s in sched)
             d_r = sum(s[2] for s in sched)
@@ -322,9 +366,14 @@ class Engine:
             p_r = p_t = d_r = d_t = 0
         else:
             p_r = p_t = d_r = d_t = -1
-        running, waiting, kv, queries, hits = self._sink.get("sched", (0, 0, 0.0, 0, 0))
-        stats = (p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits,
-                 self._sink.get("preempted", 0))
+        st = sink[0]
+        if st is None:
+            stats = (p_r, p_t, d_r, d_t, 0, 0, 0.0, 0, 0, sink[1])
+        else:
+            pc = st.prefix_cache_stats
+            stats = (p_r, p_t, d_r, d_t, st.num_running_reqs, st.num_waiting_reqs,
+                     st.kv_cache_usage, pc.queries if pc is not None else 0,
+                     pc.hits if pc is not None else 0, sink[1])
         return deltas, texts, stats, timings
 
     def abort(self, rids):

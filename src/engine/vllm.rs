@@ -4,7 +4,7 @@ use std::ffi::CString;
 
 use anyhow::{Context, Result};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
@@ -123,12 +123,12 @@ impl StepEngine for VllmEngine {
         Python::attach(|py| {
             let result = self.engine.call_method0(py, intern!(py, "step")).py_context(py)?;
             let result = result.bind(py).cast::<PyTuple>().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let flat: Vec<u64> = result.get_item(0).and_then(|d| d.extract()).py_context(py)?;
-            out.deltas.extend(flat.chunks_exact(3).map(|c| Delta {
-                rid: c[0],
-                new_tokens: c[1] as u32,
-                finished: c[2] != 0,
-            }));
+            let deltas = result.get_borrowed_item(0).py_context(py)?;
+            let deltas = deltas.cast::<PyList>().map_err(|e| anyhow::anyhow!("{e}"))?;
+            out.deltas.reserve(deltas.len());
+            for item in deltas.iter() {
+                out.deltas.push(delta(&item).py_context(py)?);
+            }
             let texts = result.get_item(1).py_context(py)?;
             if !texts.is_none() {
                 let texts: Vec<(u64, String, Vec<u32>)> = texts.extract().py_context(py)?;
@@ -164,4 +164,22 @@ impl StepEngine for VllmEngine {
             Ok(())
         })
     }
+}
+
+/// One `(request_id, new_tokens, finished)` tuple of the shim's step(): the
+/// request id is vLLM's string (enginebench's integer id, parsed here rather
+/// than in Python, where it would cost a call per request per step).
+fn delta(item: &Bound<'_, PyAny>) -> PyResult<Delta> {
+    let t = item.cast::<PyTuple>()?;
+    let item0 = t.get_borrowed_item(0)?;
+    let text = item0.cast::<PyString>()?;
+    let text = text.to_str()?;
+    let rid = text.parse::<u64>().map_err(|e| {
+        pyo3::exceptions::PyValueError::new_err(format!("request id {text:?} from the engine: {e}"))
+    })?;
+    Ok(Delta {
+        rid,
+        new_tokens: t.get_borrowed_item(1)?.extract()?,
+        finished: t.get_borrowed_item(2)?.is_truthy()?,
+    })
 }
