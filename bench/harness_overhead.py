@@ -1,0 +1,440 @@
+#!/usr/bin/env python3
+"""Harness-overhead benchmark of enginebench (issue 9, "Harness overhead").
+
+On one engine configuration and workload, in one run, interleaved repeats of
+  eb    enginebench (`enginebench run RECIPE --no-eval --step-trace`)
+  py    the pure-Python floor: python-shim/enginebench_shim/pyloop.py, a minimal
+        closed loop over the same shim Engine, flags, SamplingParams and
+        token-id prompts (drawn by bench/promptgen from enginebench's own code)
+  vb    `vllm bench throughput` on the same model, flags and lengths, random
+        dataset, with --max-num-seqs = conc (it queues every prompt and lets
+        the scheduler batch them, so at most conc run at once, as in a
+        closed loop at conc with fixed lengths)
+each round in a rotated order (eb py vb, py vb eb, vb eb py, ...), then prints
+min/median/max over the rounds of
+  * eb / py output tok/s (target >= 0.99) and eb / vb output tok/s (>= 1.0),
+    each ratio taken within one round;
+  * the harness's own time per step, us: loop wall time minus the time inside
+    vLLM's LLMEngine.step() and LLMEngine.add_request(), plus the shim's hooks
+    that run inside step() (its scheduler count and stat logger), over the
+    steps (target <= 50 us at conc 64). The same Probe (pyloop.py) times both
+    loops: pyloop installs it itself, enginebench's embedded interpreter gets
+    it through bench/probe/sitecustomize.py;
+  * the time outside the harness's step() call per step, us, from enginebench's
+    own steps.jsonl (duration_s - sum of dur_ms, over the steps; this one
+    leaves out the Rust<->Python crossing, which happens inside that call,
+    and includes vLLM's add_request).
+With --baseline BIN, another enginebench binary runs as "eb0" in every round
+(before/after a change).
+
+Every engine runs alone (one at a time), in-process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0), with the same OMP_NUM_THREADS and
+VLLM_CPU_KVCACHE_SPACE.
+
+    bench/harness_overhead.sh [--rounds 3] [--concs 4,64] [--isl 128] [--osl 64] ...
+    bench/harness_overhead.sh --report results/harness-overhead-<time>   # tables again
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python-shim", "enginebench_shim"))
+import pyloop  # noqa: E402  (per-step figures, computed the same way for both loops)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concs", default="4,64")
+    p.add_argument("--isl", type=int, default=128)
+    p.add_argument("--osl", type=int, default=64)
+    p.add_argument("--prompts-per-conc", type=int, default=2, help="measured requests = this x conc")
+    p.add_argument("--warmups-per-conc", type=int, default=1, help="warm-up requests = this x conc")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--engine-args",
+                   default="--dtype float32 --enforce-eager --max-model-len 2048 --max-num-batched-tokens 2048",
+                   help="vllm serve flags for all three (the default recipe's, plus the CPU serve default "
+                        "of --max-num-batched-tokens made explicit: vllm bench throughput's LLM class "
+                        "would otherwise use 4096)")
+    p.add_argument("--kv-space", default="2", help="VLLM_CPU_KVCACHE_SPACE, GiB")
+    p.add_argument("--omp-threads", default=str(os.cpu_count() or 1),
+                   help="OMP_NUM_THREADS (enginebench's CPU default: the logical CPUs)")
+    p.add_argument("--harnesses", default="eb,py,vb")
+    p.add_argument("--baseline", default=None,
+                   help="another enginebench binary, run as harness eb0 in every round (before/after a change)")
+    p.add_argument("--report", default=None, metavar="DIR", help="only print the tables of a finished run")
+    p.add_argument("--out", default=None, help="output folder (default results/harness-overhead-<UTC time>)")
+    p.add_argument("--enginebench", default=os.path.join(ROOT, "target/release/enginebench"))
+    p.add_argument("--promptgen", default=os.path.join(ROOT, "target/promptgen/release/enginebench-promptgen"))
+    p.add_argument("--home", default=os.path.join(ROOT, ".enginebench"))
+    return p.parse_args()
+
+
+def check_promptgen_lock():
+    """bench/promptgen must draw with the rand crates enginebench is built
+    with; its Cargo.lock is a trimmed copy of enginebench's."""
+    import re
+
+    def versions(path):
+        text = open(path).read()
+        return {(m.group(1), m.group(2)) for m in re.finditer(r'name = "([^"]+)"\nversion = "([^"]+)"', text)
+                if m.group(1) in ("rand", "rand_chacha", "rand_core", "ppv-lite86")}
+
+    main = versions(os.path.join(ROOT, "Cargo.lock"))
+    mine = versions(os.path.join(ROOT, "bench", "promptgen", "Cargo.lock"))
+    if not mine <= main:
+        raise SystemExit(f"bench/promptgen/Cargo.lock pins {sorted(mine - main)}, enginebench's Cargo.lock "
+                         f"{sorted(main)}: copy Cargo.lock to bench/promptgen/ and rebuild it")
+
+
+def point_seed(seed, conc, isl, osl):
+    # enginebench's Sweep::point_seed (src/recipe/sweep.rs).
+    return seed ^ (conc << 40) ^ (isl << 20) ^ osl
+
+
+def recipe_text(a, concs):
+    args = ", ".join(json.dumps(x) for x in a.engine_args.split())
+    return f"""# Written by bench/harness_overhead.py.
+name = "harness-overhead"
+model = "bundled:smollm2-135m-instruct"
+hardware = "cpu"
+precision = "fp32"
+framework = "vllm"
+
+[env]
+VLLM_CPU_KVCACHE_SPACE = "{a.kv_space}"
+OMP_NUM_THREADS = "{a.omp_threads}"
+
+[engine]
+args = [{args}]
+
+[sweep]
+isl = {a.isl}
+osl = {a.osl}
+conc = {json.dumps(concs)}
+prompts_per_conc = {a.prompts_per_conc}
+warmups_per_conc = {a.warmups_per_conc}
+seed = {a.seed}
+"""
+
+
+def run(cmd, env, log, timeout=3600):
+    t = time.monotonic()
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=ROOT)
+    if r.returncode != 0:
+        tail = open(log).read()[-3000:]
+        raise SystemExit(f"{cmd[0]} failed ({r.returncode}), log {log}:\n{tail}")
+    return time.monotonic() - t
+
+
+def match_steps(probe_d, durs_s, start):
+    """Index k >= start where probe step durations best match enginebench's
+    measured step durations (the Rust call includes the crossing, so they are
+    slightly longer); the measured steps of a point are consecutive calls."""
+    n = len(durs_s)
+    best = None
+    for k in range(start, len(probe_d) - n + 1):
+        err = 0.0
+        for j in range(n):
+            err += abs(durs_s[j] - probe_d[k + j])
+            if best is not None and err >= best[0]:
+                break
+        if best is None or err < best[0]:
+            best = (err, k)
+    if best is None:
+        raise SystemExit("probe: fewer step calls than enginebench's steps")
+    return best[1], best[0] / n
+
+
+def parse_eb(out, probe_dir, points):
+    """Per-conc figures of one enginebench run: its result.json and
+    steps.jsonl, and the probe's record of vLLM's own step/add_request calls."""
+    with open(os.path.join(out, "result.json")) as f:
+        result = json.load(f)
+    steps = {}
+    with open(os.path.join(out, "steps.jsonl")) as f:
+        for line in f:
+            s = json.loads(line)
+            steps.setdefault(s["point"], []).append(s)
+    probes = [x for x in os.listdir(probe_dir) if x.endswith(".json")]
+    if len(probes) != 1:
+        raise SystemExit(f"expected one probe file in {probe_dir}, found {probes}")
+    with open(os.path.join(probe_dir, probes[0])) as f:
+        probe = json.load(f)
+    res = {}
+    start = 0
+    keys = sorted(steps)
+    (job,) = result["jobs"]
+    if result["status"] != "ok" or len(job["points"]) != len(points):
+        raise SystemExit(f"enginebench run in {out}: status {result['status']}")
+    for p, key, want in zip(job["points"], keys, points):
+        assert (p["conc"], p["num_prompts"], p["warmups"]) == (want["conc"], want["num_prompts"], want["warmups"])
+        st = steps[key]
+        n = len(st)
+        k, mismatch = match_steps(probe["d"], [s["dur_ms"] / 1e3 for s in st], start)
+        start = k + n
+        lo = probe["t"][k - 1] + probe["d"][k - 1] if k > 0 else 0.0  # end of the warm-up's last step
+        hi = probe["t"][k + n - 1]
+        adds = [(t, d) for t, d in zip(probe["at"], probe["ad"]) if lo < t < hi]
+        if len(adds) != p["num_prompts"]:
+            raise SystemExit(f"probe: {len(adds)} add_request calls in the window, expected {p['num_prompts']}")
+        marks = [(s["t_s"], s["t_s"] + s["dur_ms"] / 1e3) for s in st]
+        inner = list(zip(probe["t"][k:k + n], probe["d"][k:k + n]))
+        hooks = [(t, d) for t, d in zip(probe["ht"], probe["hd"]) if lo < t < hi + probe["d"][k + n - 1]]
+        res[p["conc"]] = {
+            "output_throughput": p["output_throughput"],
+            "duration_s": p["duration_s"],
+            "output_tokens": p["total_output_tokens"],
+            "probe_match_us": mismatch * 1e6,
+            **pyloop.summary(0.0, marks, inner, adds, hooks),
+        }
+    return res, result
+
+
+def run_eb(a, points, d, env, binary):
+    os.makedirs(d, exist_ok=True)
+    probe_dir = os.path.join(d, "probe")
+    os.makedirs(probe_dir, exist_ok=True)
+    env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir)
+    out = os.path.join(d, "run")
+    secs = run([binary, "run", os.path.join(a.out, "recipe.toml"), "--no-eval", "--step-trace",
+                "-o", out], env, os.path.join(d, "stderr.log"))
+    res, result = parse_eb(out, probe_dir, points)
+    return res, secs, result
+
+
+def run_py(a, points, d, env):
+    os.makedirs(d, exist_ok=True)
+    job = {
+        "argv": [a.model_path] + a.engine_args.split(),
+        "points": points,
+        "prompts": os.path.join(a.out, "prompts.json"),
+        "promptgen": a.promptgen,
+    }
+    jf = os.path.join(d, "job.json")
+    with open(jf, "w") as f:
+        json.dump(job, f)
+    of = os.path.join(d, "out.json")
+    py = os.path.join(a.home, "venv", "bin", "python")
+    secs = run([py, os.path.join(ROOT, "python-shim", "enginebench_shim", "pyloop.py"), jf, of],
+               env, os.path.join(d, "stderr.log"))
+    with open(of) as f:
+        out = json.load(f)
+    return {p["conc"]: p for p in out["points"]}, secs
+
+
+def run_vb(a, points, d, env):
+    os.makedirs(d, exist_ok=True)
+    res = {}
+    secs = 0.0
+    vllm = os.path.join(a.home, "venv", "bin", "vllm")
+    for p in points:
+        of = os.path.join(d, f"conc{p['conc']}.json")
+        cmd = [vllm, "bench", "throughput", "--model", a.model_path, *a.engine_args.split(),
+               "--max-num-seqs", str(p["conc"]),
+               "--dataset-name", "random", "--random-input-len", str(a.isl),
+               "--random-output-len", str(a.osl), "--num-prompts", str(p["num_prompts"]),
+               "--num-warmups", str(p["warmups"]), "--seed", str(a.seed), "--output-json", of]
+        secs += run(cmd, env, os.path.join(d, f"conc{p['conc']}.log"))
+        with open(of) as f:
+            r = json.load(f)
+        out_tokens = r["num_requests"] * a.osl  # ignore_eos: exactly OSL each
+        res[p["conc"]] = {
+            "output_throughput": out_tokens / r["elapsed_time"],
+            "elapsed_time": r["elapsed_time"],
+            "prompt_tokens": r["total_num_tokens"] - out_tokens,
+        }
+    return res, secs
+
+
+def stats(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    return f"{min(xs):.3f} / {statistics.median(xs):.3f} / {max(xs):.3f}" if max(xs) < 10 else \
+        f"{min(xs):.0f} / {statistics.median(xs):.0f} / {max(xs):.0f}"
+
+
+def us(xs):
+    xs = [x for x in xs if x is not None]
+    return f"{min(xs):.1f} / {statistics.median(xs):.1f} / {max(xs):.1f}" if xs else "-"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main():
+    a = parse_args()
+    if a.report:
+        with open(os.path.join(a.report, "meta.json")) as f:
+            meta = json.load(f)
+        with open(os.path.join(a.report, "rounds.json")) as f:
+            print(report(meta, json.load(f)))
+        return
+    check_promptgen_lock()
+    concs = [int(c) for c in a.concs.split(",")]
+    harnesses = a.harnesses.split(",")
+    if a.baseline:
+        a.baseline = os.path.abspath(a.baseline)
+        harnesses.append("eb0")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    a.out = os.path.abspath(a.out or os.path.join(ROOT, "results", f"harness-overhead-{stamp}"))
+    os.makedirs(a.out, exist_ok=True)
+    a.model_path = os.path.realpath(os.path.join(a.home, "models", "smollm2-135m-instruct"))
+    points = [{"isl": a.isl, "osl": a.osl, "conc": c, "warmups": a.warmups_per_conc * c,
+               "num_prompts": a.prompts_per_conc * c, "seed": point_seed(a.seed, c, a.isl, a.osl)}
+              for c in concs]
+    with open(os.path.join(a.out, "recipe.toml"), "w") as f:
+        f.write(recipe_text(a, concs))
+    env = dict(os.environ, OMP_NUM_THREADS=a.omp_threads, VLLM_CPU_KVCACHE_SPACE=a.kv_space,
+               VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONUNBUFFERED="1", ENGINEBENCH_HOME=a.home)
+    for k in ("PYTHONPATH", "EB_STEP_PROBE"):
+        env.pop(k, None)
+    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.node()}"
+    print(f"harness overhead: {machine}; ISL/OSL {a.isl}/{a.osl}, conc {concs}, "
+          f"{a.prompts_per_conc} x conc prompts, {a.warmups_per_conc} x conc warm-ups, "
+          f"{a.rounds} rounds; engine args: {a.engine_args}; OMP_NUM_THREADS={a.omp_threads}, "
+          f"VLLM_CPU_KVCACHE_SPACE={a.kv_space}; out: {a.out}", file=sys.stderr)
+
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "machine": machine,
+            "vllm": vllm_version(a), "concs": concs, **{k: getattr(a, k) for k in (
+                "engine_args", "omp_threads", "kv_space", "isl", "osl", "prompts_per_conc", "warmups_per_conc")}}
+    with open(os.path.join(a.out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    rounds = []
+    for r in range(a.rounds):
+        order = harnesses[r % len(harnesses):] + harnesses[:r % len(harnesses)]
+        rec = {"order": order}
+        for h in order:
+            d = os.path.join(a.out, f"round{r + 1}", h)
+            if h in ("eb", "eb0"):
+                rec[h], secs, _ = run_eb(a, points, d, env, a.enginebench if h == "eb" else a.baseline)
+            elif h == "py":
+                rec["py"], secs = run_py(a, points, d, env)
+            elif h == "vb":
+                rec["vb"], secs = run_vb(a, points, d, env)
+            else:
+                raise SystemExit(f"unknown harness {h}")
+            figs = "  ".join(f"conc {c}: {rec[h][c]['output_throughput']:.1f} tok/s, "
+                             f"harness {rec[h][c].get('harness_us', float('nan')):.0f} us/step" for c in concs)
+            print(f"round {r + 1}/{a.rounds} {h}: {figs}  ({secs:.0f} s)", file=sys.stderr)
+        rounds.append(rec)
+        with open(os.path.join(a.out, "rounds.json"), "w") as f:
+            json.dump(rounds, f, indent=1, default=str)
+    text = report(meta, rounds)
+    print(text)
+    with open(os.path.join(a.out, "table.md"), "w") as f:
+        f.write(text + "\n")
+
+
+def report(meta, rounds):
+    """The Markdown tables of a run (min / median / max over the rounds)."""
+    concs = meta["concs"]
+    # JSON turns the conc keys into strings.
+    rounds = [{h: ({int(c): v for c, v in x.items()} if isinstance(x, dict) else x) for h, x in r.items()}
+              for r in rounds]
+
+    def get(h, c, k):
+        return [r[h][c][k] for r in rounds if h in r and k in r[h][c]]
+
+    def ratio(h1, h2, c):
+        return [r[h1][c]["output_throughput"] / r[h2][c]["output_throughput"]
+                for r in rounds if h1 in r and h2 in r]
+
+    def diff(h1, h2, c, k):
+        return [r[h1][c][k] - r[h2][c][k] for r in rounds if h1 in r and h2 in r]
+
+    def mmm(xs, fmt):
+        if not xs:
+            return "-"
+        return " / ".join(format(x, fmt) for x in (min(xs), statistics.median(xs), max(xs)))
+
+    med = statistics.median
+    lines = [
+        f"Harness overhead, {meta['date']}, {meta['machine']}.",
+        f"vLLM {meta['vllm']}, bundled SmolLM2-135M, `{meta['engine_args']}`, in-process, "
+        f"OMP_NUM_THREADS={meta['omp_threads']}, VLLM_CPU_KVCACHE_SPACE={meta['kv_space']}; random token-id "
+        f"prompts, ISL/OSL {meta['isl']}/{meta['osl']}, {meta['prompts_per_conc']} x conc measured and "
+        f"{meta['warmups_per_conc']} x conc warm-up requests per point; {len(rounds)} interleaved rounds; "
+        "min / median / max over the rounds.",
+        "",
+        "| conc | eb/py out tok/s (>= 0.99) | eb/vb out tok/s (>= 1.0) | harness us/step eb (<= 50 at 64) "
+        "| harness us/step py | eb - py us/step | out tok/s eb | out tok/s py | out tok/s vb |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in concs:
+        lines.append(
+            f"| {c} | {mmm(ratio('eb', 'py', c), '.3f')} | {mmm(ratio('eb', 'vb', c), '.3f')} "
+            f"| {mmm(get('eb', c, 'harness_us'), '.0f')} | {mmm(get('py', c, 'harness_us'), '.0f')} "
+            f"| {mmm(diff('eb', 'py', c, 'harness_us'), '.0f')} | {mmm(get('eb', c, 'output_throughput'), '.1f')} "
+            f"| {mmm(get('py', c, 'output_throughput'), '.1f')} | {mmm(get('vb', c, 'output_throughput'), '.1f')} |")
+    lines += [
+        "",
+        "Per step, us (medians over the rounds): harness = mean per step; p50 = median step's harness time; "
+        "crossing = the harness's step() call minus vLLM's step(); hooks = the shim's scheduler count and stat "
+        "logger inside vLLM's step(); outside step() = (duration - time in the harness's step() calls) / steps, "
+        "from steps.jsonl for eb.",
+        "",
+        "| conc | loop | harness | p50 | crossing p50 | hooks | outside step() | steps | step ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in concs:
+        for h in ("eb", "eb0", "py"):
+            if not get(h, c, "harness_us"):
+                continue
+            lines.append(
+                f"| {c} | {h} | {med(get(h, c, 'harness_us')):.0f} | {med(get(h, c, 'harness_median_us')):.0f} "
+                f"| {med(get(h, c, 'crossing_median_us')):.0f} | {med(get(h, c, 'hooks_us')):.0f} "
+                f"| {med(get(h, c, 'outside_step_us')):.0f} | {med(get(h, c, 'steps')):.0f} "
+                f"| {med(get(h, c, 'step_wall_us')) / 1e3:.0f} |")
+    if any("eb0" in r for r in rounds):
+        lines += ["", "Baseline binary (eb0) vs this one (eb), same rounds:", "",
+                  "| conc | eb/eb0 out tok/s | harness us/step eb0 | harness us/step eb |", "|---|---|---|---|"]
+        for c in concs:
+            lines.append(f"| {c} | {mmm(ratio('eb', 'eb0', c), '.3f')} | {mmm(get('eb0', c, 'harness_us'), '.0f')} "
+                         f"| {mmm(get('eb', c, 'harness_us'), '.0f')} |")
+    lines.append("")
+    for c in concs:
+        r = ratio("eb", "py", c)
+        if r:
+            lines.append(f"conc {c}: eb/py {med(r):.3f} (median) {'meets' if med(r) >= 0.99 else 'misses'} >= 0.99")
+        r = ratio("eb", "vb", c)
+        if r:
+            lines.append(f"conc {c}: eb/vb {med(r):.3f} (median) {'meets' if med(r) >= 1.0 else 'misses'} >= 1.0")
+        h = get("eb", c, "harness_us")
+        if c == 64 and h:
+            lines.append(f"conc 64: eb harness {med(h):.0f} us/step (median of rounds; max {max(h):.0f}) "
+                         f"{'meets' if med(h) <= 50 else 'misses'} <= 50 us")
+    return "\n".join(lines)
+
+
+def vllm_version(a):
+    import glob
+    import re
+
+    for f in glob.glob(os.path.join(a.home, "venv", "lib", "python3*", "site-packages", "vllm", "_version.py")):
+        m = re.search(r"__version__ = version = '([^']+)'", open(f).read())
+        if m:
+            return m.group(1)
+    return "?"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""The floor any harness can reach: a minimal pure-Python closed loop over the
+shim's `Engine` (the same class, flags, SamplingParams and token-id prompts
+enginebench uses), for bench/harness_overhead.py.
+
+    python pyloop.py JOB.json OUT.json
+
+JOB.json: {"argv": [model, flag, ...],          # the `vllm serve` list the worker gets
+           "points": [{"isl", "osl", "conc", "warmups", "num_prompts", "seed"}, ...],
+           "prompts": FILE,                     # optional: {"<conc>": {"prompts", "output_lens"}}
+           "promptgen": BIN}                    # else: draw them with bench/promptgen
+
+Like enginebench's worker it builds one engine in-process and runs each point
+on it: `warmups` requests closed-loop at `conc` (excluded), then `num_prompts`
+requests keeping `conc` in flight, adding requests before each step exactly as
+src/workload/driver.rs does. Per point it reports output tok/s (output tokens
+/ the time from the first add to the last step), steps, wall time per step,
+the time spent outside the shim's `Engine.step()` per step, and the harness's
+own time per step: the loop's wall time minus the time inside vLLM's
+`LLMEngine.step()` and `LLMEngine.add_request()` (timers around both),
+divided by the steps.
+
+The environment must be the worker's: the caller sets OMP_NUM_THREADS and the
+recipe's variables (VLLM_CPU_KVCACHE_SPACE ...); in-process mode is forced
+here, as enginebench forces it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def _load_engine_class():
+    # Run as a file (not `-m`): import the shim next to this file.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(here))
+    from enginebench_shim.engine import Engine, set_multiprocessing_executable
+
+    set_multiprocessing_executable(sys.executable)
+    return Engine
+
+
+def _draw(promptgen, allowed, point):
+    args = [promptgen, str(point["isl"]), str(point["osl"]),
+            str(point["warmups"] + point["num_prompts"]), str(point["seed"])]
+    out = subprocess.run(args, input=json.dumps(allowed), capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)
+
+
+class Probe:
+    """Times vLLM's own `LLMEngine.step()` and `add_request()` calls, and the
+    shim's hooks that run inside step() (its scheduler wrapper's
+    `compute_iteration_details` and its stat logger's `record`), on
+    time.monotonic (CLOCK_MONOTONIC, the clock of Rust's Instant). pyloop
+    uses it directly; bench/probe/sitecustomize.py installs the same probe in
+    enginebench's embedded interpreter.
+
+    `install()` must run before vLLM is imported: it patches the classes as
+    their modules load (an import hook), so it works in any interpreter."""
+
+    def __init__(self):
+        self.t, self.d = [], []      # LLMEngine.step
+        self.at, self.ad = [], []    # LLMEngine.add_request
+        self.ht, self.hd = [], []    # shim hooks inside step()
+
+    def clear(self):
+        for x in (self.t, self.d, self.at, self.ad, self.ht, self.hd):
+            x.clear()
+
+    def steps(self):
+        return list(zip(self.t, self.d))
+
+    def adds(self):
+        return list(zip(self.at, self.ad))
+
+    def hooks(self):
+        return list(zip(self.ht, self.hd))
+
+    def as_json(self):
+        return {"t": self.t, "d": self.d, "at": self.at, "ad": self.ad, "ht": self.ht, "hd": self.hd}
+
+    def _timed(self, fn, starts, durs):
+        mono = time.monotonic
+
+        def timed(*a, **kw):
+            t = mono()
+            out = fn(*a, **kw)
+            starts.append(t)
+            durs.append(mono() - t)
+            return out
+
+        timed.__wrapped__ = fn
+        return timed
+
+    def patch(self, llm_engine):
+        """Patches vLLM once `vllm.v1.engine.llm_engine` is loaded."""
+        import vllm.v1.utils as vutils
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        cls = llm_engine.LLMEngine
+        cls.step = self._timed(cls.step, self.t, self.d)
+        cls.add_request = self._timed(cls.add_request, self.at, self.ad)
+        # The shim imports this when it builds its engine, after vLLM's own
+        # modules bound the original.
+        vutils.compute_iteration_details = self._timed(vutils.compute_iteration_details, self.ht, self.hd)
+        # The shim's own count (what it uses after its first checks): loaded
+        # already, since the shim imports vLLM inside Engine(); its scheduler
+        # wrapper reads the module global when the engine is built. Module
+        # name: pyloop imports the package, enginebench loads the source as
+        # `enginebench_shim_engine` (src/engine/vllm.rs).
+        shim = sys.modules.get("enginebench_shim.engine") or sys.modules.get("enginebench_shim_engine")
+        if shim is None:
+            raise RuntimeError("Probe: the shim must be imported before vLLM's engine")
+        shim._iteration_details = self._timed(shim._iteration_details, self.ht, self.hd)
+        probe = self
+
+        def init_subclass(sub, **kw):
+            if sub.__module__.startswith("enginebench_shim") and "record" in sub.__dict__:
+                sub.record = probe._timed(sub.__dict__["record"], probe.ht, probe.hd)
+
+        StatLoggerBase.__init_subclass__ = classmethod(init_subclass)
+
+    def install(self):
+        import importlib.abc
+        import importlib.util
+
+        target = "vllm.v1.engine.llm_engine"
+        probe = self
+
+        class Finder(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target_=None):
+                if name != target:
+                    return None
+                sys.meta_path.remove(self)
+                spec = importlib.util.find_spec(name)
+                exec_module = spec.loader.exec_module
+
+                def exec_and_patch(module):
+                    exec_module(module)
+                    probe.patch(module)
+
+                spec.loader.exec_module = exec_and_patch
+                return spec
+
+        sys.meta_path.insert(0, Finder())
+
+
+def closed_loop(engine, prompts, output_lens, conc, first_rid):
+    """Keeps `conc` requests in flight until all are done, as
+    src/workload/driver.rs does. Returns (start, end, output tokens,
+    [(start, end)] of the shim's step() calls), on time.perf_counter."""
+    clock = time.perf_counter
+    n = len(prompts)
+    step = engine.step
+    add = engine.add_tokens
+    marks = []
+    nxt = in_flight = finished = tokens = 0
+    t0 = clock()
+    end = t0
+    while finished < n:
+        while in_flight < conc and nxt < n:
+            add(first_rid + nxt, prompts[nxt], output_lens[nxt], True)
+            nxt += 1
+            in_flight += 1
+        s = clock()
+        deltas = step()[0]
+        end = clock()
+        marks.append((s, end))
+        for _, new_tokens, done in deltas:
+            tokens += new_tokens
+            if done:
+                finished += 1
+                in_flight -= 1
+    return t0, end, tokens, marks
+
+
+def harness_per_step(t0, marks, inner, adds, hooks=()):
+    """The harness's own time before and around each step, s: the gap since
+    the previous step returned (since the loop started for the first), plus
+    the step call's time outside vLLM's step(), minus the time inside vLLM's
+    add_request() in that gap, plus the shim's hooks inside that step().
+    Sums to wall - vLLM step time - vLLM add time + hook time.
+
+    marks: [(start, end)] of the harness's step calls, on the harness's clock
+    (t0 = when the loop started); inner: [(start, duration)] of vLLM's step()
+    calls, one per mark; adds: [(start, duration)] of vLLM's add_request()
+    calls of this loop; hooks: [(start, duration)] of the shim's hooks;
+    inner, adds and hooks on one clock (not necessarily marks')."""
+    out = []
+    j = h = 0
+    prev = t0
+    hooks = sorted(hooks)
+    for (s, e), (t, d) in zip(marks, inner, strict=True):
+        a = 0.0
+        while j < len(adds) and adds[j][0] < t:
+            a += adds[j][1]
+            j += 1
+        k = 0.0
+        while h < len(hooks) and hooks[h][0] < t + d:
+            if hooks[h][0] >= t:
+                k += hooks[h][1]
+            h += 1
+        out.append((s - prev) + (e - s - d) - a + k)
+        prev = e
+    if j != len(adds):
+        raise ValueError(f"{len(adds) - j} add_request calls after the last step")
+    return out
+
+
+def summary(t0, marks, inner, adds, hooks=()):
+    """Per-step figures of one loop, us: mean and median harness time,
+    outside-step() time (the step call's own overhead left out), crossing
+    (the step call's time outside vLLM's step()), the shim's hooks inside
+    vLLM's step(), and the mean add_request() time per request."""
+    import statistics
+
+    n = len(marks)
+    wall = marks[-1][1] - t0
+    per = harness_per_step(t0, marks, inner, adds, hooks)
+    crossing = [(e - s) - d for (s, e), (_, d) in zip(marks, inner)]
+    return {
+        "steps": n,
+        "step_wall_us": wall / n * 1e6,
+        "harness_us": sum(per) / n * 1e6,
+        "harness_median_us": statistics.median(per) * 1e6,
+        "outside_step_us": (wall - sum(e - s for s, e in marks)) / n * 1e6,
+        "crossing_us": sum(crossing) / n * 1e6,
+        "crossing_median_us": statistics.median(crossing) * 1e6,
+        "hooks_us": sum(d for t, d in hooks if inner[0][0] <= t <= inner[-1][0] + inner[-1][1]) / n * 1e6,
+        "add_request_us": sum(d for _, d in adds) / len(adds) * 1e6 if adds else 0.0,
+    }
+
+
+def main(job_path, out_path):
+    with open(job_path) as f:
+        job = json.load(f)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    probe = Probe()
+    probe.install()
+    Engine = _load_engine_class()
+    started = time.monotonic()
+    engine = Engine(job["argv"])
+    engine_start_s = time.monotonic() - started
+
+    allowed = set(engine.allowed_token_ids)
+    prepared = None
+    if job.get("prompts") and os.path.exists(job["prompts"]):
+        with open(job["prompts"]) as f:
+            prepared = json.load(f)
+    rid = 0
+    results = []
+    drawn = {}
+    for point in job["points"]:
+        key = str(point["conc"])
+        if prepared is not None and key in prepared:
+            w = prepared[key]
+        else:
+            w = _draw(job["promptgen"], engine.allowed_token_ids, point)
+        drawn[key] = w
+        prompts, lens = w["prompts"], w["output_lens"]
+        assert len(prompts) == point["warmups"] + point["num_prompts"], "prompt count"
+        assert all(t in allowed for p in prompts for t in p), "prompt token outside the vocabulary"
+        k = point["warmups"]
+        if k:
+            closed_loop(engine, prompts[:k], lens[:k], point["conc"], rid)
+            rid += k
+        probe.clear()
+        t0, end, tokens, marks = closed_loop(engine, prompts[k:], lens[k:], point["conc"], rid)
+        rid += point["num_prompts"]
+        inner, adds, hooks = probe.steps(), probe.adds(), probe.hooks()
+        assert len(adds) == point["num_prompts"]
+        assert tokens == sum(lens[k:]), f"got {tokens} output tokens, expected {sum(lens[k:])}"
+        results.append({
+            **point,
+            "output_tokens": tokens,
+            "duration_s": end - t0,
+            "output_throughput": tokens / (end - t0),
+            **summary(t0, marks, inner, adds, hooks),
+        })
+    engine.shutdown()
+    out = {"engine_start_s": engine_start_s, "points": results,
+           "env": {k: os.environ.get(k) for k in
+                   ("OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")}}
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1)
+    if job.get("prompts") and prepared is None:
+        with open(job["prompts"], "w") as f:
+            json.dump(drawn, f)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: pyloop.py JOB.json OUT.json")
+    main(sys.argv[1], sys.argv[2])
