@@ -164,7 +164,8 @@ pub fn run_job(
                 bar.progress(&phase, done, total)
             }
             Message::Point { raw } => {
-                let mut point = finish_point(&raw, &j.sweep, gpus);
+                let in_process = j.env.get("VLLM_ENABLE_V1_MULTIPROCESSING").is_none_or(|v| v == "0");
+                let mut point = finish_point(&raw, &j.sweep, gpus, in_process);
                 let f = &point.figures;
                 let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
                 let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);

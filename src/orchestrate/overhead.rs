@@ -206,7 +206,7 @@ fn serve_point(server: &VllmServer, spec: &PointSpec, allowed: &[u32]) -> Result
 
 fn serve_point_result(raw: &RawPoint, sweep: &crate::recipe::sweep::ResolvedSweep) -> PointResult {
     // No engine steps, no vLLM timings over HTTP: only the figures.
-    let mut p = super::finish::finish_point(raw, sweep, 1);
+    let mut p = super::finish::finish_point(raw, sweep, 1, false);
     let spec = FigureSpec { percentiles: &sweep.percentiles, gpus: p.gpus, goodput: sweep.goodput };
     p.figures = point_figures(&raw.records, raw.duration_s, spec);
     p
