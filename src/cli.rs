@@ -197,7 +197,7 @@ pub struct AbArgs {
     /// The candidate variant.
     #[arg(long)]
     pub candidate: String,
-    /// Repeats of each variant, interleaved (baseline, candidate, baseline, ...).
+    /// Repeats of each variant, interleaved in ABBA order (baseline, candidate, candidate, baseline, ...).
     #[arg(long, default_value_t = 3)]
     pub repeats: u32,
     #[command(flatten)]

@@ -1,6 +1,7 @@
 //! `enginebench ab`: a baseline and a candidate variant on the same sweep,
-//! each in its own worker, interleaved per repeat (baseline, candidate,
-//! baseline, ...) so drift hits both; the eval once per variant; then the
+//! each in its own worker, interleaved per repeat in ABBA order (baseline,
+//! candidate | candidate, baseline | ...) so drift hits both alike; the eval
+//! once per variant; then the
 //! comparison (deltas with 95% CIs, McNemar, greedy-token agreement, gate,
 //! Markdown, perf-changelog YAML, plots).
 
@@ -42,7 +43,12 @@ pub fn ab(opts: &RunOptions, baseline: &str, candidate: &str, repeats: u32, opti
     }
     let one_repeat = std::mem::take(&mut plan.jobs);
     for r in 0..repeats {
-        for job in &one_repeat {
+        // ABBA order (baseline first in even repeats, candidate first in odd
+        // ones): a machine that speeds up or slows down over the run would
+        // otherwise always favour whichever variant runs second.
+        let order: Box<dyn Iterator<Item = &_>> =
+            if r % 2 == 0 { Box::new(one_repeat.iter()) } else { Box::new(one_repeat.iter().rev()) };
+        for job in order {
             let mut j = job.clone();
             j.run_eval &= r == 0; // greedy: the eval's answers do not change between repeats
             plan.jobs.push(j);
