@@ -49,7 +49,7 @@ fn inert_knob_agrees_and_dtype_change_diverges() {
     assert!(log.contains("| conc |") || log.contains("verdict"), "{log}");
     let r = read_json(&out.join("result.json"));
     let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
-    assert_eq!(labels, vec!["base", "knob", "base", "knob"], "interleaved per repeat");
+    assert_eq!(labels, vec!["base", "knob", "knob", "base"], "interleaved per repeat, ABBA");
     let c = read_json(&out.join("ab.json"));
     let agreement = &c["accuracy"]["agreement"];
     assert_eq!(agreement["compared"], 4, "{c}");
