@@ -230,100 +230,68 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, charts: &Charts, 
         .x_label_area_size(60)
         .y_label_area_size(90);
     let series_style = |i: usize| COLOURS[i % COLOURS.len()];
-    match kind {
-        Kind::Pareto => {
-            let x_hi = points.iter().map(|p| x_of(p)).fold(0.0f64, f64::max);
-            let x_lo = points.iter().map(|p| x_of(p)).fold(f64::INFINITY, f64::min);
-            // From 0, unless every point sits in the upper half (then zoom in).
-            let (x_min, x_max) = if x_hi <= 0.0 {
-                (0.0, 1.0)
-            } else if x_lo > 0.5 * x_hi {
-                let pad = 0.15 * (x_hi - x_lo).max(0.1 * x_hi);
-                (x_lo - pad, x_hi + pad)
-            } else {
-                (0.0, x_hi * 1.12)
-            };
-            let mut chart = builder.build_cartesian_2d(x_min..x_max, 0.0..y_max).map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc(x_label)
-                .y_desc(y_label)
-                .x_label_formatter(&tick)
-                .y_label_formatter(&tick)
-                .axis_desc_style(("sans-serif", 18))
-                .label_style(("sans-serif", 14))
-                .light_line_style(RGBColor(242, 242, 242))
-                .draw()
-                .map_err(err)?;
-            for (i, s) in charts.series.iter().enumerate() {
-                let colour = series_style(i);
-                let xy: Vec<(f64, f64)> = s.points.iter().map(|p| (x_of(p), y_of(p))).filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
-                chart
-                    .draw_series(LineSeries::new(xy.clone(), colour.stroke_width(2)))
-                    .map_err(err)?
-                    .label(s.label.clone())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], colour.stroke_width(3)));
-                chart.draw_series(xy.iter().map(|&(x, y)| Circle::new((x, y), 5, colour.filled()))).map_err(err)?;
-                chart
-                    .draw_series(s.points.iter().filter(|p| x_of(p).is_finite() && y_of(p).is_finite()).map(|p| {
-                        // "conc N" beside its marker, offset in pixels.
-                        EmptyElement::at((x_of(p), y_of(p)))
-                            + Text::new(format!("conc {}", p.conc), (9, -4), ("sans-serif", 13).into_font().color(&colour))
-                    }))
-                    .map_err(err)?;
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .label_font(("sans-serif", 16))
-                .background_style(WHITE.mix(0.9))
-                .border_style(BLACK)
-                .draw()
-                .map_err(err)?;
+    let xs = points.iter().map(|p| x_of(p));
+    let x_lo = xs.clone().fold(f64::INFINITY, f64::min);
+    let x_hi = xs.fold(f64::NEG_INFINITY, f64::max);
+    let (x_range, legend_at) = match kind {
+        // From 0, unless every point sits in the upper half (then zoom in).
+        Kind::Pareto if x_hi <= 0.0 || !x_hi.is_finite() => (0.0..1.0, SeriesLabelPosition::UpperRight),
+        Kind::Pareto if x_lo > 0.5 * x_hi => {
+            let pad = 0.15 * (x_hi - x_lo).max(0.1 * x_hi);
+            ((x_lo - pad)..(x_hi + pad), SeriesLabelPosition::UpperRight)
         }
+        Kind::Pareto => (0.0..(x_hi * 1.12), SeriesLabelPosition::UpperRight),
+        // x is log2(conc): whole powers of two, a quarter step of margin.
         Kind::TputVsConc | Kind::TpotVsConc => {
-            let xs: Vec<f64> = points.iter().map(|p| x_of(p)).collect();
-            let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let (lo, hi) = if lo.is_finite() { (lo.floor(), hi.ceil().max(lo.floor() + 1.0)) } else { (0.0, 1.0) };
-            // x is log2(conc): ticks at whole powers of two, labelled with the concurrency.
-            let ticks = (hi - lo) as usize + 1;
-            let mut chart = builder.build_cartesian_2d((lo - 0.25)..(hi + 0.25), 0.0..y_max).map_err(err)?;
-            let conc_label = |x: &f64| {
-                if (x - x.round()).abs() < 1e-6 { format!("{}", 2f64.powf(x.round())) } else { String::new() }
-            };
+            let (lo, hi) = if x_lo.is_finite() { (x_lo.floor(), x_hi.ceil().max(x_lo.floor() + 1.0)) } else { (0.0, 1.0) };
+            ((lo - 0.25)..(hi + 0.25), SeriesLabelPosition::UpperLeft)
+        }
+    };
+    // Ticks of the concurrency axes: at whole powers of two, labelled with the concurrency.
+    let conc_ticks = (x_range.end - x_range.start - 0.5).round() as usize + 1;
+    let conc_label = |x: &f64| {
+        if (x - x.round()).abs() < 1e-6 { format!("{}", 2f64.powf(x.round())) } else { String::new() }
+    };
+    let mut chart = builder.build_cartesian_2d(x_range, 0.0..y_max).map_err(err)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(x_label)
+        .y_desc(y_label)
+        .y_label_formatter(&tick)
+        .axis_desc_style(("sans-serif", 18))
+        .label_style(("sans-serif", 14))
+        .light_line_style(RGBColor(242, 242, 242));
+    match kind {
+        Kind::Pareto => mesh.x_label_formatter(&tick),
+        Kind::TputVsConc | Kind::TpotVsConc => mesh.x_labels(conc_ticks).x_label_formatter(&conc_label),
+    };
+    mesh.draw().map_err(err)?;
+    for (i, s) in charts.series.iter().enumerate() {
+        let colour = series_style(i);
+        let xy: Vec<(f64, f64)> = s.points.iter().map(|p| (x_of(p), y_of(p))).filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+        chart
+            .draw_series(LineSeries::new(xy.clone(), colour.stroke_width(2)))
+            .map_err(err)?
+            .label(s.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], colour.stroke_width(3)));
+        chart.draw_series(xy.iter().map(|&(x, y)| Circle::new((x, y), 5, colour.filled()))).map_err(err)?;
+        if kind == Kind::Pareto {
+            // "conc N" beside each marker, offset in pixels: the Pareto x axis is not the concurrency.
+            let font = ("sans-serif", 13).into_font().color(&colour);
             chart
-                .configure_mesh()
-                .x_desc(x_label)
-                .y_desc(y_label)
-                .x_labels(ticks)
-                .x_label_formatter(&conc_label)
-                .y_label_formatter(&tick)
-                .axis_desc_style(("sans-serif", 18))
-                .label_style(("sans-serif", 14))
-                .light_line_style(RGBColor(242, 242, 242))
-                .draw()
-                .map_err(err)?;
-            for (i, s) in charts.series.iter().enumerate() {
-                let colour = series_style(i);
-                let xy: Vec<(f64, f64)> = s.points.iter().map(|p| (x_of(p), y_of(p))).filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
-                chart
-                    .draw_series(LineSeries::new(xy.clone(), colour.stroke_width(2)))
-                    .map_err(err)?
-                    .label(s.label.clone())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], colour.stroke_width(3)));
-                chart.draw_series(xy.iter().map(|&(x, y)| Circle::new((x, y), 5, colour.filled()))).map_err(err)?;
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .label_font(("sans-serif", 16))
-                .background_style(WHITE.mix(0.9))
-                .border_style(BLACK)
-                .draw()
+                .draw_series(s.points.iter().filter(|p| x_of(p).is_finite() && y_of(p).is_finite()).map(|p| {
+                    EmptyElement::at((x_of(p), y_of(p))) + Text::new(format!("conc {}", p.conc), (9, -4), font.clone())
+                }))
                 .map_err(err)?;
         }
     }
+    chart
+        .configure_series_labels()
+        .position(legend_at)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
