@@ -208,11 +208,8 @@ fn check_json_flags(args: &[String]) -> Result<(), String> {
             return Err(format!("{name} needs a JSON value"));
         };
         if let Err(e) = serde_json::from_str::<serde_json::Value>(value) {
-            return Err(format!(
-                "{name} value is not valid JSON: {e} (line {}, column {}) in {value}",
-                e.line(),
-                e.column()
-            ));
+            // serde_json's message already says where ("at line 1 column 9").
+            return Err(format!("{name} value is not valid JSON: {e}, in {value}"));
         }
     }
     Ok(())
