@@ -233,22 +233,22 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, charts: &Charts, 
     let xs = points.iter().map(|p| x_of(p));
     let x_lo = xs.clone().fold(f64::INFINITY, f64::min);
     let x_hi = xs.fold(f64::NEG_INFINITY, f64::max);
-    let (x_range, legend_at) = match kind {
+    // x range, legend corner, and the concurrency charts' tick count.
+    let (x_range, legend_at, conc_ticks) = match kind {
         // From 0, unless every point sits in the upper half (then zoom in).
-        Kind::Pareto if x_hi <= 0.0 || !x_hi.is_finite() => (0.0..1.0, SeriesLabelPosition::UpperRight),
+        Kind::Pareto if x_hi <= 0.0 || !x_hi.is_finite() => (0.0..1.0, SeriesLabelPosition::UpperRight, 0),
         Kind::Pareto if x_lo > 0.5 * x_hi => {
             let pad = 0.15 * (x_hi - x_lo).max(0.1 * x_hi);
-            ((x_lo - pad)..(x_hi + pad), SeriesLabelPosition::UpperRight)
+            ((x_lo - pad)..(x_hi + pad), SeriesLabelPosition::UpperRight, 0)
         }
-        Kind::Pareto => (0.0..(x_hi * 1.12), SeriesLabelPosition::UpperRight),
-        // x is log2(conc): whole powers of two, a quarter step of margin.
+        Kind::Pareto => (0.0..(x_hi * 1.12), SeriesLabelPosition::UpperRight, 0),
+        // x is log2(conc): a tick at each whole power of two, a quarter step of margin.
         Kind::TputVsConc | Kind::TpotVsConc => {
             let (lo, hi) = if x_lo.is_finite() { (x_lo.floor(), x_hi.ceil().max(x_lo.floor() + 1.0)) } else { (0.0, 1.0) };
-            ((lo - 0.25)..(hi + 0.25), SeriesLabelPosition::UpperLeft)
+            ((lo - 0.25)..(hi + 0.25), SeriesLabelPosition::UpperLeft, (hi - lo) as usize + 1)
         }
     };
-    // Ticks of the concurrency axes: at whole powers of two, labelled with the concurrency.
-    let conc_ticks = (x_range.end - x_range.start - 0.5).round() as usize + 1;
+    // Concurrency tick labels: the concurrency at whole powers of two.
     let conc_label = |x: &f64| {
         if (x - x.round()).abs() < 1e-6 { format!("{}", 2f64.powf(x.round())) } else { String::new() }
     };

@@ -46,10 +46,11 @@ pub fn ab(opts: &RunOptions, baseline: &str, candidate: &str, repeats: u32, opti
         // ABBA order (baseline first in even repeats, candidate first in odd
         // ones): a machine that speeds up or slows down over the run would
         // otherwise always favour whichever variant runs second.
-        let order: Box<dyn Iterator<Item = &_>> =
-            if r % 2 == 0 { Box::new(one_repeat.iter()) } else { Box::new(one_repeat.iter().rev()) };
-        for job in order {
-            let mut j = job.clone();
+        let mut jobs = one_repeat.clone();
+        if r % 2 == 1 {
+            jobs.reverse();
+        }
+        for mut j in jobs {
             j.run_eval &= r == 0; // greedy: the eval's answers do not change between repeats
             plan.jobs.push(j);
         }

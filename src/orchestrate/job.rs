@@ -164,8 +164,7 @@ pub fn run_job(
                 bar.progress(&phase, done, total)
             }
             Message::Point { raw } => {
-                let in_process = j.env.get("VLLM_ENABLE_V1_MULTIPROCESSING").is_none_or(|v| v == "0");
-                let mut point = finish_point(&raw, &j.sweep, gpus, in_process);
+                let mut point = finish_point(&raw, &j.sweep, gpus, super::plan::in_process(&j.env));
                 let f = &point.figures;
                 let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
                 let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);

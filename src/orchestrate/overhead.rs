@@ -25,7 +25,7 @@ use super::finish::point_line;
 use super::interrupt::Interrupts;
 use super::job::{JobOutcome, Session, run_job};
 use super::outputs::OutputFiles;
-use super::plan::{PlannedJob, RunOptions, plan};
+use super::plan::{MP_VAR, PlannedJob, RunOptions, plan};
 use super::progress::say;
 use super::protocol::{PointSpec, RawPoint};
 use super::run::{new_result, now_rfc3339, output_dir, pending_job, print_summary};
@@ -36,7 +36,6 @@ use crate::report::result::{JobResult, PointResult, RunError};
 use crate::serve::{ClientConfig, ServerSpec, VllmServer, run_benchmark};
 use crate::workload::arrivals::arrival_times;
 
-const MP_VAR: &str = "VLLM_ENABLE_V1_MULTIPROCESSING";
 const TIERS: [&str; 3] = ["in-process", "engine-core process", "vllm serve"];
 
 /// Runs the three tiers and prints the overhead table. Returns the exit code.

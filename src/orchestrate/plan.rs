@@ -208,14 +208,24 @@ fn default_omp_threads() -> String {
     std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()
 }
 
+/// vLLM's switch between an in-process engine core (`0`, what enginebench
+/// drives) and one in its own process behind the multiprocess client.
+pub const MP_VAR: &str = "VLLM_ENABLE_V1_MULTIPROCESSING";
+
+/// Whether an engine environment runs the engine core in-process (unset
+/// counts as in-process: the worker forces it, see [`engine_env`]).
+pub fn in_process(env: &BTreeMap<String, String>) -> bool {
+    env.get(MP_VAR).is_none_or(|v| v == "0")
+}
+
 /// The engine process's environment: the configuration's, plus in-process
 /// mode and, on the CPU backend, an OMP_NUM_THREADS default.
 fn engine_env(recipe: &Recipe, config: &EngineConfig) -> BTreeMap<String, String> {
     let mut env = config.env.clone();
-    if env.get("VLLM_ENABLE_V1_MULTIPROCESSING").is_some_and(|v| v != "0") {
-        tracing::warn!("VLLM_ENABLE_V1_MULTIPROCESSING forced to 0: enginebench drives the engine in-process");
+    if !in_process(&env) {
+        tracing::warn!("{MP_VAR} forced to 0: enginebench drives the engine in-process");
     }
-    env.insert("VLLM_ENABLE_V1_MULTIPROCESSING".into(), "0".into());
+    env.insert(MP_VAR.into(), "0".into());
     let unset = config.env_unset.iter().any(|k| k == "OMP_NUM_THREADS");
     if recipe.is_cpu() && !env.contains_key("OMP_NUM_THREADS") && !unset {
         env.insert("OMP_NUM_THREADS".into(), default_omp_threads());
