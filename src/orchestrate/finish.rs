@@ -42,7 +42,8 @@ pub fn finish_point(raw: &RawPoint, sweep: &ResolvedSweep, gpus: u32, in_process
     let p = &raw.spec.point;
     let spec = FigureSpec { percentiles: &sweep.percentiles, gpus, goodput: sweep.goodput };
     let figures = point_figures(&raw.records, raw.duration_s, spec);
-    let crosscheck = cross_check(&raw.records, &raw.engine_timings);
+    let step_stats = summarize_steps(&raw.steps);
+    let crosscheck = cross_check(&raw.records, &raw.engine_timings, step_stats.median_step_ms);
     if let Some(c) = crosscheck.as_ref().filter(|c| !c.agree && in_process) {
         tracing::warn!(
             "{}/{} conc {}: harness and vLLM disagree (TTFT median diff {:.2} ms, E2EL {:.2} ms, tolerance {:.2}/{:.2} ms)",
@@ -71,7 +72,7 @@ pub fn finish_point(raw: &RawPoint, sweep: &ResolvedSweep, gpus: u32, in_process
         }
         .into(),
         figures,
-        step_stats: summarize_steps(&raw.steps),
+        step_stats,
         crosscheck,
         telemetry: None,
     }
