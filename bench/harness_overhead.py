@@ -67,7 +67,13 @@ def parse_args():
     p.add_argument("--kv-space", default="2", help="VLLM_CPU_KVCACHE_SPACE, GiB")
     p.add_argument("--omp-threads", default=str(os.cpu_count() or 1),
                    help="OMP_NUM_THREADS (enginebench's CPU default: the logical CPUs)")
-    p.add_argument("--harnesses", default="eb,py,vb")
+    p.add_argument("--harnesses", default=None, help="default eb,py,vb (eb,py with --null-engine)")
+    p.add_argument("--null-engine", action="store_true",
+                   help="replace vLLM's step by a stand-in with no model (pyloop.null_engine) in eb and py: "
+                        "the per-step figures are then the harness's own cost, free of the model's noise")
+    p.add_argument("--evict-mb", type=int, default=0,
+                   help="with --null-engine: the stand-in copies this many MiB each step (inside the timed "
+                        "step), leaving the caches as cold as a real step that streams the weights does")
     p.add_argument("--baseline", default=None,
                    help="another enginebench binary, run as harness eb0 in every round (before/after a change)")
     p.add_argument("--report", default=None, metavar="DIR", help="only print the tables of a finished run")
@@ -136,23 +142,16 @@ def run(cmd, env, log, timeout=3600):
     return time.monotonic() - t
 
 
-def match_steps(probe_d, durs_s, start):
-    """Index k >= start where probe step durations best match enginebench's
-    measured step durations (the Rust call includes the crossing, so they are
-    slightly longer); the measured steps of a point are consecutive calls."""
-    n = len(durs_s)
-    best = None
-    for k in range(start, len(probe_d) - n + 1):
-        err = 0.0
-        for j in range(n):
-            err += abs(durs_s[j] - probe_d[k + j])
-            if best is not None and err >= best[0]:
-                break
-        if best is None or err < best[0]:
-            best = (err, k)
-    if best is None:
-        raise SystemExit("probe: fewer step calls than enginebench's steps")
-    return best[1], best[0] / n
+def first_measured_step(probe, adds_before):
+    """Index of the first probe step of a point's measured loop: the first
+    vLLM step() after its first measured add_request (`adds_before` = the
+    add_request calls of all earlier points and this point's warm-ups; every
+    request, warm-up or measured, is one add_request call, in order)."""
+    import bisect
+
+    if adds_before >= len(probe["at"]):
+        raise SystemExit(f"probe: {len(probe['at'])} add_request calls, expected more than {adds_before}")
+    return bisect.bisect_right(probe["t"], probe["at"][adds_before])
 
 
 def parse_eb(out, probe_dir, points):
@@ -171,7 +170,7 @@ def parse_eb(out, probe_dir, points):
     with open(os.path.join(probe_dir, probes[0])) as f:
         probe = json.load(f)
     res = {}
-    start = 0
+    adds_before = 0
     keys = sorted(steps)
     (job,) = result["jobs"]
     if result["status"] != "ok" or len(job["points"]) != len(points):
@@ -180,8 +179,16 @@ def parse_eb(out, probe_dir, points):
         assert (p["conc"], p["num_prompts"], p["warmups"]) == (want["conc"], want["num_prompts"], want["warmups"])
         st = steps[key]
         n = len(st)
-        k, mismatch = match_steps(probe["d"], [s["dur_ms"] / 1e3 for s in st], start)
-        start = k + n
+        adds_before += p["warmups"]
+        k = first_measured_step(probe, adds_before)
+        adds_before += p["num_prompts"]
+        if k + n > len(probe["d"]):
+            raise SystemExit(f"probe: {len(probe['d'])} step calls, the point needs {k + n}")
+        # The harness's step call holds vLLM's: a negative mean difference
+        # would mean the two records are out of step.
+        mismatch = sum(s["dur_ms"] / 1e3 - d for s, d in zip(st, probe["d"][k:k + n])) / n
+        if mismatch < 0:
+            raise SystemExit(f"probe: enginebench's step calls are shorter than vLLM's by {-mismatch * 1e6:.0f} us")
         lo = probe["t"][k - 1] + probe["d"][k - 1] if k > 0 else 0.0  # end of the warm-up's last step
         hi = probe["t"][k + n - 1]
         adds = [(t, d) for t, d in zip(probe["at"], probe["ad"]) if lo < t < hi]
@@ -194,7 +201,7 @@ def parse_eb(out, probe_dir, points):
             "output_throughput": p["output_throughput"],
             "duration_s": p["duration_s"],
             "output_tokens": p["total_output_tokens"],
-            "probe_match_us": mismatch * 1e6,
+            "crossing_check_us": mismatch * 1e6,
             **pyloop.summary(0.0, marks, inner, adds, hooks),
         }
     return res, result
@@ -204,7 +211,8 @@ def run_eb(a, points, d, env, binary):
     os.makedirs(d, exist_ok=True)
     probe_dir = os.path.join(d, "probe")
     os.makedirs(probe_dir, exist_ok=True)
-    env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir)
+    env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir,
+               EB_NULL_ENGINE="1" if a.null_engine else "0")
     out = os.path.join(d, "run")
     secs = run([binary, "run", os.path.join(a.out, "recipe.toml"), "--no-eval", "--step-trace",
                 "-o", out], env, os.path.join(d, "stderr.log"))
@@ -219,6 +227,7 @@ def run_py(a, points, d, env):
         "points": points,
         "prompts": os.path.join(a.out, "prompts.json"),
         "promptgen": a.promptgen,
+        "null_engine": a.null_engine,
     }
     jf = os.path.join(d, "job.json")
     with open(jf, "w") as f:
@@ -290,7 +299,9 @@ def main():
         return
     check_promptgen_lock()
     concs = [int(c) for c in a.concs.split(",")]
-    harnesses = a.harnesses.split(",")
+    harnesses = (a.harnesses or ("eb,py" if a.null_engine else "eb,py,vb")).split(",")
+    if a.null_engine and "vb" in harnesses:
+        raise SystemExit("--null-engine: vllm bench throughput (vb) cannot run the stand-in; use --harnesses eb,py")
     if a.baseline:
         a.baseline = os.path.abspath(a.baseline)
         harnesses.append("eb0")
@@ -303,7 +314,9 @@ def main():
               for c in concs]
     with open(os.path.join(a.out, "recipe.toml"), "w") as f:
         f.write(recipe_text(a, concs))
-    env = dict(os.environ, OMP_NUM_THREADS=a.omp_threads, VLLM_CPU_KVCACHE_SPACE=a.kv_space,
+    if a.evict_mb and not a.null_engine:
+        raise SystemExit("--evict-mb needs --null-engine")
+    env = dict(os.environ, EB_NULL_EVICT_MB=str(a.evict_mb), OMP_NUM_THREADS=a.omp_threads, VLLM_CPU_KVCACHE_SPACE=a.kv_space,
                VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONUNBUFFERED="1", ENGINEBENCH_HOME=a.home)
     for k in ("PYTHONPATH", "EB_STEP_PROBE"):
         env.pop(k, None)
@@ -311,11 +324,14 @@ def main():
     print(f"harness overhead: {machine}; ISL/OSL {a.isl}/{a.osl}, conc {concs}, "
           f"{a.prompts_per_conc} x conc prompts, {a.warmups_per_conc} x conc warm-ups, "
           f"{a.rounds} rounds; engine args: {a.engine_args}; OMP_NUM_THREADS={a.omp_threads}, "
-          f"VLLM_CPU_KVCACHE_SPACE={a.kv_space}; out: {a.out}", file=sys.stderr)
+          f"VLLM_CPU_KVCACHE_SPACE={a.kv_space}{'; NULL ENGINE' if a.null_engine else ''}"
+          f"{f', evicting {a.evict_mb} MiB per step' if a.evict_mb else ''}; out: {a.out}",
+          file=sys.stderr)
 
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "machine": machine,
             "vllm": vllm_version(a), "concs": concs, **{k: getattr(a, k) for k in (
-                "engine_args", "omp_threads", "kv_space", "isl", "osl", "prompts_per_conc", "warmups_per_conc")}}
+                "engine_args", "omp_threads", "kv_space", "isl", "osl", "prompts_per_conc", "warmups_per_conc",
+                "null_engine", "evict_mb")}}
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     rounds = []
@@ -374,6 +390,11 @@ def report(meta, rounds):
         f"prompts, ISL/OSL {meta['isl']}/{meta['osl']}, {meta['prompts_per_conc']} x conc measured and "
         f"{meta['warmups_per_conc']} x conc warm-up requests per point; {len(rounds)} interleaved rounds; "
         "min / median / max over the rounds.",
+        *(["", "**Null engine**: vLLM's step() replaced by a stand-in with no model (bench's pyloop.null_engine), "
+                "in both loops: tok/s is the loops' speed, not the engine's; harness us/step is what each loop "
+                "costs per step."
+           + (f" The stand-in copies {meta['evict_mb']} MiB per step (inside its timed step), leaving the "
+              "caches cold as a real step does." if meta.get("evict_mb") else "")] if meta.get("null_engine") else []),
         "",
         "| conc | eb/py out tok/s (>= 0.99) | eb/vb out tok/s (>= 1.0) | harness us/step eb (<= 50 at 64) "
         "| harness us/step py | eb - py us/step | out tok/s eb | out tok/s py | out tok/s vb |",
@@ -413,7 +434,7 @@ def report(meta, rounds):
     lines.append("")
     for c in concs:
         r = ratio("eb", "py", c)
-        if r:
+        if r and not meta.get("null_engine"):
             lines.append(f"conc {c}: eb/py {med(r):.3f} (median) {'meets' if med(r) >= 0.99 else 'misses'} >= 0.99")
         r = ratio("eb", "vb", c)
         if r:

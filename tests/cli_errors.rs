@@ -39,3 +39,11 @@ fn unknown_bundled_model() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("bundled model `nope`"), "{}", text(&out));
 }
+
+#[test]
+fn telemetry_interval_out_of_range() {
+    let out = enginebench(&["run", "--telemetry-interval-ms", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let log = text(&out);
+    assert!(log.contains("--telemetry-interval-ms") && log.contains("10..=60000"), "{log}");
+}

@@ -7,7 +7,9 @@ step() are timed on CLOCK_MONOTONIC, and the records are written to
 `<dir>/probe-<pid>.json` ({"t", "d": step starts and durations; "at", "ad":
 add_request; "ht", "hd": shim hooks}, seconds) when the engine core shuts
 down (the shim's Engine.shutdown) and at exit. pyloop.py uses the same Probe,
-so both loops are timed by the same code.
+so both loops are timed by the same code. EB_NULL_ENGINE=1 also replaces
+vLLM's step by pyloop's `null_engine` stand-in (harness_overhead.py
+--null-engine).
 """
 
 import os
@@ -27,7 +29,7 @@ def _install():
         import pyloop
     finally:
         sys.path.remove(shim)
-    probe = pyloop.Probe()
+    probe = pyloop.Probe(null=os.environ.get("EB_NULL_ENGINE") == "1")
     path = os.path.join(_DIR, f"probe-{os.getpid()}.json")
 
     def flush():

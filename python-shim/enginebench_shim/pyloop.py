@@ -5,6 +5,7 @@ enginebench uses), for bench/harness_overhead.py.
     python pyloop.py JOB.json OUT.json
 
 JOB.json: {"argv": [model, flag, ...],          # the `vllm serve` list the worker gets
+           "null_engine": false,                # true: vLLM's step replaced (null_engine)
            "points": [{"isl", "osl", "conc", "warmups", "num_prompts", "seed"}, ...],
            "prompts": FILE,                     # optional: {"<conc>": {"prompts", "output_lens"}}
            "promptgen": BIN}                    # else: draw them with bench/promptgen
@@ -49,6 +50,88 @@ def _draw(promptgen, allowed, point):
     return json.loads(out)
 
 
+class _NullCompletion:
+    __slots__ = ("token_ids",)
+
+    def __init__(self, token_ids):
+        self.token_ids = token_ids
+
+
+class _NullMetrics:
+    """The RequestStateStats fields the shim reads of a finished request."""
+    __slots__ = ("first_token_latency", "first_token_ts", "last_token_ts", "scheduled_ts", "queued_ts",
+                 "num_generation_tokens")
+
+    def __init__(self, generated):
+        self.first_token_latency = 1e-3
+        self.first_token_ts = self.scheduled_ts = self.queued_ts = 1.0
+        self.last_token_ts = 1.0 + 1e-3 * generated
+        self.num_generation_tokens = generated
+
+
+class _NullOutput:
+    __slots__ = ("request_id", "outputs", "finished", "metrics")
+
+    def __init__(self, request_id, finished, generated):
+        self.request_id = request_id
+        self.outputs = [_NullCompletion([0])]
+        self.finished = finished
+        self.metrics = _NullMetrics(generated) if finished else None
+
+
+def null_engine(llm_engine):
+    """Replaces vLLM's LLMEngine.step/add_request/abort_request/
+    has_unfinished_requests by a stand-in with no model: every step gives each
+    running request one token (a RequestOutput-shaped object with the fields
+    the shim reads) and finishes it at max_tokens. The engine is still built
+    (model loaded), so everything around the step is the real set-up; only
+    the step's work is gone. With it, a loop's wall time per step is the
+    harness's own cost plus a few us of stand-in, measured in us without
+    vLLM's ms-scale and noisy model time (bench/harness_overhead.py
+    --null-engine)."""
+    cls = llm_engine.LLMEngine
+    # A real step streams the weights through the caches, so the harness's
+    # code and data are cold when it returns; EB_NULL_EVICT_MB=N makes the
+    # stand-in copy N MiB each step to do the same.
+    evict_mb = int(os.environ.get("EB_NULL_EVICT_MB", "0"))
+    evict = (bytearray(evict_mb << 20), bytearray(evict_mb << 20)) if evict_mb else None
+
+    def running(self):
+        r = self.__dict__.get("_null_running")
+        if r is None:
+            r = self._null_running = {}
+        return r
+
+    def add_request(self, request_id, prompt, params, *a, **kw):
+        running(self)[request_id] = [params.max_tokens, 0]
+
+    def step(self):
+        if evict is not None:
+            evict[0][:] = evict[1]
+        r = running(self)
+        out = []
+        done = []
+        for rid, st in r.items():
+            st[1] += 1
+            fin = st[1] >= st[0]
+            out.append(_NullOutput(rid, fin, st[1]))
+            if fin:
+                done.append(rid)
+        for rid in done:
+            del r[rid]
+        return out
+
+    def abort_request(self, request_ids, *a, **kw):
+        r = running(self)
+        for rid in request_ids:
+            r.pop(rid, None)
+
+    cls.add_request = add_request
+    cls.step = step
+    cls.abort_request = abort_request
+    cls.has_unfinished_requests = lambda self: bool(running(self))
+
+
 class Probe:
     """Times vLLM's own `LLMEngine.step()` and `add_request()` calls, and the
     shim's hooks that run inside step() (its scheduler wrapper's
@@ -58,9 +141,12 @@ class Probe:
     enginebench's embedded interpreter.
 
     `install()` must run before vLLM is imported: it patches the classes as
-    their modules load (an import hook), so it works in any interpreter."""
+    their modules load (an import hook), so it works in any interpreter.
+    With `null=True` it first puts `null_engine`'s stand-in in place of
+    vLLM's step, and times that."""
 
-    def __init__(self):
+    def __init__(self, null=False):
+        self.null = null
         self.t, self.d = [], []      # LLMEngine.step
         self.at, self.ad = [], []    # LLMEngine.add_request
         self.ht, self.hd = [], []    # shim hooks inside step()
@@ -99,6 +185,8 @@ class Probe:
         import vllm.v1.utils as vutils
         from vllm.v1.metrics.loggers import StatLoggerBase
 
+        if self.null:
+            null_engine(llm_engine)
         cls = llm_engine.LLMEngine
         cls.step = self._timed(cls.step, self.t, self.d)
         cls.add_request = self._timed(cls.add_request, self.at, self.ad)
@@ -237,7 +325,7 @@ def main(job_path, out_path):
     with open(job_path) as f:
         job = json.load(f)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    probe = Probe()
+    probe = Probe(null=bool(job.get("null_engine")))
     probe.install()
     Engine = _load_engine_class()
     started = time.monotonic()

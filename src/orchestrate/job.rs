@@ -20,10 +20,6 @@ use super::worker::STOP_SIGNAL;
 use crate::report::result::{Evals, RunError, RunResult, TelemetryInfo, Unfinished};
 use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
 
-/// Telemetry sampling interval (the default; the sampler costs
-/// ~0.2 ms of CPU per sample on the development machine).
-const TELEMETRY_INTERVAL: Duration = Duration::from_millis(100);
-
 /// How a job ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobOutcome {
@@ -69,7 +65,7 @@ pub fn run_job(
 
     // The sampler starts before the engine, so the series covers its load.
     let telemetry = Telemetry::start(TelemetryConfig {
-        interval: TELEMETRY_INTERVAL,
+        interval: plan.telemetry_interval,
         visible_gpus: visible_gpus_from_env(&job.env),
         gpu_count_hint: job.config.tp,
     });
@@ -139,6 +135,9 @@ pub fn run_job(
             tracing::debug!("worker said: {line}");
             continue;
         };
+        // Progress changes nothing in result.json: rewriting (and syncing) it
+        // per finished request took CPU from the engine on small machines.
+        let changes_result = !matches!(msg, Message::Progress { .. });
         let j = &mut result.jobs[index];
         match msg {
             Message::Ready { engine, engine_start_s } => {
@@ -191,7 +190,9 @@ pub fn run_job(
             Message::Done => got_done = true,
             Message::Checked { .. } => {}
         }
-        files.write_result(result)?;
+        if changes_result {
+            files.write_result(result)?;
+        }
     }
     bar.clear();
     let status = worker.child.wait()?;

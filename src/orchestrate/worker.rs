@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -41,6 +41,32 @@ impl Channel {
         if self.0.write_all(&line).and_then(|_| self.0.flush()).is_err() {
             std::process::exit(1);
         }
+    }
+}
+
+/// Progress messages of one phase, at most one per [`Progress::EVERY`] (the
+/// first and the last always): the orchestrator only draws a bar from them,
+/// and each one costs the measuring loop a write.
+struct Progress {
+    phase: String,
+    total: u64,
+    last: Option<Instant>,
+}
+
+impl Progress {
+    const EVERY: Duration = Duration::from_millis(100);
+
+    fn new(phase: String, total: u64) -> Progress {
+        Progress { phase, total, last: None }
+    }
+
+    fn on_done(&mut self, channel: &mut Channel, done: usize) {
+        let done = done as u64;
+        if done < self.total && self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        channel.send(&Message::Progress { phase: self.phase.clone(), done, total: self.total });
     }
 }
 
@@ -183,9 +209,8 @@ fn run_point(
         let phase = format!("warm-up conc {}", p.conc);
         let total = warmup.len() as u64;
         let pacing = Pacing { max_in_flight: conc, arrivals: None, stop: Some(&STOP) };
-        drive(engine, warmup, pacing, ids, &mut |done| {
-            channel.send(&Message::Progress { phase: phase.clone(), done: done as u64, total })
-        })?;
+        let mut progress = Progress::new(phase, total);
+        drive(engine, warmup, pacing, ids, &mut |done| progress.on_done(channel, done))?;
     }
     let arrivals = spec
         .request_rate
@@ -194,9 +219,8 @@ fn run_point(
     let phase = format!("{}/{} conc {}", p.isl, p.osl, p.conc);
     let total = measured.len() as u64;
     let started_mono_s = mono_now_s();
-    let outcome = drive(engine, measured, pacing, ids, &mut |done| {
-        channel.send(&Message::Progress { phase: phase.clone(), done: done as u64, total })
-    })?;
+    let mut progress = Progress::new(phase, total);
+    let outcome = drive(engine, measured, pacing, ids, &mut |done| progress.on_done(channel, done))?;
     Ok(RawPoint {
         spec: *spec,
         records: outcome.records,
@@ -225,9 +249,8 @@ fn run_eval(
         .collect();
     let total = requests.len() as u64;
     let pacing = Pacing { max_in_flight: eval.concurrency as usize, arrivals: None, stop: Some(&STOP) };
-    let outcome = drive(engine, &requests, pacing, ids, &mut |done| {
-        channel.send(&Message::Progress { phase: "gsm8k".into(), done: done as u64, total })
-    })?;
+    let mut progress = Progress::new("gsm8k".into(), total);
+    let outcome = drive(engine, &requests, pacing, ids, &mut |done| progress.on_done(channel, done))?;
     if outcome.stopped {
         // Interrupted: an eval on part of the questions is not a score.
         return Ok(());
