@@ -118,7 +118,7 @@ pub struct RunArgs {
     /// Telemetry sampling interval, ms (10 to 60000). The sampler runs in the
     /// orchestrator, beside the engine: on a machine whose cores the engine
     /// fills, a longer interval disturbs it less.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    #[arg(long, default_value_t = crate::orchestrate::plan::DEFAULT_TELEMETRY_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub telemetry_interval_ms: u64,
     /// Continue an earlier run folder: only missing or failed points (and a missing eval) run.
     #[arg(long, conflicts_with = "output")]

@@ -187,8 +187,8 @@ pub fn drive<E: StepEngine>(
     for a in &arrivals {
         out.records[a.idx as usize].on_tokens(a.now_s, a.new_tokens);
     }
-    for (r, _) in out.records.iter_mut().zip(&finished_flags).filter(|(_, f)| **f) {
-        if r.output_tokens == 0 {
+    for (r, &done) in out.records.iter_mut().zip(&finished_flags) {
+        if done && r.output_tokens == 0 {
             r.error = Some("finished without output tokens".into());
         }
     }
