@@ -211,8 +211,7 @@ def run_eb(a, points, d, env, binary):
     os.makedirs(d, exist_ok=True)
     probe_dir = os.path.join(d, "probe")
     os.makedirs(probe_dir, exist_ok=True)
-    env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir,
-               EB_NULL_ENGINE="1" if a.null_engine else "0")
+    env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir)
     out = os.path.join(d, "run")
     secs = run([binary, "run", os.path.join(a.out, "recipe.toml"), "--no-eval", "--step-trace",
                 "-o", out], env, os.path.join(d, "stderr.log"))
@@ -227,7 +226,6 @@ def run_py(a, points, d, env):
         "points": points,
         "prompts": os.path.join(a.out, "prompts.json"),
         "promptgen": a.promptgen,
-        "null_engine": a.null_engine,
     }
     jf = os.path.join(d, "job.json")
     with open(jf, "w") as f:
@@ -302,6 +300,8 @@ def main():
     harnesses = (a.harnesses or ("eb,py" if a.null_engine else "eb,py,vb")).split(",")
     if a.null_engine and "vb" in harnesses:
         raise SystemExit("--null-engine: vllm bench throughput (vb) cannot run the stand-in; use --harnesses eb,py")
+    if a.evict_mb and not a.null_engine:
+        raise SystemExit("--evict-mb needs --null-engine")
     if a.baseline:
         a.baseline = os.path.abspath(a.baseline)
         harnesses.append("eb0")
@@ -314,9 +314,9 @@ def main():
               for c in concs]
     with open(os.path.join(a.out, "recipe.toml"), "w") as f:
         f.write(recipe_text(a, concs))
-    if a.evict_mb and not a.null_engine:
-        raise SystemExit("--evict-mb needs --null-engine")
-    env = dict(os.environ, EB_NULL_EVICT_MB=str(a.evict_mb), OMP_NUM_THREADS=a.omp_threads, VLLM_CPU_KVCACHE_SPACE=a.kv_space,
+    # The stand-in is switched on the same way in both loops (pyloop's Probe and null_engine read these).
+    env = dict(os.environ, EB_NULL_ENGINE="1" if a.null_engine else "0", EB_NULL_EVICT_MB=str(a.evict_mb),
+               OMP_NUM_THREADS=a.omp_threads, VLLM_CPU_KVCACHE_SPACE=a.kv_space,
                VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONUNBUFFERED="1", ENGINEBENCH_HOME=a.home)
     for k in ("PYTHONPATH", "EB_STEP_PROBE"):
         env.pop(k, None)

@@ -7,9 +7,8 @@ step() are timed on CLOCK_MONOTONIC, and the records are written to
 `<dir>/probe-<pid>.json` ({"t", "d": step starts and durations; "at", "ad":
 add_request; "ht", "hd": shim hooks}, seconds) when the engine core shuts
 down (the shim's Engine.shutdown) and at exit. pyloop.py uses the same Probe,
-so both loops are timed by the same code. EB_NULL_ENGINE=1 also replaces
-vLLM's step by pyloop's `null_engine` stand-in (harness_overhead.py
---null-engine).
+so both loops are timed by the same code (EB_NULL_ENGINE=1 included: the
+Probe then also puts pyloop's `null_engine` stand-in in place of vLLM's step).
 """
 
 import os
@@ -29,7 +28,7 @@ def _install():
         import pyloop
     finally:
         sys.path.remove(shim)
-    probe = pyloop.Probe(null=os.environ.get("EB_NULL_ENGINE") == "1")
+    probe = pyloop.Probe()
     path = os.path.join(_DIR, f"probe-{os.getpid()}.json")
 
     def flush():

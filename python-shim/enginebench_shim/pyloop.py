@@ -5,7 +5,6 @@ enginebench uses), for bench/harness_overhead.py.
     python pyloop.py JOB.json OUT.json
 
 JOB.json: {"argv": [model, flag, ...],          # the `vllm serve` list the worker gets
-           "null_engine": false,                # true: vLLM's step replaced (null_engine)
            "points": [{"isl", "osl", "conc", "warmups", "num_prompts", "seed"}, ...],
            "prompts": FILE,                     # optional: {"<conc>": {"prompts", "output_lens"}}
            "promptgen": BIN}                    # else: draw them with bench/promptgen
@@ -142,11 +141,11 @@ class Probe:
 
     `install()` must run before vLLM is imported: it patches the classes as
     their modules load (an import hook), so it works in any interpreter.
-    With `null=True` it first puts `null_engine`'s stand-in in place of
-    vLLM's step, and times that."""
+    With EB_NULL_ENGINE=1 in the environment it first puts `null_engine`'s
+    stand-in in place of vLLM's step, and times that."""
 
-    def __init__(self, null=False):
-        self.null = null
+    def __init__(self):
+        self.null = os.environ.get("EB_NULL_ENGINE") == "1"
         self.t, self.d = [], []      # LLMEngine.step
         self.at, self.ad = [], []    # LLMEngine.add_request
         self.ht, self.hd = [], []    # shim hooks inside step()
@@ -325,7 +324,7 @@ def main(job_path, out_path):
     with open(job_path) as f:
         job = json.load(f)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    probe = Probe(null=bool(job.get("null_engine")))
+    probe = Probe()
     probe.install()
     Engine = _load_engine_class()
     started = time.monotonic()
