@@ -8,7 +8,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 home=${ENGINEBENCH_HOME:-$repo/.enginebench}
 py=$home/venv/bin/python
 [ -x "$py" ] || { echo "no venv at $home: run ci/setup.sh first" >&2; exit 2; }
-PYO3_PYTHON=$py cargo build --release --quiet --manifest-path "$repo/Cargo.toml"
+cargo build --release --quiet --manifest-path "$repo/Cargo.toml"
+cargo build --release --quiet --manifest-path "$repo/Cargo.toml" -p enginebench-native
 CARGO_TARGET_DIR=$repo/target/promptgen cargo build --release --quiet --locked \
     --manifest-path "$repo/bench/promptgen/Cargo.toml"
 exec "$py" "$repo/bench/harness_overhead.py" --home "$home" "$@"

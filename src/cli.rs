@@ -17,6 +17,9 @@ pub struct Cli {
     /// Show the engine's log live and Python tracebacks on failure.
     #[arg(short, long, global = true)]
     pub verbose: bool,
+    /// The Python interpreter the engine runs in (its vLLM, torch and plugins); default: $ENGINEBENCH_PYTHON, the set-up venv, else the first python3 on PATH that imports vllm.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub python: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -43,11 +46,10 @@ pub enum Command {
     Ab(AbArgs),
     /// Compare two results (before/after): deltas with 95% CIs, accuracy (McNemar), token agreement, gate.
     Compare(CompareArgs),
+    /// Check the Python, vLLM, torch, devices, compatibility items and telemetry a run would use (exit 0: a run can start).
+    Doctor(DoctorArgs),
     /// Plot every job of a result: tok/s/gpu vs tok/s/user, tok/s/gpu and TPOT vs concurrency (PNG, SVG).
     Plot(PlotArgs),
-    /// Internal: the engine worker process (reads a job on stdin).
-    #[command(name = "__worker", hide = true)]
-    Worker,
 }
 
 #[derive(Debug, Args)]
@@ -329,4 +331,11 @@ fn parse_convention(s: &str) -> Result<LengthConvention, String> {
         "inferencex" => Ok(LengthConvention::Inferencex),
         _ => Err(format!("{s:?}: use vllm or inferencex")),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -1,4 +1,6 @@
-//! Where `ci/setup.sh` put the Python venv and the bundled models.
+//! Where `ci/setup.sh` put the Python venv and the bundled models. A set-up is
+//! optional: with `--python` (or a pip-installed wheel) enginebench runs on any
+//! vLLM environment; only `bundled:` models need one.
 //!
 //! Set-up leaves a folder `.enginebench/` in the clone with two symlinks into
 //! the cache: `venv/` (vLLM CPU build and friends) and `models/` (the converted
@@ -85,9 +87,14 @@ impl Install {
 
 /// Resolves a recipe's `model`: `bundled:NAME` becomes the prepared folder,
 /// anything else (hub id or path) is passed to vLLM unchanged.
-pub fn resolve_model(model: &str, install: &Install) -> Result<String> {
-    match model.strip_prefix("bundled:") {
-        Some(name) => Ok(install.bundled_model(name)?.to_string_lossy().into_owned()),
-        None => Ok(model.to_string()),
+///
+/// Errors (usage): a bundled model without a set-up, or not prepared.
+pub fn resolve_model(model: &str, install: Option<&Install>) -> Result<String> {
+    match (model.strip_prefix("bundled:"), install) {
+        (Some(name), Some(install)) => Ok(install.bundled_model(name)?.to_string_lossy().into_owned()),
+        (Some(name), None) => Err(usage(format!(
+            "model `bundled:{name}` needs the models ci/setup.sh prepares, and no set-up was found: run ci/setup.sh in a clone (then set ENGINEBENCH_HOME to its .enginebench folder), or give a hub id or local path as `model`"
+        ))),
+        (None, _) => Ok(model.to_string()),
     }
 }

@@ -17,16 +17,19 @@ import os
 import sys
 import time
 
+try:  # as a package (the pure-Python loop of bench/, tests)
+    from enginebench_shim import compat
+except ImportError:  # compiled into the worker module, loaded as a top-level module
+    import enginebench_compat as compat
+
 
 class FlagError(ValueError):
     """A `vllm serve` flag that vLLM's own parser rejected."""
 
 
 def _serve_parser():
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    make_arg_parser = compat.get("make_arg_parser")
+    parser = make_arg_parser(compat.get("FlexibleArgumentParser")(prog="vllm serve"))
 
     def _error(message):
         # argparse would print usage and sys.exit(2); Rust wants an exception.
@@ -63,10 +66,8 @@ def check_args(argv, env_names):
     """
     import dataclasses
 
-    import vllm.envs as envs
-    from vllm.engine.arg_utils import EngineArgs
-
-    known_env = set(getattr(envs, "environment_variables", {}))
+    EngineArgs = compat.get("EngineArgs")
+    known_env = set(compat.get("envs") or {})
     out = {
         "error": None,
         "ignored": [],
@@ -106,13 +107,17 @@ def _stat_logger_class(sink):
     `sink` is a two-item list: [latest SchedulerStats or None, preemptions
     since the last step()]. It only keeps a reference: step() reads the
     fields, once per step (this runs inside every step, so it stays cheap)."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
+    StatLoggerBase = compat.get("StatLoggerBase")
+    if StatLoggerBase is None:
+        return None
 
     class StepStatLogger(StatLoggerBase):
         def __init__(self, vllm_config, engine_index=0):
             pass
 
-        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+        # Positional as every version passes them; the rest (mm_cache_stats,
+        # engine_idx) differ between versions and are not used.
+        def record(self, scheduler_stats, iteration_stats, *args, **kwargs):
             if scheduler_stats is not None:
                 sink[0] = scheduler_stats
             if iteration_stats is not None and iteration_stats.num_preempted_reqs:
@@ -148,19 +153,17 @@ class Engine:
     """One in-process vLLM engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)."""
 
     def __init__(self, argv):
-        from vllm.engine.arg_utils import EngineArgs
-        from vllm.usage.usage_lib import UsageContext
-        from vllm.v1.engine.llm_engine import LLMEngine
-
         args = parse_serve_args(argv)
-        engine_args = EngineArgs.from_cli_args(args)
+        engine_args = compat.get("EngineArgs").from_cli_args(args)
         self._sink = [None, 0]
+        logger = _stat_logger_class(self._sink)
         # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
-        self.engine = LLMEngine.from_engine_args(
+        self.engine = compat.get("LLMEngine").from_engine_args(
             engine_args,
-            usage_context=UsageContext.OPENAI_API_SERVER,
-            stat_loggers=[_stat_logger_class(self._sink)],
+            usage_context=compat.get("UsageContext").OPENAI_API_SERVER,
+            stat_loggers=[logger] if logger is not None else None,
         )
+        self.step_stats = logger is not None
         self.model_config = self.engine.model_config
         tok = self.engine.get_tokenizer()
         self.tokenizer = tok
@@ -172,13 +175,13 @@ class Engine:
         self._scheduled = []
         self.scheduler_details = self._wrap_scheduler()
 
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind, SamplingParams
-
-        self._TokensPrompt = TokensPrompt
-        self._SamplingParams = SamplingParams
-        self._DELTA = RequestOutputKind.DELTA
-        self._FINAL = RequestOutputKind.FINAL_ONLY
+        self._TokensPrompt = compat.get("TokensPrompt")
+        self._SamplingParams = compat.get("SamplingParams")
+        kind = compat.get("RequestOutputKind")
+        self._DELTA = kind.DELTA
+        self._FINAL = kind.FINAL_ONLY
+        # Resolved at the first finished request / first stats (None: missing).
+        self.crosscheck = True
         self._text_rids = set()
         # Test-only fault hook: hang (sleep) in step() after this many steps,
         # so tests can check that a per-point timeout cuts a hung engine.
@@ -195,17 +198,16 @@ class Engine:
         Only possible in-process (the scheduler lives in this interpreter);
         returns False when it is not reachable.
         """
-        try:
-            from vllm.v1.utils import compute_iteration_details
-
-            scheduler = self.engine.engine_core.engine_core.scheduler
-        except (AttributeError, ImportError):
+        scheduler = compat.scheduler_of(self.engine)
+        if scheduler is None:
             return False
+        compute_iteration_details = compat.get("compute_iteration_details")
         schedule = scheduler.schedule
         scheduled = self._scheduled
         # The first few steps are also counted by vLLM's own function; a
         # difference (another vLLM version) switches to vLLM's for good.
-        checks = [16]
+        # Without vLLM's function the fast count runs unchecked (doctor says so).
+        checks = [16 if compute_iteration_details is not None else 0]
         details = _iteration_details
 
         def reference(out):
@@ -217,7 +219,15 @@ class Engine:
             nonlocal details
             out = schedule(*a, **kw)
             try:
-                counts = details(out)
+                try:
+                    counts = details(out)
+                except Exception:
+                    # The fast count met a SchedulerOutput it does not know:
+                    # fall back to vLLM's own count where there is one.
+                    if details is reference or compute_iteration_details is None:
+                        raise
+                    details = reference
+                    counts = details(out)
                 if checks[0]:
                     checks[0] -= 1
                     expected = reference(out)
@@ -259,7 +269,24 @@ class Engine:
             "special_token_ids": sorted(set(getattr(self.tokenizer, "all_special_ids", []) or [])),
             "device": str(self.engine.vllm_config.device_config.device_type),
             "scheduler_details": self.scheduler_details,
+            "python_executable": sys.executable,
+            "vllm_path": os.path.dirname(os.path.abspath(vllm.__file__)),
+            "compat": compat.report(),
+            "degraded": self.degraded(),
         }
+
+    def degraded(self):
+        """Features off on this vLLM, each with the reason (empty: none)."""
+        out = []
+        if not self.step_stats:
+            out.append("step_stats: vLLM's StatLoggerBase not found")
+        if not self.scheduler_details:
+            out.append("scheduler_details: the in-process scheduler is not reachable")
+        if not self.crosscheck:
+            out.append("crosscheck: RequestStateStats has no first_token_latency")
+        if self._sink[0] is not None and compat.kv_cache_usage(self._sink[0]) is None:
+            out.append("kv_cache_usage: SchedulerStats has neither kv_cache_usage nor gpu_cache_usage")
+        return out
 
     def add_tokens(self, rid, token_ids, max_tokens, ignore_eos):
         """Adds a perf request: token-id prompt, greedy, outputs as per-step deltas.
@@ -343,12 +370,16 @@ class Engine:
                 comp = out.outputs[0]
                 texts.append((rid, comp.text, list(comp.token_ids)))
             m = out.metrics
-            if m is not None and m.first_token_ts > 0.0:
+            if m is not None and self.crosscheck and m.first_token_ts > 0.0:
+                latency = compat.first_token_latency(m)
+                if latency is None:
+                    self.crosscheck = False
+                    continue
                 if timings is None:
                     timings = []
                 timings.extend((
                     rid,
-                    m.first_token_latency,
+                    latency,
                     m.last_token_ts - m.first_token_ts,
                     max(0.0, m.scheduled_ts - m.queued_ts),
                     m.num_generation_tokens,
@@ -370,9 +401,9 @@ class Engine:
         if st is None:
             stats = (p_r, p_t, d_r, d_t, 0, 0, 0.0, 0, 0, sink[1])
         else:
-            pc = st.prefix_cache_stats
+            pc = getattr(st, "prefix_cache_stats", None)
             stats = (p_r, p_t, d_r, d_t, st.num_running_reqs, st.num_waiting_reqs,
-                     st.kv_cache_usage, pc.queries if pc is not None else 0,
+                     compat.kv_cache_usage(st) or 0.0, pc.queries if pc is not None else 0,
                      pc.hits if pc is not None else 0, sink[1])
         return deltas, texts, stats, timings
 
@@ -394,3 +425,43 @@ def set_multiprocessing_executable(python):
 
     multiprocessing.set_executable(python)
     sys.executable = python
+
+
+def doctor():
+    """What this interpreter's vLLM is, without building an engine: a JSON
+    string {vllm, vllm_path, torch, platform, devices, compat, errors}.
+    Import failures are reported, not raised, so doctor can name them."""
+    out = {"vllm": None, "vllm_path": None, "torch": None, "platform": None,
+           "devices": None, "compat": None, "errors": []}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+    except Exception as e:  # a broken torch is what doctor is for
+        out["errors"].append(f"torch does not import: {type(e).__name__}: {e}")
+        return json.dumps(out)
+    try:
+        import vllm
+
+        out["vllm"] = getattr(vllm, "__version__", None)
+        out["vllm_path"] = os.path.dirname(os.path.abspath(vllm.__file__))
+    except Exception as e:
+        out["errors"].append(f"vllm does not import: {type(e).__name__}: {e}")
+        return json.dumps(out)
+    try:
+        from vllm.platforms import current_platform
+
+        out["platform"] = str(getattr(current_platform, "device_type", None) or current_platform)
+    except Exception as e:
+        out["errors"].append(f"vLLM's platform detection failed: {type(e).__name__}: {e}")
+    try:
+        if torch.cuda.is_available():
+            names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+            out["devices"] = {"kind": kind, "count": len(names), "names": names}
+        else:
+            out["devices"] = {"kind": "cpu", "count": 0, "names": []}
+    except Exception as e:
+        out["errors"].append(f"torch device query failed: {type(e).__name__}: {e}")
+    out["compat"] = compat.report()
+    return json.dumps(out)

@@ -1,8 +1,10 @@
-//! The engine side: an embedded CPython running vLLM's `LLMEngine` in-process,
-//! behind the small [`StepEngine`] interface the request loops drive.
+//! The engine side: vLLM's `LLMEngine` in the worker's own interpreter (the
+//! `python` feature, built into the extension module), behind the small
+//! [`StepEngine`] interface the request loops drive.
 
-pub mod interpreter;
+#[cfg(feature = "python")]
 pub mod pyerror;
+#[cfg(feature = "python")]
 pub mod vllm;
 
 use anyhow::Result;

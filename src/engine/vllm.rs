@@ -10,8 +10,10 @@ use pyo3::{intern, Py, PyAny};
 use super::pyerror::PyResultExt;
 use super::{Completion, Delta, EngineTiming, Prompt, StepEngine, StepOutput, StepStats};
 
-/// The shim's source, compiled into the binary so it can never go missing.
+/// The shim's source, compiled into the worker module so it can never go missing.
 const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engine.py");
+/// The shim's compatibility layer (every vLLM internal it touches), loaded first.
+const COMPAT_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/compat.py");
 
 /// An in-process vLLM engine.
 pub struct VllmEngine {
@@ -56,6 +58,11 @@ impl VllmEngine {
 
 /// Loads the shim module and points multiprocessing at the venv's python.
 fn load_shim<'py>(py: Python<'py>, venv_python: &str) -> Result<Bound<'py, PyModule>> {
+    // Registered in sys.modules as `enginebench_compat`, where the shim imports it.
+    let compat = CString::new(COMPAT_SOURCE)?;
+    PyModule::from_code(py, &compat, c"enginebench_shim/compat.py", c"enginebench_compat")
+        .py_context(py)
+        .context("loading the enginebench Python shim's compatibility layer")?;
     let code = CString::new(SHIM_SOURCE)?;
     let module =
         PyModule::from_code(py, &code, c"enginebench_shim/engine.py", c"enginebench_shim_engine")
@@ -63,6 +70,15 @@ fn load_shim<'py>(py: Python<'py>, venv_python: &str) -> Result<Bound<'py, PyMod
             .context("loading the enginebench Python shim")?;
     module.call_method1("set_multiprocessing_executable", (venv_python,)).py_context(py)?;
     Ok(module)
+}
+
+/// What the interpreter's vLLM is (versions, platform, devices, compatibility
+/// items), without building an engine: the shim's JSON report.
+pub fn doctor(venv_python: &str) -> Result<String> {
+    Python::attach(|py| {
+        let module = load_shim(py, venv_python)?;
+        module.call_method0("doctor").and_then(|r| r.extract::<String>()).py_context(py)
+    })
 }
 
 /// Checks `vllm serve` arguments with vLLM's own parser, without building an

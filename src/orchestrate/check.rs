@@ -5,16 +5,15 @@
 //! weights are read); then ISL + OSL against `--max-model-len` and TP against
 //! the visible GPUs.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
-use indicatif::MultiProgress;
+use anyhow::Result;
 
 use super::protocol::{CheckItem, CheckJob, FlagCheck, Message, Task};
-use super::spawn::spawn_worker;
+use super::spawn::ask_worker;
 use crate::error::{exit, usage};
 use crate::install::{Install, resolve_model};
+use crate::python::{self, Interpreter};
 use crate::recipe::{EngineConfig, Recipe};
 use crate::report::host::Host;
 
@@ -30,18 +29,19 @@ pub struct Findings {
 /// variant. All flag lists go through one parser process. Returns the exit
 /// code (0 clean or warnings only, 2 errors).
 pub fn check(paths: &[PathBuf], variant: Option<&str>) -> Result<i32> {
-    let install = Install::locate()?;
+    let install = Install::locate().ok();
+    let python = python::default_interpreter()?;
     let mut loaded = Vec::new();
     for path in paths {
         let recipe = Recipe::load(path)?;
         let configs = recipe.listed_configs(variant).map_err(|e| usage(format!("{}: {e}", path.display())))?;
         // The parser needs a model argument but reads nothing from it.
-        let model = resolve_model(&recipe.model, &install).unwrap_or_else(|_| recipe.model.clone());
+        let model = resolve_model(&recipe.model, install.as_ref()).unwrap_or_else(|_| recipe.model.clone());
         loaded.push((path, recipe, model, configs));
     }
     let items: Vec<(String, EngineConfig)> =
         loaded.iter().flat_map(|(_, _, m, cs)| cs.iter().map(move |c| (m.clone(), c.clone()))).collect();
-    let mut checks = vllm_checks(&install, &items)?.into_iter();
+    let mut checks = vllm_checks(&python, &items)?.into_iter();
     let host = Host::detect();
     let mut errors = 0;
     for (path, recipe, model, configs) in &loaded {
@@ -147,7 +147,7 @@ fn model_max_len(dir: &Path) -> Option<u64> {
 }
 
 /// Parses every (model, configuration)'s flags in one worker process.
-fn vllm_checks(install: &Install, configs: &[(String, EngineConfig)]) -> Result<Vec<FlagCheck>> {
+fn vllm_checks(python: &Interpreter, configs: &[(String, EngineConfig)]) -> Result<Vec<FlagCheck>> {
     let items = configs
         .iter()
         .map(|(model, c)| {
@@ -156,27 +156,10 @@ fn vllm_checks(install: &Install, configs: &[(String, EngineConfig)]) -> Result<
             CheckItem { argv, env_names: c.env.keys().cloned().collect() }
         })
         .collect();
-    let task = Task::Check(CheckJob { python: install.python(), items });
-    let log: PathBuf = std::env::temp_dir().join(format!("enginebench-check-{}.log", std::process::id()));
+    let task = Task::Check(CheckJob { python: python.path.clone(), items });
     eprintln!("checking flags with vLLM's serve parser (imports vLLM, loads no weights)...");
-    let ui = MultiProgress::new();
-    let mut worker = spawn_worker(&task, &Default::default(), &[], &log, false, &ui)?;
-    let mut results = None;
-    let mut error = None;
-    for line in BufReader::new(worker.stdout.take().expect("piped")).lines() {
-        match serde_json::from_str::<Message>(&line?) {
-            Ok(Message::Checked { results: r }) => results = Some(r),
-            Ok(Message::Error { message, .. }) => error = Some(message),
-            _ => {}
-        }
-    }
-    let status = worker.child.wait()?;
-    match (results, error) {
-        (Some(r), _) if status.success() => {
-            let _ = std::fs::remove_file(&log);
-            Ok(r)
-        }
-        (_, Some(e)) => bail!("the flag check failed: {e} (log: {})", log.display()),
-        _ => bail!("the flag check worker ended unexpectedly ({status}); log: {}", log.display()),
-    }
+    ask_worker(python, &task, "flag check", |msg| match msg {
+        Message::Checked { results } => Some(results),
+        _ => None,
+    })
 }

@@ -16,7 +16,7 @@ use super::plan::Plan;
 use super::progress::{Bar, say};
 use super::protocol::{Job, Message, Task};
 use super::spawn::spawn_worker;
-use super::worker::STOP_SIGNAL;
+use super::protocol::STOP_SIGNAL;
 use crate::report::result::{Evals, RunError, RunResult, TelemetryInfo, Unfinished};
 use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
 
@@ -52,7 +52,7 @@ pub fn run_job(
     let mut engine_argv = vec![plan.model_path.clone()];
     engine_argv.extend(job.config.args.iter().cloned());
     let request = Job {
-        python: plan.install.python(),
+        python: job.python.path.clone(),
         engine_argv,
         points: job.specs.clone(),
         eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
@@ -70,7 +70,7 @@ pub fn run_job(
         gpu_count_hint: job.config.tp,
     });
     telemetry.mark("engine load");
-    let mut worker = spawn_worker(&Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, ui)?;
+    let mut worker = spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, ui)?;
     let pid = worker.child.id();
     telemetry.set_engine_pid(pid);
     result.jobs[index].worker_pid = Some(pid);
@@ -147,6 +147,16 @@ pub fn run_job(
                 let size = |k: &str| engine.get(k).and_then(|v| v.as_u64()).unwrap_or(1).max(1) as u32;
                 gpus = size("tensor_parallel_size") * size("pipeline_parallel_size");
                 j.fingerprint = Some(j.compute_fingerprint(&plan.model_path, get("vllm").as_deref().unwrap_or("")));
+                if let Some(info) = j.python.as_mut() {
+                    info.vllm = get("vllm");
+                    info.vllm_path = get("vllm_path");
+                    info.vllm_git_commit = info.vllm_path.as_deref().and_then(crate::python::git_commit);
+                }
+                if let Some(lost) = engine.get("degraded").and_then(|d| d.as_array()).filter(|d| !d.is_empty()) {
+                    for item in lost.iter().filter_map(|v| v.as_str()) {
+                        say(ui, &format!("  warning: off on this vLLM: {item}"));
+                    }
+                }
                 j.engine = Some(engine.clone());
                 j.engine_start_s = Some(engine_start_s);
                 if result.versions.vllm.is_none() {
@@ -188,7 +198,7 @@ pub fn run_job(
                 failure = Some(RunError { message, traceback, log_tail: Vec::new() });
             }
             Message::Done => got_done = true,
-            Message::Checked { .. } => {}
+            Message::Checked { .. } | Message::Doctor { .. } => {}
         }
         if changes_result {
             files.write_result(result)?;

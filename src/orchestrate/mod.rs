@@ -1,12 +1,14 @@
 //! Process model: the orchestrator (no Python in it) plans the run and writes
-//! results; a worker process (the same binary, hidden subcommand `__worker`)
-//! embeds Python with the recipe's environment and drives one engine. They
+//! results; a worker process (the chosen Python interpreter, started with the
+//! recipe's environment, loading the extension module `enginebench_native`:
+//! see [`crate::python`]) builds one engine in-process and drives it from Rust. They
 //! talk in JSON lines: the job goes in on the worker's stdin, messages come
 //! back on its stdout, and everything Python prints goes to its stderr, which
 //! the orchestrator saves as `worker.log`.
 
 pub mod ab;
 pub mod check;
+pub mod doctor;
 pub mod finish;
 pub mod interrupt;
 pub mod job;
@@ -17,4 +19,5 @@ pub mod progress;
 pub mod protocol;
 pub mod run;
 pub mod spawn;
+#[cfg(feature = "python")]
 pub mod worker;

@@ -13,7 +13,7 @@
 //! Overheads: tier 2 vs 1 is the IPC/process cost, tier 3 vs 2 the API
 //! server + HTTP cost, as absolute (ms TTFT, ms TPOT) and relative numbers.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use comfy_table::Table;
@@ -56,6 +56,7 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
     let mut mp = PlannedJob {
         config: base.config.clone(),
         env: base.env.clone(),
+        python: base.python.clone(),
         specs: base.specs.clone(),
         run_eval: false,
         label: Some(TIERS[1].into()),
@@ -147,7 +148,8 @@ fn serve_tier(
     ui: &MultiProgress,
 ) -> Result<()> {
     job.status = "running".into();
-    let venv = plan.install.root.join("venv");
+    // `vllm serve` from the same environment as the in-process tiers.
+    let venv = PathBuf::from(&plan.jobs[0].python.prefix);
     let mut spec = ServerSpec::new(&venv, plan.model_path.clone(), job.engine_args.clone(), out_dir.join("server.log"));
     spec.env = job.env.clone();
     // The server must not inherit the in-process setting from this process.

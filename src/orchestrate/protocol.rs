@@ -11,6 +11,10 @@ use crate::metrics::steps::StepRecord;
 use crate::recipe::sweep::Point;
 use crate::workload::prompts::RandomDataset;
 
+/// The signal the orchestrator sends a worker for a graceful stop. Python
+/// leaves it alone (it only handles SIGINT), so the worker's Rust flag sees it.
+pub const STOP_SIGNAL: i32 = libc::SIGUSR1;
+
 /// What the orchestrator asks of a worker (its stdin, one JSON document).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -19,6 +23,8 @@ pub enum Task {
     Run(Job),
     /// Parse flag lists with vLLM's serve parser; build nothing.
     Check(CheckJob),
+    /// Report vLLM, torch, the platform and the compatibility items (`doctor`).
+    Doctor,
 }
 
 /// Flag lists to check.
@@ -123,6 +129,8 @@ pub struct EvalCompletion {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
+    /// `doctor`'s report: the shim's JSON (see `doctor()` in the shim).
+    Doctor { report: String },
     /// The engine is built.
     Ready { engine: serde_json::Value, engine_start_s: f64 },
     /// `done` of `total` requests of `phase` finished.

@@ -141,6 +141,7 @@ pub(super) fn pending_job(job: &PlannedJob, model: &str) -> JobResult {
         eval: None,
         telemetry: None,
         error: None,
+        python: Some(crate::report::result::PythonInfo::of(&job.python)),
     };
     j.plan_fingerprint = j.compute_plan_fingerprint(model);
     j

@@ -4,13 +4,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use indicatif::MultiProgress;
 
 use super::protocol::Task;
+use crate::python::Interpreter;
+use crate::python::native::worker_command;
 
 /// A running worker: its process, its message stream, the tail of its log.
 pub struct Worker {
@@ -22,9 +24,10 @@ pub struct Worker {
 /// Lines of the worker log kept for error reports.
 pub const LOG_TAIL_LINES: usize = 30;
 
-/// Starts `enginebench __worker` with `env`, sends it `job`, and saves
+/// Starts a worker in `python` (see [`crate::python::native`]) with `env`, sends it `task`, and saves
 /// everything it prints (Python, vLLM) to `log_path`, echoing it under `-v`.
 pub fn spawn_worker(
+    python: &Interpreter,
     task: &Task,
     env: &BTreeMap<String, String>,
     env_unset: &[String],
@@ -32,8 +35,7 @@ pub fn spawn_worker(
     verbose: bool,
     ui: &MultiProgress,
 ) -> Result<Worker> {
-    let exe = std::env::current_exe().context("locating the enginebench binary")?;
-    let mut command = Command::new(exe);
+    let mut command = worker_command(python)?;
     for k in env_unset {
         command.env_remove(k);
     }
@@ -42,7 +44,6 @@ pub fn spawn_worker(
     // dies with the orchestrator through PR_SET_PDEATHSIG).
     let mut child = command
         .process_group(0)
-        .arg("__worker")
         .envs(env)
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::piped())
@@ -86,3 +87,42 @@ pub fn spawn_worker(
     Ok(Worker { child, stdout, log_tail })
 }
 
+
+/// Runs a short task (flag check, doctor) in a worker of `python` and
+/// returns the message `pick` selects. The log is kept only on failure.
+///
+/// Errors: the worker reported an error, or ended without the message.
+pub fn ask_worker<T>(
+    python: &Interpreter,
+    task: &Task,
+    what: &str,
+    mut pick: impl FnMut(super::protocol::Message) -> Option<T>,
+) -> Result<T> {
+    use super::protocol::Message;
+    let log = std::env::temp_dir().join(format!("enginebench-{what}-{}.log", std::process::id()));
+    let mut worker = spawn_worker(python, task, &Default::default(), &[], &log, false, &MultiProgress::new())?;
+    let mut found = None;
+    let mut error = None;
+    for line in BufReader::new(worker.stdout.take().expect("piped")).lines() {
+        match serde_json::from_str::<Message>(&line?) {
+            Ok(Message::Error { message, .. }) => error = Some(message),
+            Ok(msg) => found = found.or_else(|| pick(msg)),
+            Err(_) => {}
+        }
+    }
+    let status = worker.child.wait()?;
+    let tail = || worker.log_tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>().join("\n")).unwrap_or_default();
+    match (found, error) {
+        (Some(r), _) if status.success() => {
+            let _ = std::fs::remove_file(&log);
+            Ok(r)
+        }
+        (_, Some(e)) => anyhow::bail!("the {what} worker in {} failed: {e} (log: {})", python.path.display(), log.display()),
+        _ => anyhow::bail!(
+            "the {what} worker in {} ended unexpectedly ({status}); log: {}\n{}",
+            python.path.display(),
+            log.display(),
+            tail()
+        ),
+    }
+}

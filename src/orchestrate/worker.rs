@@ -1,5 +1,6 @@
-//! The worker process: reads a [`Job`] from stdin, embeds Python, builds one
-//! vLLM engine, runs the points and the eval on it, and reports [`Message`]s.
+//! The worker process: runs inside the chosen Python (loaded there as the
+//! extension module `enginebench_native`), reads a [`Job`] from stdin, builds one
+//! vLLM engine in that process, runs the points and the eval on it, and reports [`Message`]s.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -13,7 +14,8 @@ use anyhow::{Context, Result};
 use super::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message, PointSpec, RawPoint, Task};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
-use crate::engine::{StepEngine, interpreter};
+use crate::engine::StepEngine;
+use super::protocol::STOP_SIGNAL;
 use crate::telemetry::mono_now_s;
 use crate::workload::arrivals::arrival_times;
 use crate::workload::{Pacing, Request, RequestIds, drive};
@@ -73,11 +75,9 @@ impl Progress {
 /// Set by SIGUSR1: the orchestrator asks for a graceful stop (Ctrl-C).
 static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
 
-/// The signal the orchestrator sends for a graceful stop. Python leaves it
-/// alone (it only handles SIGINT), so the Rust flag sees it.
-pub const STOP_SIGNAL: i32 = libc::SIGUSR1;
-
-/// Entry point of `enginebench __worker`. Returns the process exit code.
+/// Entry point of the worker (`enginebench_native.worker_main()`, called by
+/// the bootstrap that [`super::spawn`] starts in the chosen interpreter).
+/// Returns the process exit code.
 pub fn main() -> i32 {
     // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag of this process:
     // if the orchestrator dies, the worker (and its engine) is killed too.
@@ -118,11 +118,16 @@ fn run(channel: &mut Channel) -> Result<()> {
     match serde_json::from_str(&input).context("reading the task from stdin")? {
         Task::Run(job) => run_job(&job, channel),
         Task::Check(check) => run_check(&check, channel),
+        Task::Doctor => {
+            let python = std::env::current_exe().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+            let report = crate::engine::vllm::doctor(&python)?;
+            channel.send(&Message::Doctor { report });
+            Ok(())
+        }
     }
 }
 
 fn run_check(check: &CheckJob, channel: &mut Channel) -> Result<()> {
-    interpreter::initialize(&check.python)?;
     let python = check.python.to_string_lossy().into_owned();
     let results = check
         .items
@@ -138,7 +143,6 @@ fn run_check(check: &CheckJob, channel: &mut Channel) -> Result<()> {
 
 fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
     let started = Instant::now();
-    interpreter::initialize(&job.python)?;
     let python = job.python.to_string_lossy().into_owned();
     let mut engine = VllmEngine::build(&job.engine_argv, &python).context("building the vLLM engine")?;
     channel.send(&Message::Ready {

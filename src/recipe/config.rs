@@ -36,6 +36,9 @@ pub struct EngineConfig {
     pub sweep: ResolvedSweep,
     /// The points this engine runs.
     pub points: Vec<Point>,
+    /// The variant's own interpreter (`python = "..."`), if it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<std::path::PathBuf>,
 }
 
 impl EngineConfig {
@@ -188,6 +191,7 @@ impl Recipe {
                     env_unset: env_unset.clone(),
                     sweep: sweep.clone(),
                     points: points.iter().filter(|p| p.tp == tp).copied().collect(),
+                    python: v.python.clone(),
                 })
             })
             .collect()

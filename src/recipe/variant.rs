@@ -12,6 +12,10 @@ use super::sweep::Sweep;
 pub struct Variant {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The Python interpreter this variant's engine runs in (another vLLM
+    /// build: a venv, a source checkout's environment); default: the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<std::path::PathBuf>,
     /// Variables to set (or change).
     #[serde(default)]
     pub env: BTreeMap<String, String>,

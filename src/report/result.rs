@@ -96,6 +96,55 @@ pub struct JobResult {
     pub telemetry: Option<TelemetryInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+    /// The interpreter and vLLM build this engine ran in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonInfo>,
+}
+
+/// Where a job's engine ran: the interpreter, and the vLLM it imported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PythonInfo {
+    /// The interpreter as chosen (e.g. a venv's `bin/python`).
+    pub path: String,
+    /// `sys.executable`.
+    pub executable: String,
+    /// e.g. "3.12.1".
+    pub version: String,
+    /// How it was chosen: flag, env, host, setup-venv, path.
+    pub origin: crate::python::Origin,
+    /// vLLM's version (`vllm.__version__`), once the engine reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vllm: Option<String>,
+    /// The folder vLLM was imported from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vllm_path: Option<String>,
+    /// The git commit of that folder when vLLM is a source checkout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vllm_git_commit: Option<String>,
+}
+
+impl PythonInfo {
+    /// The interpreter part, known before the engine starts.
+    pub fn of(python: &crate::python::Interpreter) -> PythonInfo {
+        PythonInfo {
+            path: python.path.display().to_string(),
+            executable: python.executable.clone(),
+            version: python.version.clone(),
+            origin: python.origin,
+            vllm: None,
+            vllm_path: None,
+            vllm_git_commit: None,
+        }
+    }
+
+    /// "vLLM 0.23.0 (Python 3.12.1)" or with the checkout's short commit.
+    pub fn describe(&self) -> String {
+        let vllm = self.vllm.as_deref().unwrap_or("?");
+        match &self.vllm_git_commit {
+            Some(c) => format!("vLLM {vllm} @ {} (Python {})", &c[..c.len().min(12)], self.version),
+            None => format!("vLLM {vllm} (Python {})", self.version),
+        }
+    }
 }
 
 /// A point that has no result.

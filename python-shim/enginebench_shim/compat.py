@@ -1,0 +1,129 @@
+"""Every vLLM internal enginebench touches, resolved in one place.
+
+vLLM moves its internals between releases. Each item below names what the
+shim needs, where it has been found (with the vLLM versions it was seen in),
+and what degrades when it is missing: the engine still runs, and the feature
+that needed it is switched off by name (reported in the result's
+`engine.compat` and by `enginebench doctor`), never a crash and never a
+silent zero.
+
+Seen here: vLLM 0.32.0 (CPU build, CPython 3.11) and 0.23.0 (CPU build,
+CPython 3.12).
+"""
+
+import importlib
+
+
+def _attr(path):
+    """'pkg.mod:Name' -> the object (ImportError/AttributeError when absent)."""
+    module, _, name = path.partition(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _first(candidates):
+    """The first importable of [(path, seen-in note)]: (object, path) or raises."""
+    errors = []
+    for path, _seen in candidates:
+        try:
+            return _attr(path), path
+        except (ImportError, AttributeError) as e:
+            errors.append(f"{path}: {type(e).__name__}: {e}")
+    raise LookupError("; ".join(errors))
+
+
+# name -> (candidates [(path, seen in)], what is lost without it or None when required)
+ITEMS = {
+    "make_arg_parser": ([
+        ("vllm.entrypoints.launchers.cli_args:make_arg_parser", "0.32"),
+        ("vllm.entrypoints.openai.cli_args:make_arg_parser", "0.23 and earlier"),
+    ], None),
+    "FlexibleArgumentParser": ([
+        ("vllm.utils.argparse_utils:FlexibleArgumentParser", "0.23, 0.32"),
+        ("vllm.utils:FlexibleArgumentParser", "before 0.11"),
+    ], None),
+    "EngineArgs": ([
+        ("vllm:EngineArgs", "public, 0.23, 0.32"),
+        ("vllm.engine.arg_utils:EngineArgs", "0.23, 0.32"),
+    ], None),
+    "LLMEngine": ([
+        ("vllm.v1.engine.llm_engine:LLMEngine", "the V1 engine, 0.23, 0.32"),
+        ("vllm:LLMEngine", "public name (V1 from 0.11 on)"),
+    ], None),
+    "UsageContext": ([("vllm.usage.usage_lib:UsageContext", "0.23, 0.32")], None),
+    "SamplingParams": ([
+        ("vllm:SamplingParams", "public, 0.23, 0.32"),
+        ("vllm.sampling_params:SamplingParams", "0.23, 0.32"),
+    ], None),
+    "RequestOutputKind": ([("vllm.sampling_params:RequestOutputKind", "0.23, 0.32")], None),
+    "TokensPrompt": ([
+        ("vllm.inputs:TokensPrompt", "0.23, 0.32"),
+        ("vllm:TokensPrompt", "public"),
+    ], None),
+    "StatLoggerBase": ([("vllm.v1.metrics.loggers:StatLoggerBase", "0.23, 0.32")],
+                       "step statistics (running/waiting, KV-cache usage, prefix cache, preemptions)"),
+    "compute_iteration_details": ([("vllm.v1.utils:compute_iteration_details", "0.23, 0.32")],
+                                  "the check of the fast prefill/decode count (vLLM's own count)"),
+    "envs": ([("vllm.envs:environment_variables", "0.23, 0.32")],
+             "the check of VLLM_* variable names"),
+}
+
+_cache = {}
+
+
+def get(name):
+    """The resolved object for `name`, or None when this vLLM lacks it.
+    Required items raise LookupError with every place that was tried."""
+    if name not in _cache:
+        candidates, loses = ITEMS[name]
+        try:
+            _cache[name] = _first(candidates)
+        except LookupError as e:
+            if loses is None:
+                raise LookupError(f"vLLM internal {name} not found ({e}): this vLLM is outside the supported range") from None
+            _cache[name] = (None, str(e))
+    return _cache[name][0]
+
+
+def scheduler_of(engine):
+    """The in-process scheduler of an LLMEngine, or None (engine core in
+    another process, or the attribute chain moved): 0.23 and 0.32 both keep it
+    at engine.engine_core.engine_core.scheduler."""
+    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
+    return getattr(core, "scheduler", None)
+
+
+def kv_cache_usage(stats):
+    """SchedulerStats' KV-cache fraction: `kv_cache_usage` (0.23, 0.32),
+    earlier `gpu_cache_usage`; None when neither exists."""
+    for attr in ("kv_cache_usage", "gpu_cache_usage"):
+        value = getattr(stats, attr, None)
+        if value is not None:
+            return float(value)
+    return None
+
+
+def first_token_latency(metrics):
+    """RequestStateStats' first-token latency, s: `first_token_latency`
+    (0.23, 0.32); older versions kept only `first_token_ts` and
+    `arrival_time` on different clocks, so None there (cross-check off)."""
+    value = getattr(metrics, "first_token_latency", None)
+    return float(value) if value is not None else None
+
+
+def report():
+    """{name: {"found": path or None, "missing": reason or None, "loses": what}}
+    for every item (doctor, result file)."""
+    out = {}
+    for name, (_candidates, loses) in ITEMS.items():
+        try:
+            obj = get(name)
+        except LookupError as e:
+            out[name] = {"found": None, "missing": str(e), "loses": "the engine cannot start"}
+            continue
+        found = _cache[name][1] if obj is not None else None
+        out[name] = {"found": found, "missing": None if obj is not None else _cache[name][1],
+                     "loses": None if obj is not None else loses}
+    return out

@@ -1,0 +1,165 @@
+//! The command line: parses arguments and dispatches to each command.
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+use crate::cli::{self, Cli, Command};
+use crate::{ab, error, import, orchestrate, recipe, report, telemetry};
+use crate::error::{UsageError, exit};
+use crate::orchestrate::plan::RunOptions;
+
+/// Runs the command line `args` (program name first) and returns the exit
+/// code: 0 ok, 1 a point, job or gate failed, 2 bad input, 130 interrupted.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { exit::USAGE } else { exit::OK };
+        }
+    };
+    crate::python::set_cli_choice(cli.python.clone());
+    init_tracing(cli.verbose);
+    let outcome = match cli.command {
+        Command::Run(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::run::run(&o)),
+        Command::Eval(a) => orchestrate::run::run(&eval_options(a, cli.verbose)),
+        Command::Overhead(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::overhead::overhead(&o)),
+        Command::Recipe(cli::RecipeCommand::Check(a)) => {
+            orchestrate::check::check(&a.recipes, a.variant.as_deref())
+        }
+        Command::Recipe(cli::RecipeCommand::Show(a)) => show_recipe(&a),
+        Command::Import(cli::ImportCommand::Inferencex(a)) => import::inferencex::run_import(
+            &a.launcher,
+            a.master_config.as_deref().zip(a.key.as_deref()),
+            a.model.as_deref(),
+            a.output.as_deref(),
+        ),
+        Command::Export(a) => report::export::run_export(&a.result, a.format, a.output.as_deref()).map(|files| {
+            for f in files {
+                println!("{}", f.display());
+            }
+            exit::OK
+        }),
+        Command::Telemetry(a) => telemetry::cli_main_opts(a.seconds, a.interval_ms, a.json).map(|()| exit::OK),
+        Command::Compare(a) => ab::run_compare(&ab::CompareRequest {
+            baseline: a.baseline,
+            candidate: a.candidate,
+            baseline_label: a.baseline_label,
+            candidate_label: a.candidate_label,
+            options: ab_options(&a.gate),
+            config_key: a.gate.config_key.clone(),
+            output: a.output,
+        }),
+        Command::Ab(a) => {
+            let options = ab_options(&a.gate);
+            let config_key = a.gate.config_key.clone();
+            run_options(a.run, cli.verbose).and_then(|o| {
+                orchestrate::ab::ab(&o, &a.baseline, &a.candidate, a.repeats, options, config_key)
+            })
+        }
+        Command::Doctor(a) => orchestrate::doctor::doctor(a.json),
+        Command::Plot(a) => ab::run_plot(&a.result, a.output.as_deref()).map(|files| {
+            for f in files {
+                println!("{}", f.display());
+            }
+            exit::OK
+        }),
+    };
+    let code = match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() { exit::USAGE } else { exit::FAILED }
+        }
+    };
+    code
+}
+
+fn show_recipe(a: &cli::RecipeArgs) -> anyhow::Result<i32> {
+    let recipe = recipe::Recipe::load(&a.recipe)?;
+    let configs = recipe
+        .listed_configs(a.variant.as_deref())
+        .map_err(|e| error::usage(format!("{}: {e}", a.recipe.display())))?;
+    print!("{}", recipe::show::render(&recipe.name, &recipe.model, &configs));
+    Ok(exit::OK)
+}
+
+fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
+    let goodput = match &a.goodput {
+        Some(items) => Some(recipe::sweep::parse_goodput(items).map_err(error::usage)?),
+        None => None,
+    };
+    let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
+    variants.extend(a.variant);
+    let mut o = RunOptions {
+        recipe: a.recipe,
+        variants,
+        conc: a.conc.map(|l| l.0),
+        isl: a.isl,
+        osl: a.osl,
+        isl_osl: a.isl_osl.map(|l| l.0),
+        num_prompts: a.num_prompts,
+        warmups: a.warmups,
+        inferencex: a.inferencex,
+        length_convention: a.length_convention,
+        range_ratio: a.range_ratio,
+        prefix_len: a.prefix_len,
+        request_rate: a.request_rate,
+        burstiness: a.burstiness,
+        percentiles: a.percentiles,
+        goodput,
+        no_eval: a.no_eval,
+        step_trace: a.step_trace,
+        point_timeout: a.point_timeout.map(std::time::Duration::from_secs_f64),
+        telemetry_interval: Some(std::time::Duration::from_millis(a.telemetry_interval_ms)),
+        resume: a.resume,
+        force: a.force,
+        output: a.output,
+        verbose,
+        ..RunOptions::default()
+    };
+    apply_eval_flags(&mut o, a.eval);
+    Ok(o)
+}
+
+fn ab_options(g: &cli::GateArgs) -> ab::Options {
+    ab::Options {
+        max_accuracy_drop: g.max_accuracy_drop,
+        max_regression: g.max_regression,
+        resamples: g.resamples,
+        seed: g.seed,
+        ..ab::Options::default()
+    }
+}
+
+fn eval_options(a: cli::EvalArgs, verbose: bool) -> RunOptions {
+    let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
+    variants.extend(a.variant);
+    let mut o = RunOptions { recipe: a.recipe, variants, only_eval: true, output: a.output, verbose, ..RunOptions::default() };
+    apply_eval_flags(&mut o, a.eval);
+    o
+}
+
+fn apply_eval_flags(o: &mut RunOptions, e: cli::EvalFlags) {
+    o.task = e.task;
+    o.eval_limit = e.eval_limit;
+    o.gsm8k_data = e.gsm8k_data;
+    o.num_fewshot = e.num_fewshot;
+    o.chat = if e.chat { Some(true) } else if e.no_chat { Some(false) } else { None };
+    o.eval_concurrency = e.eval_concurrency;
+    o.min_accuracy = e.min_accuracy;
+}
+
+fn init_tracing(verbose: bool) {
+    let default = if verbose { "enginebench=debug" } else { "enginebench=warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ENGINEBENCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
+        .init();
+}

@@ -1,0 +1,128 @@
+//! Which Python runs the engine, and how a worker is started in it.
+//!
+//! The `enginebench` binary links no libpython. A worker is the chosen
+//! interpreter itself, started as `<python> -c <bootstrap>`: the bootstrap
+//! loads enginebench's extension module (`enginebench_native`, CPython's
+//! stable ABI, so one build serves 3.10 and later) from the file
+//! [`native::module_path`] names and calls its `worker_main()`, which runs the
+//! same Rust driver loop as before, in that process, beside that
+//! interpreter's vLLM. Why this design and what it cost is in
+//! `docs/DESIGN.md`.
+//!
+//! The interpreter is, in order ([`Origin`]): `--python PATH`,
+//! `$ENGINEBENCH_PYTHON`, the Python whose `enginebench` console script is
+//! running (a pip-installed wheel), the venv `ci/setup.sh` made, else the
+//! first `python3` on PATH that can import `vllm`.
+
+pub mod native;
+pub mod probe;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::error::usage;
+use crate::install::Install;
+
+pub use probe::Interpreter;
+
+/// Oldest CPython the extension module is built for (abi3-py310).
+pub const MIN_PYTHON: (u32, u32) = (3, 10);
+
+/// Set by the wheel's console script: the interpreter it runs in.
+pub const HOST_PYTHON_VAR: &str = "ENGINEBENCH_HOST_PYTHON";
+/// The user's choice of interpreter when `--python` is not given.
+pub const PYTHON_VAR: &str = "ENGINEBENCH_PYTHON";
+
+/// How the interpreter was chosen (recorded in results and shown by `doctor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// `--python PATH` (or a variant's `python = "..."`).
+    Flag,
+    /// `$ENGINEBENCH_PYTHON`.
+    Env,
+    /// The interpreter running the pip-installed `enginebench` console script.
+    Host,
+    /// The venv `ci/setup.sh` made (`.enginebench/venv`).
+    SetupVenv,
+    /// The first `python3` on PATH that imports `vllm`.
+    Path,
+}
+
+static CLI_CHOICE: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+/// Records the global `--python` flag; call once, before any command runs.
+pub fn set_cli_choice(path: Option<PathBuf>) {
+    let _ = CLI_CHOICE.set(path);
+}
+
+/// The interpreter a command uses unless a variant names its own.
+///
+/// Errors (usage): the named interpreter is missing, is not CPython 3.10+, or
+/// none was found anywhere (the message lists where it looked).
+pub fn default_interpreter() -> Result<Interpreter> {
+    let (path, origin) = choose()?;
+    probe::probe(&path, origin)
+}
+
+/// An interpreter named explicitly (a variant's `python`, `ab --baseline-python`).
+pub fn named_interpreter(path: &Path) -> Result<Interpreter> {
+    probe::probe(path, Origin::Flag)
+}
+
+fn choose() -> Result<(PathBuf, Origin)> {
+    if let Some(Some(p)) = CLI_CHOICE.get() {
+        return Ok((p.clone(), Origin::Flag));
+    }
+    for (var, origin) in [(PYTHON_VAR, Origin::Env), (HOST_PYTHON_VAR, Origin::Host)] {
+        if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            return Ok((PathBuf::from(p), origin));
+        }
+    }
+    if let Ok(install) = Install::locate() {
+        return Ok((install.python(), Origin::SetupVenv));
+    }
+    if let Some(p) = first_on_path_with_vllm() {
+        return Ok((p, Origin::Path));
+    }
+    Err(usage(
+        "no Python with vLLM found: pass --python PATH (or set ENGINEBENCH_PYTHON) to the interpreter of your vLLM \
+         environment, or run ci/setup.sh in the clone to make one (looked at --python, $ENGINEBENCH_PYTHON, \
+         the set-up venv .enginebench/venv, and every python3 on PATH)",
+    ))
+}
+
+/// The first `python3` on PATH for which `import vllm` would find a module
+/// (`importlib.util.find_spec`, which does not import vLLM: ~50 ms, not ~10 s).
+fn first_on_path_with_vllm() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join("python3")).find(|candidate| {
+        candidate.is_file()
+            && std::process::Command::new(candidate)
+                .args(["-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+    })
+}
+
+/// The git commit of the vLLM source checkout whose package folder is `dir`
+/// (vLLM imported from a source tree, e.g. a branch under test: the package
+/// sits at the top of the repository), or None when it is not one.
+pub fn git_commit(dir: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["-C", dir, "rev-parse", "--show-toplevel", "HEAD"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let (top, commit) = (lines.next()?, lines.next()?.trim());
+    // A venv inside some other repository is not a vLLM checkout.
+    let is_checkout = Path::new(dir).parent().is_some_and(|p| p == Path::new(top));
+    (out.status.success() && is_checkout && commit.len() >= 7).then(|| commit.to_string())
+}
