@@ -7,6 +7,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 # Both environments: the default (CPython 3.11, vLLM 0.32.0) and the second
 # one the compatibility tests run on (CPython 3.12, vLLM 0.23.0).
 "$repo/ci/setup.sh" --with-vllm023
+# The real ROCm SMI library and CLI (Debian's 5.2.3) for the telemetry-source
+# test: without an AMD GPU they must fail with their own messages carried.
+if [ "$(id -u)" = 0 ] && ! [ -x /usr/bin/rocm-smi ]; then
+    (apt-get install -y -q librocm-smi64-1 rocm-smi >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null && apt-get install -y -q librocm-smi64-1 rocm-smi >/dev/null; }) ||
+        echo "[test] could not install rocm-smi; the ROCm SMI test will skip" >&2
+fi
 cd "$repo"
 # Engine tests serialise themselves; the rest run in parallel.
 cargo test --release "$@"

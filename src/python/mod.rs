@@ -82,8 +82,11 @@ fn choose() -> Result<(PathBuf, Origin)> {
             return Ok((PathBuf::from(p), origin));
         }
     }
-    if let Ok(install) = Install::locate() {
-        return Ok((install.python(), Origin::SetupVenv));
+    match Install::locate() {
+        Ok(install) => return Ok((install.python(), Origin::SetupVenv)),
+        // A set-up named explicitly but broken is an error, not a reason to look elsewhere.
+        Err(e) if std::env::var_os("ENGINEBENCH_HOME").is_some() => return Err(e),
+        Err(_) => {}
     }
     if let Some(p) = first_on_path_with_vllm() {
         return Ok((p, Origin::Path));

@@ -36,7 +36,9 @@ type Handle = *mut c_void;
 /// Library search list: the plain name (LD_LIBRARY_PATH, ld.so.cache), then
 /// the ROCm install prefix (`$ROCM_PATH`, default `/opt/rocm`).
 fn candidates(name: &str) -> Vec<String> {
-    let mut v = vec![name.to_owned()];
+    // Distribution packages (Debian's librocm-smi64-1) ship only the
+    // versioned name (`librocm_smi64.so.1`) without the -dev symlink.
+    let mut v = vec![name.to_owned(), format!("{name}.1")];
     let rocm = std::env::var("ROCM_PATH").unwrap_or_else(|_| "/opt/rocm".into());
     v.push(format!("{rocm}/lib/{name}"));
     if rocm != "/opt/rocm" {
@@ -156,9 +158,9 @@ pub fn probe_amd_smi(
         sym(&lib, "amdsmi_get_processor_handles")?;
     // SAFETY (all calls below): documented signatures, valid out-pointers,
     // buffers larger than any version of the structs.
-    let rc = unsafe { init(AMDSMI_INIT_AMD_GPUS) };
+    let (rc, said) = super::capture::stderr_of(|| unsafe { init(AMDSMI_INIT_AMD_GPUS) });
     if rc != 0 {
-        return Err(format!("{path}: amdsmi_init failed with status {rc} ({})", amdsmi_status(rc)));
+        return Err(format!("{path}: amdsmi_init failed with status {rc} ({}){}", amdsmi_status(rc), library_said(&said)));
     }
     let mut version = [0u8; 64];
     let layout = match sym::<unsafe extern "C" fn(*mut u8) -> Status>(&lib, "amdsmi_get_lib_version") {
@@ -335,9 +337,9 @@ pub fn probe_rocm_smi(
     let shut_down: unsafe extern "C" fn() -> Status = sym(&lib, "rsmi_shut_down")?;
     let count_fn: unsafe extern "C" fn(*mut u32) -> Status = sym(&lib, "rsmi_num_monitor_devices")?;
     // SAFETY: documented signatures and valid out-pointers.
-    let rc = unsafe { init(0) };
+    let (rc, said) = super::capture::stderr_of(|| unsafe { init(0) });
     if rc != 0 {
-        return Err(format!("{path}: rsmi_init failed with status {rc}"));
+        return Err(format!("{path}: rsmi_init failed with status {rc}{}", library_said(&said)));
     }
     let mut n = 0u32;
     if unsafe { count_fn(&mut n) } != 0 || n == 0 {
@@ -452,4 +454,10 @@ mod tests {
         let e = probe_rocm_smi(None, None).err().expect("no librocm_smi64 here");
         assert!(e.starts_with("library not found") || e.contains("no AMD GPU"), "{e}");
     }
+}
+
+/// "; the library said: ..." with what it printed during init, if anything.
+fn library_said(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if lines.is_empty() { String::new() } else { format!("; the library said: {}", lines.join(" | ")) }
 }

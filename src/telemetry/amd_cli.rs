@@ -58,6 +58,12 @@ impl CliTool {
 
 /// Run `program args` with a time limit; stdout on success, a reason otherwise.
 pub fn run_with_timeout(program: &str, args: &[&str], limit: Duration) -> Result<String, String> {
+    run_capturing(program, args, limit).map(|(stdout, _)| stdout)
+}
+
+/// As [`run_with_timeout`], with the tool's stderr too (its own message when
+/// it exits 0 without the JSON asked for, as rocm-smi does with no driver).
+pub fn run_capturing(program: &str, args: &[&str], limit: Duration) -> Result<(String, String), String> {
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
@@ -102,7 +108,7 @@ pub fn run_with_timeout(program: &str, args: &[&str], limit: Duration) -> Result
         let first = stderr.lines().chain(stdout.lines()).find(|l| !l.trim().is_empty()).unwrap_or("");
         return Err(format!("{program} exited with {status}: {}", first.trim()));
     }
-    Ok(stdout)
+    Ok((stdout, stderr))
 }
 
 type Slot = Arc<Mutex<Option<(f64, Vec<GpuReading>)>>>;
@@ -124,9 +130,13 @@ pub fn probe_cli(
 ) -> Result<(CliSource, Vec<GpuInfo>, String), String> {
     let limit = Duration::from_secs(15);
     let t0 = Instant::now();
-    let text = run_with_timeout(tool.name(), tool.args(), limit)?;
+    let (text, stderr) = run_capturing(tool.name(), tool.args(), limit)?;
     let took = t0.elapsed();
-    let readings = tool.parse(&text)?;
+    let readings = tool.parse(&text).map_err(|e| {
+        // Carry the tool's own words: they say why (driver not loaded, ...).
+        let said: Vec<&str> = stderr.lines().chain(text.lines()).map(str::trim).filter(|l| !l.is_empty()).collect();
+        if said.is_empty() { e } else { format!("{e}; {} said: {}", tool.name(), said.join(" | ")) }
+    })?;
     let count = readings.iter().map(|r| r.gpu + 1).max().unwrap_or(0);
     let (selected, notes) = select_gpus(count, visible, hint);
     let selected: Vec<u32> = selected.into_iter().filter(|i| readings.iter().any(|r| r.gpu == *i)).collect();

@@ -25,6 +25,7 @@
 
 mod amd;
 mod amd_cli;
+pub mod capture;
 pub mod amd_json;
 mod cli;
 mod clock;
