@@ -80,6 +80,9 @@ pub struct PlannedJob {
     pub specs: Vec<PointSpec>,
     /// Run the eval on this engine: the first job of each variant.
     pub run_eval: bool,
+    /// Record each perf request's generated token ids (the lossless check
+    /// of `ab`); off for `run`.
+    pub record_token_ids: bool,
 }
 
 /// Everything a run needs, checked.
@@ -150,7 +153,7 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         .map(|config| {
             let run_eval = eval.is_some() && config.tp == first_tp(&config);
             let specs = if opts.only_eval { Vec::new() } else { point_specs(&config) };
-            PlannedJob { env: engine_env(&recipe, &config), specs, config, run_eval, label: None }
+            PlannedJob { env: engine_env(&recipe, &config), specs, config, run_eval, record_token_ids: false, label: None }
         })
         .collect();
     let min_accuracy = opts.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));
