@@ -142,3 +142,42 @@ fn ngram_acceptance_figures_lossless_check_and_ab_deltas() {
         outputs["changed"], outputs["compared"]
     );
 }
+
+/// `recipe check` validates `--speculative-config` with vLLM's own parser
+/// (JSON) and SpeculativeConfig's field names and method values, loading no
+/// weights.
+#[test]
+fn recipe_check_validates_the_speculative_config() {
+    let _guard = engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("bad.toml");
+    std::fs::write(
+        &recipe,
+        r#"name = "bad-spec"
+model = "bundled:smollm2-135m-instruct"
+[engine]
+args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512"]
+[sweep]
+isl = 32
+osl = 8
+conc = [1]
+[variants.ngram]
+args_add = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}']
+[variants.bad_method]
+args_add = ["--speculative-config", '{"method": "ngramm", "num_speculative_tokens": 3}']
+[variants.bad_json]
+args_add = ["--speculative-config", '{"method": "ngram", num_speculative_tokens: 3}']
+[variants.bad_key]
+args_add = ["--speculative-config", '{"method": "ngram", "num_speculative_token": 3}']
+"#,
+    )
+    .unwrap();
+    let o = enginebench(&["recipe", "check", recipe.to_str().unwrap()]);
+    let log = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{log}");
+    assert!(log.contains("ngram [ok]"), "{log}");
+    assert!(log.contains("method 'ngramm' is not one of vLLM's speculative methods"), "{log}");
+    assert!(log.contains("bad_json [ERROR]") && log.contains("--speculative-config"), "{log}");
+    assert!(log.contains("unknown key 'num_speculative_token' (did you mean num_speculative_tokens"), "{log}");
+    assert!(log.contains("3 problem(s)"), "{log}");
+}
