@@ -87,10 +87,53 @@ def check_args(argv, env_names):
         action = parser._option_string_actions.get(token.split("=")[0]) if token.startswith("-") else None
         if action is not None and action.dest not in engine_fields and action.dest != "help":
             out["ignored"].append(token.split("=")[0])
+    spec_error = _check_speculative_config(getattr(args, "speculative_config", None))
+    if spec_error:
+        out["error"] = spec_error
+        return json.dumps(out)
     mml = getattr(args, "max_model_len", None)
     out["max_model_len"] = mml if isinstance(mml, int) and mml > 0 else None
     out["tensor_parallel_size"] = getattr(args, "tensor_parallel_size", None)
     return json.dumps(out)
+
+
+def _check_speculative_config(spec):
+    """Checks a parsed `--speculative-config` dict against vLLM's own
+    SpeculativeConfig without building it (that needs the target model):
+    every key must be one of its fields and `method` one of its
+    `SpeculativeMethod` values. Returns an error message or None; a vLLM
+    without these names is not checked."""
+    if not isinstance(spec, dict):
+        return None
+    try:
+        import dataclasses
+        import difflib
+
+        from pydantic import TypeAdapter, ValidationError
+        from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
+    except ImportError:
+        return None
+    fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
+    for key in spec:
+        name = str(key).replace("-", "_")
+        if name not in fields:
+            close = difflib.get_close_matches(name, sorted(fields), n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            return f"--speculative-config: unknown key {key!r}{hint}"
+    method = spec.get("method")
+    if method is not None:
+        try:
+            TypeAdapter(SpeculativeMethod).validate_python(method)
+        except ValidationError:
+            import typing
+
+            def flat(t):
+                args = typing.get_args(t)
+                return [v for a in args for v in (flat(a) if typing.get_args(a) else [a])] if args else [t]
+
+            return (f"--speculative-config: method {method!r} is not one of vLLM's speculative methods: "
+                    + ", ".join(sorted(str(m) for m in flat(SpeculativeMethod))))
+    return None
 
 
 def parse_serve_args(argv):
@@ -104,9 +147,17 @@ def parse_serve_args(argv):
 def _stat_logger_class(sink):
     """A vLLM stat logger that keeps the latest scheduler stats of each step.
 
-    `sink` is a two-item list: [latest SchedulerStats or None, preemptions
-    since the last step()]. It only keeps a reference: step() reads the
-    fields, once per step (this runs inside every step, so it stays cheap)."""
+    `sink` is a three-item list: [latest SchedulerStats or None, preemptions
+    since the last step(), speculative-decoding counters since the last
+    step() or None]. It only keeps a reference: step() reads the fields, once
+    per step (this runs inside every step, so it stays cheap).
+
+    The speculative counters are vLLM's own `SpecDecodingStats` of each
+    recorded step (vllm/v1/spec_decode/metrics.py: num_drafts,
+    num_draft_tokens, num_accepted_tokens, num_accepted_tokens_per_pos),
+    summed here as [drafts, draft_tokens, accepted, [accepted per position]]
+    so that two records in one step() are not lost. A vLLM whose
+    SchedulerStats has no `spec_decoding_stats` attribute gives None."""
     StatLoggerBase = compat.get("StatLoggerBase")
     if StatLoggerBase is None:
         return None
@@ -120,6 +171,25 @@ def _stat_logger_class(sink):
         def record(self, scheduler_stats, iteration_stats, *args, **kwargs):
             if scheduler_stats is not None:
                 sink[0] = scheduler_stats
+                sd = getattr(scheduler_stats, "spec_decoding_stats", None)
+                if sd is not None:
+                    try:
+                        per_pos = list(getattr(sd, "num_accepted_tokens_per_pos", None) or [])
+                        acc = sink[2]
+                        if acc is None:
+                            sink[2] = [sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens, per_pos]
+                        else:
+                            acc[0] += sd.num_drafts
+                            acc[1] += sd.num_draft_tokens
+                            acc[2] += sd.num_accepted_tokens
+                            pos = acc[3]
+                            for i, n in enumerate(per_pos):
+                                if i < len(pos):
+                                    pos[i] += n
+                                else:
+                                    pos.append(n)
+                    except AttributeError:  # another vLLM's shape: no figures, no crash
+                        pass
             if iteration_stats is not None and iteration_stats.num_preempted_reqs:
                 sink[1] += iteration_stats.num_preempted_reqs
 
@@ -155,7 +225,7 @@ class Engine:
     def __init__(self, argv):
         args = parse_serve_args(argv)
         engine_args = compat.get("EngineArgs").from_cli_args(args)
-        self._sink = [None, 0]
+        self._sink = [None, 0, None]
         logger = _stat_logger_class(self._sink)
         # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
         self.engine = compat.get("LLMEngine").from_engine_args(
@@ -174,6 +244,15 @@ class Engine:
         self.allowed_token_ids = [i for i in range(vocab) if i not in special]
         self._scheduled = []
         self.scheduler_details = self._wrap_scheduler()
+        # Draft tokens per step (k) when the engine speculates, else None:
+        # then every step reports speculative counters (zeros when no request
+        # drafted), and a non-speculating engine reports none at all.
+        spec = getattr(self.engine.vllm_config, "speculative_config", None)
+        self.num_speculative_tokens = getattr(spec, "num_speculative_tokens", None) if spec else None
+        self._zero_spec = (0, 0, 0, [0] * (self.num_speculative_tokens or 0))
+        # Perf requests' generated token ids ride on the deltas only when
+        # asked (record_token_ids): the lossless check of `ab` needs them.
+        self._record_ids = False
 
         self._TokensPrompt = compat.get("TokensPrompt")
         self._SamplingParams = compat.get("SamplingParams")
@@ -273,6 +352,8 @@ class Engine:
             "vllm_path": os.path.dirname(os.path.abspath(vllm.__file__)),
             "compat": compat.report(),
             "degraded": self.degraded(),
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "speculative_method": self._spec_method(),
         }
 
     def degraded(self):
@@ -287,6 +368,56 @@ class Engine:
         if self._sink[0] is not None and compat.kv_cache_usage(self._sink[0]) is None:
             out.append("kv_cache_usage: SchedulerStats has neither kv_cache_usage nor gpu_cache_usage")
         return out
+
+    def _spec_method(self):
+        spec = getattr(self.engine.vllm_config, "speculative_config", None)
+        method = getattr(spec, "method", None) if spec else None
+        return str(method) if method is not None else None
+
+    def record_token_ids(self, on):
+        """From now on, deltas carry the new token ids (a 4th tuple item)."""
+        self._record_ids = bool(on)
+
+    def spec_counters(self):
+        """vLLM's own running totals of speculative decoding, or None.
+
+        Read from the in-process Prometheus registry, where vLLM's
+        PrometheusStatLogger counts `vllm:spec_decode_num_drafts`,
+        `..._num_draft_tokens`, `..._num_accepted_tokens` and
+        `..._num_accepted_tokens_per_pos{position=...}` - the counters
+        `vllm bench serve` reads from a server's /metrics before and after a
+        run. Returns (drafts, draft_tokens, accepted, [accepted per
+        position]) summed over labels (engines), or None when there are none.
+        """
+        try:
+            import prometheus_client
+        except ImportError:
+            return None
+        drafts = draft_tokens = accepted = 0
+        per_pos = {}
+        found = False
+        for metric in prometheus_client.REGISTRY.collect():
+            if not metric.name.startswith("vllm:spec_decode"):
+                continue
+            for sample in metric.samples:
+                name = sample.name
+                if not name.endswith("_total"):
+                    continue
+                found = True
+                value = int(sample.value)
+                if "num_accepted_tokens_per_pos" in name:
+                    pos = int(sample.labels.get("position", 0))
+                    per_pos[pos] = per_pos.get(pos, 0) + value
+                elif "num_draft_tokens" in name:
+                    draft_tokens += value
+                elif "num_drafts" in name:
+                    drafts += value
+                elif "num_accepted_tokens" in name:
+                    accepted += value
+        if not found:
+            return None
+        width = max(per_pos) + 1 if per_pos else 0
+        return (drafts, draft_tokens, accepted, [per_pos.get(i, 0) for i in range(width)])
 
     def add_tokens(self, rid, token_ids, max_tokens, ignore_eos):
         """Adds a perf request: token-id prompt, greedy, outputs as per-step deltas.
@@ -342,7 +473,9 @@ class Engine:
           texts:  [(rid, text, output_token_ids)] of finished text requests, or None
           stats:  (prefill_reqs, prefill_tokens, decode_reqs, decode_tokens,
                    running, waiting, kv_cache_usage, prefix_queries, prefix_hits,
-                   preempted) for this step; scheduled counts are -1 when unknown
+                   preempted, spec) for this step; scheduled counts are -1 when
+                   unknown; spec is (drafts, draft_tokens, accepted,
+                   [accepted per position]) when the engine speculates, else None
           timings: flat [rid, ttft_s, decode_s, queued_s, gen_tokens, ...] from
                    vLLM's RequestStateStats of requests finished in this step, or None
 
@@ -356,7 +489,11 @@ class Engine:
             if self._steps > self._hang_after:
                 time.sleep(1e6)
         outputs = self.engine.step()
-        deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished) for o in outputs]
+        if self._record_ids:
+            deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished,
+                       list(o.outputs[0].token_ids)) for o in outputs]
+        else:
+            deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished) for o in outputs]
         texts = None
         timings = None
         for out in outputs:
@@ -398,13 +535,19 @@ class Engine:
         else:
             p_r = p_t = d_r = d_t = -1
         st = sink[0]
+        spec = sink[2]
+        if spec is not None:
+            sink[2] = None
+            spec = tuple(spec)
+        elif self.num_speculative_tokens:
+            spec = self._zero_spec
         if st is None:
-            stats = (p_r, p_t, d_r, d_t, 0, 0, 0.0, 0, 0, sink[1])
+            stats = (p_r, p_t, d_r, d_t, 0, 0, 0.0, 0, 0, sink[1], spec)
         else:
             pc = getattr(st, "prefix_cache_stats", None)
             stats = (p_r, p_t, d_r, d_t, st.num_running_reqs, st.num_waiting_reqs,
                      compat.kv_cache_usage(st) or 0.0, pc.queries if pc is not None else 0,
-                     pc.hits if pc is not None else 0, sink[1])
+                     pc.hits if pc is not None else 0, sink[1], spec)
         return deltas, texts, stats, timings
 
     def abort(self, rids):

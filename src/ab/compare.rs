@@ -253,6 +253,10 @@ pub struct Comparison {
     /// What was left out or could not be compared, in words.
     pub notes: Vec<String>,
     pub gate: GateResult,
+    /// Acceptance deltas and the lossless check, when either side
+    /// speculated or both recorded token ids ([`super::spec`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<super::spec::SpecComparison>,
 }
 
 impl Comparison {
@@ -385,6 +389,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         accuracy,
         notes,
         gate,
+        spec: super::spec::compare_spec(baseline, candidate),
     })
 }
 

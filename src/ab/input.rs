@@ -34,6 +34,12 @@ pub struct RequestRow {
     pub e2el_ms: Option<f64>,
     #[serde(default)]
     pub error: Option<String>,
+    /// Index of the request in its point.
+    #[serde(default)]
+    pub request: usize,
+    /// Generated token ids (recorded by `ab` for the lossless check; else empty).
+    #[serde(default)]
+    pub token_ids: Vec<u32>,
 }
 
 impl RequestRow {

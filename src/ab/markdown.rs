@@ -121,6 +121,10 @@ pub fn render(c: &Comparison) -> String {
             }
         }
     }
+    if let Some(sc) = &c.spec {
+        s.push('\n');
+        s.push_str(&super::spec::markdown(sc));
+    }
     if let Some(a) = &c.accuracy {
         s.push('\n');
         s.push_str(&accuracy_markdown(a));
@@ -255,6 +259,9 @@ pub fn terminal(c: &Comparison) -> String {
     }
     s.push_str(&table.to_string());
     s.push('\n');
+    if let Some(sc) = &c.spec {
+        s.push_str(&super::spec::terminal(sc));
+    }
     if let Some(a) = &c.accuracy {
         s.push_str(&format!("{}, {}-shot ({}):\n", a.task, a.num_fewshot, a.fewshot_mode));
         for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
@@ -369,6 +376,7 @@ pub(crate) mod tests {
             accuracy: Some(accuracy),
             notes: vec!["ISL/OSL 1024/1024 TP 8 conc 128 ran only in the baseline: not compared".into()],
             gate: GateResult { passed: true, failures: vec![] },
+            spec: None,
         }
     }
 

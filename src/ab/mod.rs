@@ -17,6 +17,7 @@ pub mod compare;
 pub mod input;
 pub mod markdown;
 pub mod plot;
+pub mod spec;
 pub mod stats;
 #[cfg(test)]
 mod tests;

@@ -61,6 +61,8 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
                 tpot_ms: r.tpot_s().map(|s| s * 1000.0),
                 e2el_ms: r.e2el_s().map(|s| s * 1000.0),
                 error: None,
+                request: requests.len(),
+                token_ids: Vec::new(),
             });
         }
     }

@@ -72,6 +72,13 @@ pub struct StepOutput {
     pub completions: Vec<Completion>,
     pub stats: StepStats,
     pub timings: Vec<EngineTiming>,
+    /// vLLM's speculative-decoding counters of this step (`SpecDecodingStats`);
+    /// zeros when the engine speculates but no request drafted, `None` when
+    /// the engine does not speculate (or this vLLM does not report them).
+    pub spec: Option<crate::metrics::spec::SpecCounts>,
+    /// The new token ids of each delta, parallel to `deltas`; empty unless
+    /// token ids were asked for (`VllmEngine::record_token_ids`).
+    pub token_ids: Vec<Vec<u32>>,
 }
 
 impl StepOutput {
@@ -80,6 +87,8 @@ impl StepOutput {
         self.completions.clear();
         self.stats = StepStats::default();
         self.timings.clear();
+        self.spec = None;
+        self.token_ids.clear();
     }
 }
 

@@ -9,6 +9,7 @@ use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
 use super::{Completion, Delta, EngineTiming, Prompt, StepEngine, StepOutput, StepStats};
+use crate::metrics::spec::SpecCounts;
 
 /// The shim's source, compiled into the worker module so it can never go missing.
 const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engine.py");
@@ -144,6 +145,11 @@ impl StepEngine for VllmEngine {
             out.deltas.reserve(deltas.len());
             for item in deltas.iter() {
                 out.deltas.push(delta(&item).py_context(py)?);
+                // A 4th item (the new token ids) only when record_token_ids is on.
+                let t = item.cast::<PyTuple>().map_err(|e| anyhow::anyhow!("{e}"))?;
+                if t.len() > 3 {
+                    out.token_ids.push(t.get_borrowed_item(3).and_then(|v| v.extract()).py_context(py)?);
+                }
             }
             let texts = result.get_item(1).py_context(py)?;
             if !texts.is_none() {
@@ -152,9 +158,14 @@ impl StepEngine for VllmEngine {
                     texts.into_iter().map(|(rid, text, token_ids)| Completion { rid, text, token_ids }),
                 );
             }
-            let (p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits, preempted): (
-                i64, i64, i64, i64, u32, u32, f64, u64, u64, u32,
-            ) = result.get_item(2).and_then(|s| s.extract()).py_context(py)?;
+            let (p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits, preempted, spec): StatsTuple =
+                result.get_item(2).and_then(|s| s.extract()).py_context(py)?;
+            out.spec = spec.map(|(drafts, draft_tokens, accepted_tokens, accepted_per_pos)| SpecCounts {
+                drafts,
+                draft_tokens,
+                accepted_tokens,
+                accepted_per_pos,
+            });
             let known = |r: i64, t: i64| (r >= 0 && t >= 0).then_some((r as u32, t as u32));
             out.stats = StepStats {
                 prefill: known(p_r, p_t),
@@ -178,6 +189,37 @@ impl StepEngine for VllmEngine {
                 }));
             }
             Ok(())
+        })
+    }
+}
+
+/// (drafts, draft tokens, accepted tokens, accepted per position) of one step.
+type SpecTuple = (u64, u64, u64, Vec<u64>);
+
+/// The shim's per-step stats tuple (see its `Engine.step` docstring).
+type StatsTuple = (i64, i64, i64, i64, u32, u32, f64, u64, u64, u32, Option<SpecTuple>);
+
+impl VllmEngine {
+    /// Makes later steps return each perf request's new token ids
+    /// ([`StepOutput::token_ids`]); off by default (it costs a list per
+    /// request per step).
+    pub fn record_token_ids(&mut self, on: bool) -> Result<()> {
+        Python::attach(|py| self.engine.call_method1(py, "record_token_ids", (on,)).map(drop).py_context(py))
+    }
+
+    /// vLLM's own running totals of speculative decoding (its Prometheus
+    /// counters, as `vllm bench serve` reads them); `None` when it keeps none
+    /// or the shim is older. Never fails the run: a Python error gives `None`.
+    pub fn spec_counters(&self) -> Option<SpecCounts> {
+        Python::attach(|py| {
+            let v = self.engine.call_method0(py, "spec_counters").ok()?;
+            let t: Option<SpecTuple> = v.extract(py).ok()?;
+            t.map(|(drafts, draft_tokens, accepted_tokens, accepted_per_pos)| SpecCounts {
+                drafts,
+                draft_tokens,
+                accepted_tokens,
+                accepted_per_pos,
+            })
         })
     }
 }

@@ -4,6 +4,7 @@
 pub mod crosscheck;
 pub mod point;
 pub mod request;
+pub mod spec;
 pub mod stats;
 pub mod steps;
 

@@ -49,7 +49,10 @@ pub struct PointFigures {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_goodput: Option<f64>,
     /// `{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`, named as bench serve names
-    /// them (`p99.9_ttft_ms` for 99.9), ms; and `{mean,median,pNN}_intvty` =
+    /// them (`p99.9_ttft_ms` for 99.9), ms. `itl` has one gap per step that
+    /// gave a request tokens (per chunk, as current bench serve records one
+    /// per stream chunk); `itl_per_token` divides each gap over the chunk's
+    /// tokens (equal to `itl` without speculative decoding); and `{mean,median,pNN}_intvty` =
     /// 1000 / the TPOT figure, tok/s/user, as InferenceX's `*_intvty` (absent
     /// where TPOT is 0).
     #[serde(flatten)]
@@ -73,13 +76,15 @@ pub fn point_figures(records: &[RequestRecord], duration_s: f64, spec: FigureSpe
     let tpot: Vec<f64> = done.iter().filter_map(|r| ms(r.tpot_s())).collect();
     let e2el: Vec<f64> = done.iter().filter_map(|r| ms(r.e2el_s())).collect();
     let itl: Vec<f64> = done.iter().flat_map(|r| r.itl_s.iter().map(|s| s * 1000.0)).collect();
+    let itl_per_token: Vec<f64> = done.iter().flat_map(|r| r.itl_per_token_s().map(|s| s * 1000.0)).collect();
 
     let total_input_tokens: u64 = done.iter().map(|r| u64::from(r.input_tokens)).sum();
     let total_output_tokens: u64 = done.iter().map(|r| u64::from(r.output_tokens)).sum();
     let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
 
     let mut latency_ms = BTreeMap::new();
-    for (name, values) in [("ttft", &ttft), ("tpot", &tpot), ("itl", &itl), ("e2el", &e2el)] {
+    let series = [("ttft", &ttft), ("tpot", &tpot), ("itl", &itl), ("itl_per_token", &itl_per_token), ("e2el", &e2el)];
+    for (name, values) in series {
         let s = Summary::of(values, spec.percentiles);
         latency_ms.insert(format!("mean_{name}_ms"), s.mean);
         latency_ms.insert(format!("median_{name}_ms"), s.median);

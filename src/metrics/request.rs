@@ -20,6 +20,11 @@ pub struct RequestRecord {
     /// Gaps between successive token arrivals, s (one per step that delivered
     /// tokens after the first, as bench serve records one per stream chunk).
     pub itl_s: Vec<f64>,
+    /// Tokens delivered with each gap of `itl_s` (parallel to it); empty
+    /// while every chunk carried one token, which is the common case without
+    /// speculative decoding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunk_tokens: Vec<u32>,
     /// Set when the request did not finish normally.
     pub error: Option<String>,
 }
@@ -51,6 +56,17 @@ impl RequestRecord {
         }
     }
 
+    /// ITL per token, s: each chunk's gap divided evenly over the chunk's
+    /// tokens (a 3-token chunk 30 ms after the previous one gives 10, 10, 10).
+    /// Tokens of the first chunk beyond the first token have no gap (they
+    /// are part of TTFT). Without multi-token chunks this equals `itl_s`.
+    pub fn itl_per_token_s(&self) -> impl Iterator<Item = f64> + '_ {
+        self.itl_s.iter().enumerate().flat_map(move |(i, &gap)| {
+            let n = self.chunk_tokens.get(i).copied().unwrap_or(1).max(1);
+            std::iter::repeat_n(gap / f64::from(n), n as usize)
+        })
+    }
+
     /// Records tokens arriving at `now_s`.
     pub fn on_tokens(&mut self, now_s: f64, new_tokens: u32) {
         if new_tokens == 0 {
@@ -58,7 +74,15 @@ impl RequestRecord {
         }
         match self.last_token_s {
             None => self.first_token_s = Some(now_s),
-            Some(last) => self.itl_s.push(now_s - last),
+            Some(last) => {
+                self.itl_s.push(now_s - last);
+                if new_tokens > 1 && self.chunk_tokens.is_empty() {
+                    self.chunk_tokens = vec![1; self.itl_s.len() - 1];
+                }
+                if !self.chunk_tokens.is_empty() {
+                    self.chunk_tokens.push(new_tokens);
+                }
+            }
         }
         self.last_token_s = Some(now_s);
         self.output_tokens += new_tokens;
@@ -84,6 +108,34 @@ mod tests {
         assert_eq!(r.itl_s.len(), 2);
         assert!((r.itl_s[0] - 0.1).abs() < 1e-12 && (r.itl_s[1] - 0.2).abs() < 1e-12);
         assert!(r.ok());
+    }
+
+    #[test]
+    fn multi_token_chunks_give_one_gap_per_chunk_and_split_per_token() {
+        // Speculative decoding: 1 token at 0.1 s, then chunks of 1, 3, 2 tokens.
+        let mut r = RequestRecord::default();
+        r.on_tokens(0.1, 1);
+        r.on_tokens(0.2, 1);
+        r.on_tokens(0.5, 3);
+        r.on_tokens(0.6, 2);
+        assert_eq!(r.output_tokens, 7);
+        assert_eq!(r.itl_s.len(), 3, "one gap per chunk, as bench serve counts stream chunks");
+        assert_eq!(r.chunk_tokens, vec![1, 3, 2]);
+        let per_token: Vec<f64> = r.itl_per_token_s().collect();
+        let want = [0.1, 0.1, 0.1, 0.1, 0.05, 0.05];
+        assert_eq!(per_token.len(), want.len());
+        for (a, b) in per_token.iter().zip(want) {
+            assert!((a - b).abs() < 1e-9, "{per_token:?}");
+        }
+        // TTFT is the first chunk; TPOT divides by tokens, not chunks.
+        assert_eq!(r.ttft_s(), Some(0.1));
+        assert!((r.tpot_s().unwrap() - 0.5 / 6.0).abs() < 1e-12);
+        // Without multi-token chunks nothing extra is kept.
+        let mut one = RequestRecord::default();
+        one.on_tokens(0.1, 1);
+        one.on_tokens(0.2, 1);
+        assert!(one.chunk_tokens.is_empty());
+        assert_eq!(one.itl_per_token_s().collect::<Vec<_>>(), one.itl_s);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::stats::{mean, percentile_sorted};
+use super::spec::SpecCounts;
 use crate::engine::StepStats;
 
 /// One engine step, as the harness saw it (a line of the `--step-trace` file).
@@ -35,6 +36,11 @@ pub struct StepRecord {
     pub output_tokens: u32,
     /// Requests that finished in this step.
     pub finished: u32,
+    /// vLLM's speculative-decoding counters of this step (drafts, draft
+    /// tokens, accepted tokens, accepted per position); absent when the
+    /// engine does not speculate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SpecCounts>,
 }
 
 impl StepRecord {
@@ -55,6 +61,7 @@ impl StepRecord {
             preempted: stats.preempted,
             output_tokens,
             finished,
+            spec: None,
         }
     }
 

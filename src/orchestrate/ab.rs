@@ -52,6 +52,8 @@ pub fn ab(opts: &RunOptions, baseline: &str, candidate: &str, repeats: u32, opti
         }
         for mut j in jobs {
             j.run_eval &= r == 0; // greedy: the eval's answers do not change between repeats
+            // The lossless check compares the first repeat's perf outputs.
+            j.record_token_ids = r == 0;
             plan.jobs.push(j);
         }
     }

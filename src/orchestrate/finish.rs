@@ -10,6 +10,7 @@ use super::protocol::{EvalCompletion, RawPoint};
 use crate::eval::tasks::TaskDef;
 use crate::eval::{Sample, aggregate, score_sample};
 use crate::metrics::crosscheck::cross_check;
+use crate::metrics::spec::summarize_spec;
 use crate::metrics::steps::summarize_steps;
 use crate::metrics::{FigureSpec, point_figures};
 use crate::recipe::GateMetric;
@@ -38,11 +39,25 @@ pub fn gate(g: &Gsm8kResult, task: &TaskDef, min_accuracy: f64, metric: Option<G
 /// core in its own process (`overhead`'s tier 2) vLLM stamps tokens in the
 /// core, before they cross the process boundary, so the harness is later by
 /// the IPC time: the cross-check is recorded but a difference is no warning.
-pub fn finish_point(raw: &RawPoint, sweep: &ResolvedSweep, gpus: u32, in_process: bool) -> PointResult {
+/// `num_speculative_tokens`: the engine's k (from its info), when it speculates.
+pub fn finish_point(
+    raw: &RawPoint,
+    sweep: &ResolvedSweep,
+    gpus: u32,
+    in_process: bool,
+    num_speculative_tokens: Option<u32>,
+) -> PointResult {
     let p = &raw.spec.point;
     let spec = FigureSpec { percentiles: &sweep.percentiles, gpus, goodput: sweep.goodput };
     let figures = point_figures(&raw.records, raw.duration_s, spec);
     let step_stats = summarize_steps(&raw.steps);
+    let spec_decode = summarize_spec(raw.steps.iter().map(|s| s.spec.as_ref()), num_speculative_tokens, raw.vllm_spec.clone());
+    if let Some(s) = spec_decode.as_ref().filter(|s| s.vllm_counters_agree == Some(false)) {
+        tracing::warn!(
+            "{}/{} conc {}: speculative counters per step ({} drafts, {} accepted) differ from vLLM's own totals ({:?})",
+            p.isl, p.osl, p.conc, s.counts.drafts, s.counts.accepted_tokens, s.vllm_counters
+        );
+    }
     let crosscheck = cross_check(&raw.records, &raw.engine_timings, step_stats.median_step_ms);
     if let Some(c) = crosscheck.as_ref().filter(|c| !c.agree && in_process) {
         tracing::warn!(
@@ -74,6 +89,7 @@ pub fn finish_point(raw: &RawPoint, sweep: &ResolvedSweep, gpus: u32, in_process
         figures,
         step_stats,
         crosscheck,
+        spec_decode,
         telemetry: None,
     }
 }
@@ -87,6 +103,12 @@ pub fn point_line(p: &PointResult) -> String {
         p.figures.output_throughput,
         p.figures.ms("median_tpot_ms")
     );
+    if let Some(s) = p.spec_decode.as_ref() {
+        match (s.acceptance_rate, s.acceptance_length) {
+            (Some(r), Some(l)) => line.push_str(&format!(", spec acceptance {:.1}% (length {l:.2})", r * 100.0)),
+            _ => line.push_str(", spec decode: no drafts"),
+        }
+    }
     if p.figures.failed > 0 {
         line.push_str(&format!(", {} requests FAILED", p.figures.failed));
     }

@@ -56,6 +56,7 @@ pub fn run_job(
         engine_argv,
         points: job.specs.clone(),
         eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
+        record_token_ids: job.record_token_ids,
     };
     let suffix = files.suffix(index, plan.jobs.len());
     let log_path = files.dir.join(format!("worker{suffix}.log"));
@@ -173,7 +174,8 @@ pub fn run_job(
                 bar.progress(&phase, done, total)
             }
             Message::Point { raw } => {
-                let mut point = finish_point(&raw, &j.sweep, gpus, super::plan::in_process(&j.env));
+                let k = j.engine.as_ref().and_then(|e| e["num_speculative_tokens"].as_u64()).map(|k| k as u32);
+                let mut point = finish_point(&raw, &j.sweep, gpus, super::plan::in_process(&j.env), k);
                 let f = &point.figures;
                 let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
                 let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);

@@ -31,6 +31,13 @@ struct RequestLine<'a> {
     /// vLLM's own TTFT / queue time for this request, ms.
     vllm_ttft_ms: Option<f64>,
     vllm_queued_ms: Option<f64>,
+    /// Tokens in each ITL gap's chunk (parallel to `itl_ms`); absent when
+    /// every chunk carried one token (no speculative decoding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    itl_chunk_tokens: Option<&'a [u32]>,
+    /// Generated token ids (only in `ab`, for the lossless check).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_ids: Option<&'a [u32]>,
 }
 
 /// The files of a run folder (see the README's "Output files").
@@ -108,6 +115,8 @@ impl OutputFiles {
                 error: &r.error,
                 vllm_ttft_ms: vllm.map(|t| t.ttft_s * 1000.0),
                 vllm_queued_ms: vllm.map(|t| t.queued_s * 1000.0),
+                itl_chunk_tokens: (!r.chunk_tokens.is_empty()).then_some(r.chunk_tokens.as_slice()),
+                token_ids: raw.token_ids.get(i).map(Vec::as_slice),
             })?;
         }
         if let Some(steps) = self.steps.as_mut() {

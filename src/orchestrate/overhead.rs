@@ -59,6 +59,7 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
         python: base.python.clone(),
         specs: base.specs.clone(),
         run_eval: false,
+        record_token_ids: false,
         label: Some(TIERS[1].into()),
     };
     mp.env.insert(MP_VAR.into(), "1".into());
@@ -201,13 +202,15 @@ fn serve_point(server: &VllmServer, spec: &PointSpec, allowed: &[u32]) -> Result
         duration_s: out.duration_s,
         started_mono_s,
         steps: Vec::new(),
+        vllm_spec: None,
+        token_ids: Vec::new(),
         partial: false,
     })
 }
 
 fn serve_point_result(raw: &RawPoint, sweep: &crate::recipe::sweep::ResolvedSweep) -> PointResult {
     // No engine steps, no vLLM timings over HTTP: only the figures.
-    let mut p = super::finish::finish_point(raw, sweep, 1, false);
+    let mut p = super::finish::finish_point(raw, sweep, 1, false, None);
     let spec = FigureSpec { percentiles: &sweep.percentiles, gpus: p.gpus, goodput: sweep.goodput };
     p.figures = point_figures(&raw.records, raw.duration_s, spec);
     p

@@ -83,6 +83,9 @@ pub struct PlannedJob {
     pub specs: Vec<PointSpec>,
     /// Run the eval on this engine: the first job of each variant.
     pub run_eval: bool,
+    /// Record each perf request's generated token ids (the lossless check
+    /// of `ab`); off for `run`.
+    pub record_token_ids: bool,
 }
 
 /// Everything a run needs, checked.
@@ -161,7 +164,15 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
                 Some(path) => python::named_interpreter(path)?,
                 None => python.clone(),
             };
-            Ok(PlannedJob { env: engine_env(&recipe, &config), python, specs, config, run_eval, label: None })
+            Ok(PlannedJob {
+                env: engine_env(&recipe, &config),
+                python,
+                specs,
+                config,
+                run_eval,
+                record_token_ids: false,
+                label: None,
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     let min_accuracy = opts.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));

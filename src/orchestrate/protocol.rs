@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::{EngineTiming, Prompt};
 use crate::eval::tasks::MaxTokensPolicy;
 use crate::metrics::RequestRecord;
+use crate::metrics::spec::SpecCounts;
 use crate::metrics::steps::StepRecord;
 use crate::recipe::sweep::Point;
 use crate::workload::prompts::RandomDataset;
@@ -68,6 +69,9 @@ pub struct Job {
     pub points: Vec<PointSpec>,
     #[serde(default)]
     pub eval: Option<EvalJob>,
+    /// Return each perf request's generated token ids (`RawPoint::token_ids`).
+    #[serde(default)]
+    pub record_token_ids: bool,
 }
 
 /// One sweep point and how to run it.
@@ -97,6 +101,13 @@ pub struct RawPoint {
     /// `duration_s`, the point's window in the telemetry series.
     pub started_mono_s: f64,
     pub steps: Vec<StepRecord>,
+    /// vLLM's own speculative-decoding totals over the measured requests
+    /// (its counters after minus before); absent when it keeps none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vllm_spec: Option<SpecCounts>,
+    /// Generated token ids per measured request (only with `Job::record_token_ids`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_ids: Vec<Vec<u32>>,
     /// Cut short by a graceful stop (Ctrl-C): in-flight requests were aborted.
     #[serde(default)]
     pub partial: bool,

@@ -152,6 +152,9 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
 
     check_lengths(&job.points, engine.info.get("max_model_len").and_then(|v| v.as_u64()))?;
     let mut ids = RequestIds::default();
+    if job.record_token_ids {
+        engine.record_token_ids(true)?;
+    }
     for spec in &job.points {
         let p = &spec.point;
         let raw = run_point(&mut engine, spec, &mut ids, channel)
@@ -164,6 +167,9 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
     }
     let stopped = STOP.load(Ordering::Relaxed);
     if let Some(eval) = job.eval.as_ref().filter(|_| !stopped) {
+        if job.record_token_ids {
+            engine.record_token_ids(false)?; // eval completions carry their ids anyway
+        }
         let max_len = engine.info.get("max_model_len").and_then(|v| v.as_u64());
         run_eval(&mut engine, max_len, eval, &mut ids, channel).context("running the eval")?;
     }
@@ -224,7 +230,10 @@ fn run_point(
     let total = measured.len() as u64;
     let started_mono_s = mono_now_s();
     let mut progress = Progress::new(phase, total);
+    // vLLM's own totals around the measured requests only (warm-ups done).
+    let spec_before = engine.spec_counters();
     let outcome = drive(engine, measured, pacing, ids, &mut |done| progress.on_done(channel, done))?;
+    let vllm_spec = spec_before.zip(engine.spec_counters()).map(|(before, after)| after.since(&before));
     Ok(RawPoint {
         spec: *spec,
         records: outcome.records,
@@ -233,6 +242,8 @@ fn run_point(
         duration_s: outcome.duration_s,
         started_mono_s,
         steps: outcome.steps,
+        vllm_spec,
+        token_ids: outcome.token_ids,
         partial: outcome.stopped || STOP.load(Ordering::Relaxed),
     })
 }

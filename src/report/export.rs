@@ -10,6 +10,9 @@
 //!   `--save-result` JSON (duration, completed, failed, token totals,
 //!   throughputs, `*_ms` figures, and the per-request `input_lens`,
 //!   `output_lens`, `ttfts`, `itls` (s) from `requests.jsonl`).
+//!
+//! Both carry bench serve's `spec_decode_*` keys when the engine speculated
+//! (see [`spec_decode_fields`]).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -73,6 +76,25 @@ fn latency_figures(p: &PointResult) -> &BTreeMap<String, f64> {
     &p.figures.latency_ms
 }
 
+/// The speculative-decoding keys of `vllm bench serve`'s result
+/// (vllm/benchmarks/serve.py): `spec_decode_acceptance_rate` in percent,
+/// `spec_decode_acceptance_length`, `spec_decode_num_drafts`,
+/// `spec_decode_draft_tokens`, `spec_decode_accepted_tokens` and
+/// `spec_decode_per_position_acceptance_rates` (fractions). Like bench
+/// serve, none when nothing was drafted or the engine does not speculate.
+fn spec_decode_fields(p: &PointResult) -> Vec<(&'static str, Value)> {
+    let Some(s) = p.spec_decode.as_ref() else { return Vec::new() };
+    let (Some(rate), Some(length)) = (s.acceptance_rate, s.acceptance_length) else { return Vec::new() };
+    vec![
+        ("spec_decode_acceptance_rate", json!(rate * 100.0)),
+        ("spec_decode_acceptance_length", json!(length)),
+        ("spec_decode_num_drafts", json!(s.counts.drafts)),
+        ("spec_decode_draft_tokens", json!(s.counts.draft_tokens)),
+        ("spec_decode_accepted_tokens", json!(s.counts.accepted_tokens)),
+        ("spec_decode_per_position_acceptance_rates", json!(s.per_position_acceptance_rates)),
+    ]
+}
+
 fn inferencex(result: &RunResult, job: &JobResult, p: &PointResult) -> Value {
     let args = &job.engine_args;
     let tp = engine_size(job, "tensor_parallel_size");
@@ -106,6 +128,9 @@ fn inferencex(result: &RunResult, job: &JobResult, p: &PointResult) -> Value {
     put("tput_per_gpu", json!(p.figures.tput_per_gpu));
     put("output_tput_per_gpu", json!(p.figures.output_tput_per_gpu));
     put("input_tput_per_gpu", json!(p.figures.input_tput_per_gpu));
+    for (k, v) in spec_decode_fields(p) {
+        put(k, v);
+    }
     for (k, &v) in latency_figures(p) {
         let Some(base) = k.strip_suffix("_ms") else { continue };
         m.insert(base.to_string(), json!(v / 1000.0));
@@ -154,6 +179,9 @@ fn vllm_bench(result: &RunResult, p: &PointResult, requests: &[&Value]) -> Value
     );
     put("latencies", requests.iter().map(|r| json!(secs(&r["e2el_ms"]))).collect());
     put("errors", requests.iter().map(|r| json!(r["error"].as_str().unwrap_or(""))).collect());
+    for (k, v) in spec_decode_fields(p) {
+        put(k, v);
+    }
     for (k, &v) in latency_figures(p) {
         if k.ends_with("_ms") {
             m.insert(k.clone(), json!(v));
@@ -286,6 +314,25 @@ mod tests {
         assert_eq!(v["itls"], json!([[0.01, 0.02], []]));
         assert_eq!(v["errors"], json!(["", ""]));
         assert_eq!(v["mean_ttft_ms"], 250.0);
+        assert!(v.get("spec_decode_acceptance_rate").is_none(), "no speculation, no spec keys");
+    }
+
+    #[test]
+    fn spec_decode_keys_as_bench_serve_names_them() {
+        use crate::metrics::spec::{SpecCounts, summarize_spec};
+        let mut result = fixture();
+        let step = SpecCounts { drafts: 4, draft_tokens: 12, accepted_tokens: 6, accepted_per_pos: vec![3, 2, 1] };
+        result.jobs[0].points[0].spec_decode = summarize_spec([Some(&step)], Some(3), None);
+        for format in [Format::VllmBench, Format::Inferencex] {
+            let docs = export(&result, &[], format);
+            let v = &docs[0].1;
+            assert_eq!(v["spec_decode_acceptance_rate"], 50.0, "{format:?}: percent, as bench serve");
+            assert_eq!(v["spec_decode_acceptance_length"], 2.5);
+            assert_eq!(v["spec_decode_num_drafts"], 4);
+            assert_eq!(v["spec_decode_draft_tokens"], 12);
+            assert_eq!(v["spec_decode_accepted_tokens"], 6);
+            assert_eq!(v["spec_decode_per_position_acceptance_rates"], json!([0.75, 0.5, 0.25]));
+        }
     }
 
     #[test]

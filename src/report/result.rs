@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 pub use super::host::Host;
 use crate::metrics::PointFigures;
 use crate::metrics::crosscheck::CrossCheck;
+use crate::metrics::spec::SpecDecodeSummary;
 use crate::metrics::steps::StepSummary;
 use crate::recipe::sweep::ResolvedSweep;
 use crate::workload::lengths::LengthConvention;
@@ -256,6 +257,11 @@ pub struct PointResult {
     /// The harness's TTFT/E2EL against vLLM's own per-request stats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crosscheck: Option<CrossCheck>,
+    /// Speculative decoding over the point's measured steps (drafts, draft
+    /// tokens, accepted tokens, acceptance rate and length, per-position
+    /// rates; see `metrics::spec`); absent when the engine does not speculate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_decode: Option<SpecDecodeSummary>,
     /// GPU and host telemetry over the measured window: power, energy,
     /// J/token (InferenceX's `avg_power_w`, `total_gpu_energy_j`,
     /// `joules_per_*_token`, `power_valid`), temperatures, clocks, utilisation,
@@ -286,6 +292,7 @@ impl PointResult {
             figures,
             step_stats: Default::default(),
             crosscheck: None,
+            spec_decode: None,
             telemetry: None,
         }
     }

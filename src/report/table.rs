@@ -6,10 +6,13 @@ use comfy_table::{CellAlignment, Table};
 use super::result::{Gsm8kResult, PointResult};
 
 /// Renders the per-point table. Latency cells are "mean / median / p99" in ms.
+/// When any point speculated, two more columns: acceptance rate (%) and mean
+/// acceptance length (tokens per draft step), "-" where nothing was drafted.
 pub fn points_table(points: &[PointResult]) -> String {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header(vec![
+    let speculates = points.iter().any(|p| p.spec_decode.is_some());
+    let mut header = vec![
         "ISL/OSL",
         "conc",
         "done",
@@ -22,7 +25,11 @@ pub fn points_table(points: &[PointResult]) -> String {
         "E2EL ms\nmean/med/p99",
         "steps",
         "step ms\nmean",
-    ]);
+    ];
+    if speculates {
+        header.extend(["spec accept\nrate %", "spec accept\nlength"]);
+    }
+    table.set_header(header);
     for p in points {
         let f = &p.figures;
         let lat = |m: &str| {
@@ -38,7 +45,7 @@ pub fn points_table(points: &[PointResult]) -> String {
         } else {
             format!("{}/{}", f.completed, p.num_prompts)
         };
-        table.add_row(vec![
+        let mut row = vec![
             format!("{}/{}", p.isl, p.osl),
             p.conc.to_string(),
             done,
@@ -51,7 +58,14 @@ pub fn points_table(points: &[PointResult]) -> String {
             lat("e2el"),
             p.step_stats.steps.to_string(),
             fmt(p.step_stats.mean_step_ms),
-        ]);
+        ];
+        if speculates {
+            let s = p.spec_decode.as_ref();
+            let or_dash = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+            row.push(or_dash(s.and_then(|s| s.acceptance_rate).map(|r| r * 100.0), 1));
+            row.push(or_dash(s.and_then(|s| s.acceptance_length), 2));
+        }
+        table.add_row(row);
     }
     for col in table.column_iter_mut().skip(1) {
         col.set_cell_alignment(CellAlignment::Right);
@@ -116,7 +130,7 @@ fn fmt(ms: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{RequestRecord, point_figures};
+    use crate::metrics::{FigureSpec, RequestRecord, point_figures};
 
     #[test]
     fn table_has_a_row_per_point() {
@@ -130,5 +144,18 @@ mod tests {
         assert!(t.contains("4/2"));
         assert!(t.contains("10.0 / 10.0 / 10.0"), "{t}"); // TTFT 10 ms
         assert_eq!(t.lines().filter(|l| l.contains("1/1")).count(), 2);
+        assert!(!t.contains("accept"), "no speculative columns without speculation");
+    }
+
+    #[test]
+    fn speculative_columns_when_a_point_speculates() {
+        use crate::metrics::spec::{SpecCounts, summarize_spec};
+        let spec = FigureSpec { percentiles: &[99.0], gpus: 1, goodput: None };
+        let p = PointResult::fixture(1, 1, point_figures(&[], 1.0, spec));
+        let step = SpecCounts { drafts: 4, draft_tokens: 12, accepted_tokens: 6, accepted_per_pos: vec![3, 2, 1] };
+        let with = PointResult { spec_decode: summarize_spec([Some(&step)], Some(3), None), ..p.clone() };
+        let t = points_table(&[with, p]);
+        assert!(t.contains("accept"), "{t}");
+        assert!(t.contains("50.0") && t.contains("2.50"), "{t}");
     }
 }

@@ -63,6 +63,9 @@ pub struct LoopOutcome {
     pub duration_s: f64,
     /// Every `step()` call.
     pub steps: Vec<StepRecord>,
+    /// Generated token ids per request, in submission order; empty unless the
+    /// engine returns them (`VllmEngine::record_token_ids`).
+    pub token_ids: Vec<Vec<u32>>,
     /// Stopped early by `Pacing::stop`: unsent requests have no send time
     /// and in-flight ones carry an "aborted" error.
     pub stopped: bool,
@@ -91,6 +94,7 @@ pub fn drive<E: StepEngine>(
         engine_timings: vec![None; n],
         duration_s: 0.0,
         steps: Vec::new(),
+        token_ids: Vec::new(),
         stopped: false,
     };
     let origin = Instant::now();
@@ -156,10 +160,16 @@ pub fn drive<E: StepEngine>(
 
         let before = finished;
         let mut delivered = 0u32;
-        for d in &step.deltas {
+        for (di, d) in step.deltas.iter().enumerate() {
             let Some(idx) = index_of(d.rid, base, n) else {
                 bail!("engine returned unknown request id {}", d.rid);
             };
+            if let Some(ids) = step.token_ids.get(di) {
+                if out.token_ids.is_empty() {
+                    out.token_ids = vec![Vec::new(); n];
+                }
+                out.token_ids[idx].extend_from_slice(ids);
+            }
             arrivals.push(Arrival { idx: idx as u32, new_tokens: d.new_tokens, now_s: now });
             delivered += d.new_tokens;
             if d.finished {
@@ -179,7 +189,9 @@ pub fn drive<E: StepEngine>(
             }
         }
         let done_now = (finished - before) as u32;
-        out.steps.push(StepRecord::new(started, now - started, &step.stats, delivered, done_now));
+        let mut record = StepRecord::new(started, now - started, &step.stats, delivered, done_now);
+        record.spec = step.spec.take();
+        out.steps.push(record);
         if finished > before {
             on_done(finished);
         }
