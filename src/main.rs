@@ -58,11 +58,18 @@ fn main() {
             output: a.output,
         }),
         Command::Ab(a) => {
-            let options = ab_options(&a.gate);
-            let config_key = a.gate.config_key.clone();
-            run_options(a.run, cli.verbose).and_then(|o| {
-                orchestrate::ab::ab(&o, &a.baseline, &a.candidate, a.repeats, options, config_key)
-            })
+            let req = orchestrate::ab::AbRequest {
+                baseline: a.baseline.clone(),
+                candidate: a.candidate.clone(),
+                repeats: a.repeats,
+                options: ab_options(&a.gate),
+                config_key: a.gate.config_key.clone(),
+                noise: a.noise.clone(),
+                calibrate: a.calibrate,
+                until_ci: a.until_ci,
+                max_repeats: a.max_repeats,
+            };
+            run_options(a.run, cli.verbose).and_then(|o| orchestrate::ab::ab(&o, &req))
         }
         Command::Plot(a) => ab::run_plot(&a.result, a.output.as_deref()).map(|files| {
             for f in files {
