@@ -339,6 +339,9 @@ pub fn terminal(c: &Comparison) -> String {
     }
     s.push_str(&table.to_string());
     s.push('\n');
+    if c.aa {
+        s.push_str(&noise_markdown(c));
+    }
     if let Some(a) = &c.accuracy {
         s.push_str(&format!("{}, {}-shot ({}):\n", a.task, a.num_fewshot, a.fewshot_mode));
         for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
