@@ -52,11 +52,18 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             output: a.output,
         }),
         Command::Ab(a) => {
-            let options = ab_options(&a.gate);
-            let config_key = a.gate.config_key.clone();
-            run_options(a.run, cli.verbose).and_then(|o| {
-                orchestrate::ab::ab(&o, &a.baseline, &a.candidate, a.repeats, options, config_key)
-            })
+            let req = orchestrate::ab::AbRequest {
+                baseline: a.baseline.clone(),
+                candidate: a.candidate.clone(),
+                repeats: a.repeats,
+                options: ab_options(&a.gate),
+                config_key: a.gate.config_key.clone(),
+                noise: a.noise.clone(),
+                calibrate: a.calibrate,
+                until_ci: a.until_ci,
+                max_repeats: a.max_repeats,
+            };
+            run_options(a.run, cli.verbose).and_then(|o| orchestrate::ab::ab(&o, &req))
         }
         Command::Doctor(a) => orchestrate::doctor::doctor(a.json),
         Command::Plot(a) => ab::run_plot(&a.result, a.output.as_deref()).map(|files| {

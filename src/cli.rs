@@ -201,12 +201,29 @@ pub struct AbArgs {
     /// The baseline variant (`base`: the recipe itself).
     #[arg(long)]
     pub baseline: String,
-    /// The candidate variant.
-    #[arg(long)]
-    pub candidate: String,
+    /// The candidate variant (the same as --baseline, or --aa: an A/A).
+    #[arg(long, required_unless_present = "aa")]
+    pub candidate: Option<String>,
+    /// A/A: run the baseline against a copy of itself on the same ABBA
+    /// schedule; its ab.json is this machine's noise floor (for --noise).
+    #[arg(long, conflicts_with = "candidate")]
+    pub aa: bool,
     /// Repeats of each variant, interleaved in ABBA order (baseline, candidate, candidate, baseline, ...).
     #[arg(long, default_value_t = 3)]
     pub repeats: u32,
+    /// A saved A/A ab.json (from `ab --aa`): a verdict also needs |delta| above its noise floor.
+    #[arg(long, value_name = "FILE")]
+    pub noise: Option<PathBuf>,
+    /// Run the A/A (baseline vs itself, same repeats) first into aa/ and use its noise floor.
+    #[arg(long)]
+    pub calibrate: bool,
+    /// Keep adding ABBA pairs until every row's widest 95% CI half-width is
+    /// below this fraction (0.02 = 2%), or --max-repeats is reached.
+    #[arg(long, value_name = "PCT")]
+    pub until_ci: Option<f64>,
+    /// Most repeats per variant with --until-ci.
+    #[arg(long, value_name = "N")]
+    pub max_repeats: Option<u32>,
     #[command(flatten)]
     pub gate: GateArgs,
     #[command(flatten)]

@@ -79,3 +79,139 @@ fn inert_knob_agrees_and_dtype_change_diverges() {
     assert!(agreement["fraction"].as_f64().unwrap() < 1.0, "bf16 must move some greedy tokens: {agreement}");
     assert!(agreement["mean_first_divergence"].as_f64().is_some(), "{agreement}");
 }
+
+/// The tiniest A/A-worthy recipe: one point (ISL/OSL 32/8, conc 2, 4 prompts).
+const TINY: &str = r#"name = "ab-noise-e2e"
+model = "bundled:smollm2-135m-instruct"
+hardware = "cpu"
+[env]
+VLLM_CPU_KVCACHE_SPACE = "1"
+[engine]
+args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512"]
+[sweep]
+isl = 32
+osl = 8
+conc = [2]
+num_prompts = 4
+warmups = 2
+[variants.knob]
+env = { ENGINEBENCH_UNUSED_KNOB = "1" }
+"#;
+
+/// Every figure follows the verdict rule: faster/slower only when the CI
+/// excludes 0 and |delta| is above the noise floor the figure carries.
+fn check_verdict_rule(c: &serde_json::Value) {
+    for row in c["rows"].as_array().unwrap() {
+        for f in row["figures"].as_array().unwrap() {
+            let v = f["verdict"].as_str().unwrap();
+            let (lo, hi) = (f["ci"][0].as_f64().unwrap(), f["ci"][1].as_f64().unwrap());
+            let delta = f["delta"].as_f64().unwrap();
+            if v == "faster" || v == "slower" {
+                assert!(lo > 0.0 || hi < 0.0, "{f}");
+                if let Some(floor) = f["noise_floor"].as_f64() {
+                    assert!(delta.abs() > floor, "{f}");
+                }
+            }
+            if v == "within-noise" {
+                assert!(lo > 0.0 || hi < 0.0, "{f}");
+                assert!(delta.abs() <= f["noise_floor"].as_f64().unwrap(), "{f}");
+            }
+        }
+    }
+}
+
+#[test]
+fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
+    let _guard = engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("tiny.toml");
+    std::fs::write(&recipe, TINY).unwrap();
+    let recipe = recipe.to_str().unwrap();
+
+    // 1. A/A: base against its copy, two ABBA pairs.
+    let aa = dir.path().join("aa");
+    let o = enginebench(&["ab", recipe, "--baseline", "base", "--aa", "--repeats", "2", "--no-eval", "-o", aa.to_str().unwrap()]);
+    let log = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let r = read_json(&aa.join("result.json"));
+    let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, vec!["base", "base-aa", "base-aa", "base"], "A/A on the ABBA schedule");
+    let c = read_json(&aa.join("ab.json"));
+    assert_eq!(c["aa"], true);
+    assert!(c["changes"].as_array().unwrap().is_empty(), "an A/A changes nothing: {}", c["changes"]);
+    for f in c["rows"][0]["figures"].as_array().unwrap() {
+        assert_eq!(f["method"], "paired-t", "{f}");
+        assert!(f["mde"].as_f64().unwrap() > 0.0, "{f}");
+        assert_eq!(f["repeat_deltas"].as_array().unwrap().len(), 2, "{f}");
+        assert!(f["bootstrap_ci"].is_array(), "the old method's interval is kept beside: {f}");
+    }
+    let md = std::fs::read_to_string(aa.join("ab.md")).unwrap();
+    assert!(md.contains("### Noise floor (A/A)") && md.contains("MDE (80% power)"), "{md}");
+    assert!(md.contains("paired t on the repeats' log ratios"), "{md}");
+
+    // 2. A/B with that noise floor, and --until-ci with a target no run
+    // reaches: it adds a third pair, then says which row stayed open.
+    let ab = dir.path().join("ab");
+    let noise = aa.join("ab.json");
+    let o = enginebench(&[
+        "ab", recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2", "--no-eval",
+        "--noise", noise.to_str().unwrap(), "--until-ci", "0.0001", "--max-repeats", "3",
+        "--max-regression", "0.5", "-o", ab.to_str().unwrap(),
+    ]);
+    let log = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    assert!(log.contains("after 2 repeats: ISL/OSL 32/8 TP 1 conc 2: tok/s/gpu"), "progress per row: {log}");
+    let r = read_json(&ab.join("result.json"));
+    let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, vec!["base", "knob", "knob", "base", "base", "knob"], "a third ABBA pair was added");
+    let c = read_json(&ab.join("ab.json"));
+    assert_eq!(c["rows"][0]["repeats"], serde_json::json!([3, 3]));
+    assert_eq!(c["noise"]["file"], noise.to_str().unwrap());
+    assert!(c["rows"][0]["figures"].as_array().unwrap().iter().all(|f| f["noise_floor"].as_f64().is_some()));
+    check_verdict_rule(&c);
+    let notes = c["notes"].to_string();
+    assert!(notes.contains("still wider than") && notes.contains("conc 2"), "{notes}");
+    let md = std::fs::read_to_string(ab.join("ab.md")).unwrap();
+    assert!(md.contains(&format!("noise floor, from the A/A `{}`", noise.display())), "{md}");
+
+    // 3. --calibrate: the A/A runs first into aa/ and its floor is used.
+    let cal = dir.path().join("cal");
+    let o = enginebench(&[
+        "ab", recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2", "--no-eval", "--calibrate",
+        "--max-regression", "0.5", "-o", cal.to_str().unwrap(),
+    ]);
+    let log = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    assert_eq!(read_json(&cal.join("aa/ab.json"))["aa"], true);
+    let c = read_json(&cal.join("ab.json"));
+    assert_eq!(c["noise"]["file"], cal.join("aa/ab.json").to_str().unwrap());
+    assert_eq!(c["noise"]["repeats"], 2);
+    check_verdict_rule(&c);
+}
+
+#[test]
+fn bad_noise_and_until_ci_options_are_usage_errors_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("tiny.toml");
+    std::fs::write(&recipe, TINY).unwrap();
+    let recipe = recipe.to_str().unwrap();
+    let out = dir.path().join("never");
+    let o_arg = out.to_str().unwrap();
+    let missing = dir.path().join("missing.json");
+    for (args, says) in [
+        (vec!["--candidate", "knob", "--noise", missing.to_str().unwrap()], "--noise"),
+        (vec!["--candidate", "knob", "--until-ci", "0.02"], "--max-repeats"),
+        (vec!["--candidate", "knob", "--until-ci", "2", "--max-repeats", "5"], "fraction"),
+        (vec!["--candidate", "knob", "--until-ci", "0.02", "--max-repeats", "2", "--repeats", "3"], "below --repeats"),
+        (vec!["--aa", "--calibrate"], "noise floor"),
+        (vec!["--aa", "--repeats", "1"], "2 or more"),
+    ] {
+        let mut all = vec!["ab", recipe, "--baseline", "base", "--no-eval", "-o", o_arg];
+        all.extend(args.iter().copied());
+        let o = enginebench(&all);
+        let log = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {log}");
+        assert!(log.contains(says), "{args:?} should say {says:?}: {log}");
+        assert!(!out.exists(), "{args:?}: nothing may run or be written");
+    }
+}

@@ -1,6 +1,7 @@
-//! Comparing two variants: matching points, per-row deltas with bootstrap
-//! intervals and verdicts, accuracy (McNemar), greedy-token agreement, and the
-//! gate.
+//! Comparing two variants: matching points, per-row deltas with 95%
+//! intervals (paired t over repeats, [`super::stats`]), minimum detectable
+//! effects and verdicts, the A/A noise floor ([`NoiseFloor`]), accuracy
+//! (McNemar), greedy-token agreement, and the gate.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::input::{Arm, Repeat, RequestRow};
-use super::stats::{self, BootstrapOptions, McNemar, RepeatData, Verdict};
+use super::stats::{self, BootstrapOptions, IntervalMethod, McNemar, RepeatData, Verdict};
 use crate::error::usage;
 use crate::eval::score::{Sample, aggregate};
 use crate::report::result::{PointResult, RecipeInfo};
@@ -53,7 +54,7 @@ pub struct Context {
 }
 
 /// A figure of a point that is compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
     /// Total (input + output) tokens per second per GPU, tok/s/gpu
@@ -144,8 +145,24 @@ pub struct Figure {
     pub candidate: f64,
     /// candidate / baseline - 1 (fraction).
     pub delta: f64,
-    /// 95% percentile-bootstrap interval of `delta` (fractions).
+    /// 95% interval of the change (fractions), by `method`.
     pub ci: Option<(f64, f64)>,
+    /// How `ci` was computed: paired t over repeats, Welch t, or (one
+    /// repeat a side) the request bootstrap.
+    pub method: IntervalMethod,
+    /// Minimum detectable effect at 80% power and these repeats (fraction):
+    /// the resolution of a "no significant change".
+    pub mde: Option<f64>,
+    /// c_i / b_i - 1 of each repeat pair (fractions), in run order.
+    pub repeat_deltas: Vec<f64>,
+    /// The old method's interval (two-level percentile bootstrap over repeats
+    /// and requests), kept beside `ci` for comparison; not used for verdicts.
+    pub bootstrap_ci: Option<(f64, f64)>,
+    /// The A/A noise floor applied to this figure (fraction), if any
+    /// ([`NoiseFloor`]).
+    pub noise_floor: Option<f64>,
+    /// From `ci`, then the noise floor: faster/slower only when the interval
+    /// excludes 0 and |delta| exceeds the floor.
     pub verdict: Verdict,
 }
 
@@ -171,6 +188,23 @@ impl Row {
     /// The figure of `metric`.
     pub fn figure(&self, metric: Metric) -> &Figure {
         self.figures.iter().find(|f| f.metric == metric).expect("every row has every metric")
+    }
+
+    /// The row's resolution: the largest minimum detectable effect of its
+    /// figures (fraction), `None` when no figure has one.
+    pub fn mde(&self) -> Option<f64> {
+        self.figures.iter().filter_map(|f| f.mde).reduce(f64::max)
+    }
+
+    /// The widest interval half-width of the row's figures, (hi - lo) / 2 as
+    /// a fraction; `None` when a figure has no interval.
+    pub fn half_width(&self) -> Option<f64> {
+        self.figures.iter().map(|f| f.ci.map(|(lo, hi)| (hi - lo) / 2.0)).try_fold(0.0f64, |m, h| Some(m.max(h?)))
+    }
+
+    /// `ISL/OSL 64/32 TP 1 conc 4`.
+    pub fn key_text(&self) -> String {
+        key_text(&(self.isl, self.osl, self.tp, self.conc))
     }
 }
 
@@ -257,6 +291,103 @@ pub struct Comparison {
     /// speculated or both recorded token ids ([`super::spec`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<super::spec::SpecComparison>,
+    /// The A/A noise floor the verdicts used, if any.
+    pub noise: Option<NoiseSource>,
+    /// True when this comparison is itself an A/A (a variant against itself):
+    /// its rows are the noise floor of this machine and workload.
+    pub aa: bool,
+}
+
+/// Where a comparison's noise floor came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NoiseSource {
+    /// The A/A `ab.json` (from `--noise`, or the one `--calibrate` wrote).
+    pub file: String,
+    /// The A/A's repeats per variant.
+    pub repeats: usize,
+}
+
+/// An A/A result as noise floors: per point (ISL, OSL, TP, conc) and metric,
+/// the largest change the A/A's own 95% interval allowed,
+/// max(|lo|, |hi|) (a fraction). Nothing changed between its two sides, so
+/// any change of that size is what this machine and workload do on their
+/// own (including a shift an inert change caused, e.g. memory layout).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoiseFloor {
+    pub source: NoiseSource,
+    pub floors: BTreeMap<(Key, Metric), f64>,
+}
+
+impl NoiseFloor {
+    /// The floors of an A/A comparison `aa` read from (or written to) `file`.
+    pub fn from_comparison(aa: &Comparison, file: &str) -> NoiseFloor {
+        let mut floors = BTreeMap::new();
+        for r in &aa.rows {
+            for f in &r.figures {
+                if let Some((lo, hi)) = f.ci {
+                    floors.insert(((r.isl, r.osl, r.tp, r.conc), f.metric), lo.abs().max(hi.abs()).max(f.delta.abs()));
+                }
+            }
+        }
+        let repeats = aa.rows.iter().map(|r| r.repeats.0.min(r.repeats.1)).max().unwrap_or(0);
+        NoiseFloor { source: NoiseSource { file: file.to_string(), repeats }, floors }
+    }
+
+    /// Reads a saved A/A `ab.json` (written by `ab --aa`, `--calibrate` or
+    /// any `ab`/`compare` of a variant against itself).
+    ///
+    /// Errors (usage): unreadable file, not an `ab.json`, or no row with an
+    /// interval.
+    pub fn load(path: &std::path::Path) -> Result<NoiseFloor> {
+        let bad = |why: String| usage(format!("--noise {}: {why}; give the ab.json of an `enginebench ab --aa` run", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it ({e})")))?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let rows = v.get("rows").and_then(|r| r.as_array()).ok_or_else(|| bad("no \"rows\" array: not an ab.json".into()))?;
+        let mut floors = BTreeMap::new();
+        let mut repeats = 0usize;
+        for r in rows {
+            let n = |k: &str| r.get(k).and_then(serde_json::Value::as_u64).map(|x| x as u32);
+            let (Some(isl), Some(osl), Some(tp), Some(conc)) = (n("isl"), n("osl"), n("tp"), n("conc")) else {
+                return Err(bad("a row without isl/osl/tp/conc".into()));
+            };
+            if let Some(rp) = r.get("repeats").and_then(|x| x.as_array()) {
+                repeats = repeats.max(rp.iter().filter_map(serde_json::Value::as_u64).min().unwrap_or(0) as usize);
+            }
+            for f in r.get("figures").and_then(|x| x.as_array()).into_iter().flatten() {
+                let Ok(metric) = serde_json::from_value::<Metric>(f["metric"].clone()) else { continue };
+                let (Some(lo), Some(hi)) = (f["ci"][0].as_f64(), f["ci"][1].as_f64()) else { continue };
+                let delta = f["delta"].as_f64().unwrap_or(0.0).abs();
+                floors.insert(((isl, osl, tp, conc), metric), lo.abs().max(hi.abs()).max(delta));
+            }
+        }
+        if floors.is_empty() {
+            return Err(bad("no row with a 95% interval (an A/A needs 2 or more repeats)".into()));
+        }
+        Ok(NoiseFloor { source: NoiseSource { file: path.display().to_string(), repeats }, floors })
+    }
+}
+
+/// Applies an A/A noise floor to a comparison: each figure with a floor at
+/// its point keeps "faster"/"slower" only when |delta| exceeds the floor
+/// (else [`Verdict::WithinNoise`]); row verdicts and the gate are redone
+/// with the same rule; points the A/A did not measure keep their verdicts,
+/// with a note.
+pub fn apply_noise(c: &mut Comparison, noise: &NoiseFloor) {
+    for r in &mut c.rows {
+        let key = (r.isl, r.osl, r.tp, r.conc);
+        let mut missing = false;
+        for f in &mut r.figures {
+            f.noise_floor = noise.floors.get(&(key, f.metric)).copied();
+            missing |= f.noise_floor.is_none();
+            f.verdict = Verdict::of(f.ci, f.metric.higher_is_better()).within_noise(f.delta, f.noise_floor);
+        }
+        r.verdict = Verdict::combine(r.figures.iter().map(|f| f.verdict));
+        if missing {
+            c.notes.push(format!("{}: not in the noise floor {}; its verdicts use the interval alone", r.key_text(), noise.source.file));
+        }
+    }
+    c.noise = Some(noise.source.clone());
+    c.gate = gate(&c.rows, c.accuracy.as_ref(), &c.options);
 }
 
 impl Comparison {
@@ -266,7 +397,8 @@ impl Comparison {
     }
 }
 
-type Key = (u32, u32, u32, u32); // isl, osl, tp, conc
+/// A point: (ISL, OSL, TP, conc).
+pub type Key = (u32, u32, u32, u32);
 
 /// The workload of one point: everything that must be equal for a fair comparison.
 fn workload(repeat: &Repeat, p: &PointResult) -> Vec<(&'static str, String)> {
@@ -390,6 +522,8 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         notes,
         gate,
         spec: super::spec::compare_spec(baseline, candidate),
+        noise: None,
+        aa: false,
     })
 }
 
@@ -408,14 +542,26 @@ fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)],
             };
             let (bd, cd) = (data(b_list, &b_reqs), data(c_list, &c_reqs));
             let stream = (u64::from(k.0) << 44) ^ (u64::from(k.1) << 28) ^ (u64::from(k.2) << 20) ^ (u64::from(k.3) << 4) ^ mi as u64;
-            let d = stats::bootstrap_delta(&bd, &cd, BootstrapOptions { resamples: o.resamples, seed: o.seed, stream });
-            let (delta, ci) = d.map_or((f64::NAN, None), |d| (d.delta, d.ci));
+            let opts = BootstrapOptions { resamples: o.resamples, seed: o.seed, stream };
+            let d = stats::delta_interval(&bd, &cd, opts);
+            // The old method, for the comparison of methods only (it is the
+            // interval itself when a side has one repeat).
+            let bootstrap_ci = match &d {
+                Some(i) if i.method == IntervalMethod::RequestBootstrap => i.ci,
+                _ => stats::bootstrap_delta(&bd, &cd, opts).and_then(|b| b.ci),
+            };
+            let (delta, ci) = d.as_ref().map_or((f64::NAN, None), |d| (d.delta, d.ci));
             Figure {
                 metric: m,
                 baseline: stats::arm_figure(&bd),
                 candidate: stats::arm_figure(&cd),
                 delta,
                 ci,
+                method: d.as_ref().map_or(IntervalMethod::RequestBootstrap, |d| d.method),
+                mde: d.as_ref().and_then(|d| d.mde),
+                repeat_deltas: d.map(|d| d.repeat_deltas).unwrap_or_default(),
+                bootstrap_ci,
+                noise_floor: None,
                 verdict: Verdict::of(ci, m.higher_is_better()),
             }
         })

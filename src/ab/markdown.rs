@@ -5,8 +5,8 @@
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
 
-use super::compare::{Accuracy, Comparison, METRICS, PairedMetric, Row};
-use super::stats::{CONFIDENCE, McNemarMethod};
+use super::compare::{Accuracy, Comparison, Figure, METRICS, PairedMetric, Row};
+use super::stats::{CONFIDENCE, McNemarMethod, Verdict};
 
 /// A delta (fraction) as a signed percentage with one decimal: `+4.2%`.
 pub fn pct(delta: f64) -> String {
@@ -53,6 +53,79 @@ pub fn num(v: f64) -> String {
     }
 }
 
+/// A figure's verdict in words, with its resolution: a change within the
+/// A/A noise floor reads "no significant change (within this machine's
+/// noise of ±3.2%)", no change with a minimum detectable effect reads "no
+/// significant change (no change larger than 4.1% at 3 repeats)".
+pub fn verdict_text(f: &Figure, repeats: usize) -> String {
+    match (f.verdict, f.noise_floor, f.mde) {
+        (Verdict::WithinNoise, Some(n), _) => format!("no significant change (within this machine's noise of ±{})", pct_abs(n)),
+        (Verdict::NoSignificantChange, _, Some(m)) => format!("{} ({})", f.verdict.text(), resolution_text(m, repeats)),
+        (v, _, _) => v.text().into(),
+    }
+}
+
+/// `no change larger than 4.1% at 3 repeats`.
+pub fn resolution_text(mde: f64, repeats: usize) -> String {
+    format!("no change larger than {} at {repeats} {}", pct_abs(mde), if repeats == 1 { "repeat" } else { "repeats" })
+}
+
+/// A non-negative fraction as a percentage with one decimal: `4.1%`.
+fn pct_abs(x: f64) -> String {
+    if x.is_finite() { format!("{:.1}%", x * 100.0) } else { "-".into() }
+}
+
+/// How the intervals were computed and what a verdict needs, in one sentence.
+fn method_text(c: &Comparison) -> String {
+    let mut s = format!(
+        "Delta = after / before - 1 with its {:.0}% CI (paired t on the repeats' log ratios, R - 1 degrees of freedom; \
+         with one repeat a side, a percentile bootstrap over requests, {} resamples, seed {}); a verdict needs the CI to exclude 0",
+        CONFIDENCE * 100.0,
+        c.options.resamples,
+        c.options.seed
+    );
+    match &c.noise {
+        Some(n) => s.push_str(&format!(
+            " and |delta| to exceed this machine's noise floor, from the A/A `{}` ({} repeats: per point and figure the largest change its CI allowed).",
+            n.file, n.repeats
+        )),
+        None => s.push('.'),
+    }
+    s
+}
+
+/// The A/A as a noise floor: per point and figure, the spread of the
+/// repeat deltas seen (sample sd), the floor (largest change the CI allowed)
+/// and the minimum detectable effect at these repeats.
+pub fn noise_markdown(c: &Comparison) -> String {
+    let mut s = String::from(
+        "### Noise floor (A/A)\n\nThe same variant on both sides: any delta is this machine's noise. \
+         Use this file with `ab --noise`.\n\n| ISL/OSL | TP | conc | figure | repeat deltas sd | noise floor | MDE (80% power) |\n|---|---:|---:|---|---:|---:|---:|\n",
+    );
+    for r in &c.rows {
+        for f in &r.figures {
+            let sd = if f.repeat_deltas.len() >= 2 {
+                let m = crate::metrics::stats::mean(&f.repeat_deltas);
+                let v = f.repeat_deltas.iter().map(|d| (d - m).powi(2)).sum::<f64>() / (f.repeat_deltas.len() - 1) as f64;
+                pct_abs(v.sqrt())
+            } else {
+                "-".into()
+            };
+            let floor = f.ci.map_or("-".into(), |(lo, hi)| format!("±{}", pct_abs(lo.abs().max(hi.abs()).max(f.delta.abs()))));
+            s.push_str(&format!(
+                "| {}/{} | {} | {} | {} | {sd} | {floor} | {} |\n",
+                r.isl,
+                r.osl,
+                r.tp,
+                r.conc,
+                f.metric.short(),
+                f.mde.map_or("-".into(), |m| format!("{} at {} repeats", pct_abs(m), r.repeats.0.min(r.repeats.1)))
+            ));
+        }
+    }
+    s
+}
+
 fn repeats_text(c: &Comparison) -> String {
     let b = c.rows.iter().map(|r| r.repeats.0).max().unwrap_or(0);
     let k = c.rows.iter().map(|r| r.repeats.1).max().unwrap_or(0);
@@ -87,16 +160,13 @@ pub fn render(c: &Comparison) -> String {
     facts.extend(r.hardware.clone());
     facts.extend(r.precision.clone());
     s.push_str(&format!(
-        "Recipe `{}` ({}). Before: `{}`, after: `{}`, {}. Delta = after / before - 1 with its {:.0}% CI \
-         (percentile bootstrap over repeats and requests, {} resamples, seed {}); a verdict needs the CI to exclude 0.\n",
+        "Recipe `{}` ({}). Before: `{}`, after: `{}`, {}. {}\n",
         r.name,
         facts.join(", "),
         c.baseline_label,
         c.candidate_label,
         repeats_text(c),
-        CONFIDENCE * 100.0,
-        c.options.resamples,
-        c.options.seed
+        method_text(c)
     ));
     if !c.changes.is_empty() {
         s.push_str(&format!("\nChange (after vs before): {}.\n", c.changes.join("; ")));
@@ -116,7 +186,7 @@ pub fn render(c: &Comparison) -> String {
                     num(f.candidate),
                     pct(f.delta),
                     ci_text(f.ci),
-                    f.verdict.text()
+                    verdict_text(f, row.repeats.0.min(row.repeats.1))
                 ));
             }
         }
@@ -124,6 +194,10 @@ pub fn render(c: &Comparison) -> String {
     if let Some(sc) = &c.spec {
         s.push('\n');
         s.push_str(&super::spec::markdown(sc));
+    }
+    if c.aa {
+        s.push('\n');
+        s.push_str(&noise_markdown(c));
     }
     if let Some(a) = &c.accuracy {
         s.push('\n');
@@ -242,18 +316,28 @@ pub fn terminal(c: &Comparison) -> String {
             let f = r.figure(m);
             cells.push(format!("{} → {}\n{} {}", num(f.baseline), num(f.candidate), pct(f.delta), ci_text(f.ci)));
         }
-        cells.push(r.verdict.text().to_string());
+        let mut verdict = r.verdict.text().to_string();
+        let floors: Vec<f64> = r.figures.iter().filter_map(|f| f.noise_floor).collect();
+        if r.verdict == Verdict::WithinNoise && !floors.is_empty() {
+            verdict = format!("no significant change\n(within noise ±{})", pct_abs(floors.iter().copied().fold(0.0, f64::max)));
+        } else if let (false, Some(m)) = (r.verdict.is_change(), r.mde()) {
+            verdict.push_str(&format!("\n({})", resolution_text(m, r.repeats.0.min(r.repeats.1))));
+        }
+        cells.push(verdict);
         table.add_row(cells);
     }
     for col in table.column_iter_mut().skip(1) {
         col.set_cell_alignment(CellAlignment::Right);
     }
-    let mut s = format!(
-        "A/B: {} (after) vs {} (before), {}; 95% CI by bootstrap\n",
-        c.candidate_label,
-        c.baseline_label,
-        repeats_text(c)
-    );
+    let method = if c.rows.iter().all(|r| r.repeats.0 >= 2 && r.repeats.1 >= 2) {
+        "95% CI: paired t over repeats"
+    } else {
+        "95% CI: paired t over repeats, request bootstrap where a side has one repeat"
+    };
+    let mut s = format!("A/B: {} (after) vs {} (before), {}; {method}\n", c.candidate_label, c.baseline_label, repeats_text(c));
+    if let Some(n) = &c.noise {
+        s.push_str(&format!("noise floor: A/A {} ({} repeats); a verdict needs |delta| above it\n", n.file, n.repeats));
+    }
     if !c.changes.is_empty() {
         s.push_str(&format!("change: {}\n", c.changes.join("; ")));
     }
@@ -261,6 +345,9 @@ pub fn terminal(c: &Comparison) -> String {
     s.push('\n');
     if let Some(sc) = &c.spec {
         s.push_str(&super::spec::terminal(sc));
+    }
+    if c.aa {
+        s.push_str(&noise_markdown(c));
     }
     if let Some(a) = &c.accuracy {
         s.push_str(&format!("{}, {}-shot ({}):\n", a.task, a.num_fewshot, a.fewshot_mode));
@@ -300,6 +387,11 @@ pub(crate) mod tests {
             candidate: c,
             delta: c / b - 1.0,
             ci,
+            method: crate::ab::stats::IntervalMethod::PairedT,
+            mde: None,
+            repeat_deltas: vec![],
+            bootstrap_ci: ci,
+            noise_floor: None,
             verdict,
         };
         let row = |conc, figures: Vec<Figure>, intvty, verdict| Row {
@@ -377,6 +469,8 @@ pub(crate) mod tests {
             notes: vec!["ISL/OSL 1024/1024 TP 8 conc 128 ran only in the baseline: not compared".into()],
             gate: GateResult { passed: true, failures: vec![] },
             spec: None,
+            noise: None,
+            aa: false,
         }
     }
 
@@ -385,7 +479,7 @@ pub(crate) mod tests {
         let expected = "\
 ## A/B: `aiter` vs `before`
 
-Recipe `minimax-m3-mxfp8-mi300x` (MiniMaxAI/MiniMax-M3, mi300x, fp8). Before: `before`, after: `aiter`, 3 repeats each. Delta = after / before - 1 with its 95% CI (percentile bootstrap over repeats and requests, 2000 resamples, seed 0); a verdict needs the CI to exclude 0.
+Recipe `minimax-m3-mxfp8-mi300x` (MiniMaxAI/MiniMax-M3, mi300x, fp8). Before: `before`, after: `aiter`, 3 repeats each. Delta = after / before - 1 with its 95% CI (paired t on the repeats' log ratios, R - 1 degrees of freedom; with one repeat a side, a percentile bootstrap over requests, 2000 resamples, seed 0); a verdict needs the CI to exclude 0.
 
 ### ISL/OSL 1024/1024, TP 8
 

@@ -13,6 +13,8 @@
 //! ```
 
 pub mod changelog;
+#[cfg(test)]
+mod coverage;
 pub mod compare;
 pub mod input;
 pub mod markdown;

@@ -1,13 +1,57 @@
-//! Statistics of an A/B comparison: a two-level percentile bootstrap of the
-//! relative delta candidate / baseline - 1, and McNemar's test on paired
-//! per-question correctness.
+//! Statistics of an A/B comparison: the interval of the relative delta
+//! candidate / baseline - 1 (a paired t interval on the repeats' log ratios,
+//! or a request-level bootstrap with a single repeat), the minimum detectable
+//! effect, and McNemar's test on paired per-question correctness.
 //!
-//! # The bootstrap (what is resampled, and why)
+//! # The interval (which method, and why)
 //!
-//! Each variant ran the same point in R repeats (the `ab` command interleaves
-//! them, so drift hits both). A repeat's figure is computed from its own
-//! requests; a variant's figure is the mean of its repeats' figures; the delta
-//! is candidate / baseline - 1. One bootstrap replicate draws, for each
+//! Each variant ran the same point in R repeats, interleaved ABBA, so repeat i
+//! of the baseline and repeat i of the candidate form a pair. A repeat's
+//! figure is computed from its own requests; a variant's figure is the mean of
+//! its repeats' figures; the delta is candidate / baseline - 1.
+//!
+//! * **R >= 2 on both sides, paired** ([`IntervalMethod::PairedT`]): the
+//!   per-pair log ratios d_i = ln(c_i / b_i) are taken as independent draws
+//!   of the change plus noise, and the interval is the paired Student's t
+//!   interval d̄ ± t(0.975, R - 1) · s_d / sqrt(R), mapped back with
+//!   exp(.) - 1 (Student 1908; the paired-difference t interval on logs as
+//!   in e.g. Box, Hunter & Hunter, *Statistics for Experimenters*, 2nd ed.,
+//!   2005, §3.2; the same as scipy's `ttest_rel` on log figures). Each
+//!   d_i already carries both kinds of noise: run-to-run (whole engine runs
+//!   on a shared machine differ by 5-10%) and request-to-request (a repeat's
+//!   median or throughput is computed from n requests), Var d_i =
+//!   2 σ²_run + 2 σ²_req(n). So the within-repeat request variation is kept,
+//!   inside s_d, and is not added a second time (that would count it twice
+//!   and make the interval conservative). With 2 or 3 pairs the t quantile
+//!   is 12.7 or 4.30, not ~1.96: an interval that small samples can trust.
+//! * **R >= 2 on both sides, unequal counts** ([`IntervalMethod::WelchT`]):
+//!   Welch's t interval on the log figures, Welch–Satterthwaite degrees of
+//!   freedom (Welch 1947).
+//! * **One repeat on a side** ([`IntervalMethod::RequestBootstrap`]): there
+//!   is no run-to-run information, so no run-to-run claim is made: the
+//!   interval is the request-level percentile bootstrap below (as before),
+//!   covering request-to-request variation within that run only.
+//!
+//! The previous method, a two-level percentile bootstrap whose top level
+//! resampled the R repeats, is kept as [`bootstrap_delta`] (the R = 1 path
+//! and, for comparison, [`DeltaCi`] beside the new interval in `ab.json`).
+//! With R = 3 its top level has 10 distinct resamples and a spread scaled by
+//! (R - 1) / R with a normal-like quantile, so its 95% interval is 2-3x too
+//! narrow; the simulation test in this module measures its coverage and the
+//! new one's at R = 2, 3, 5, 10.
+//!
+//! # Minimum detectable effect
+//!
+//! The smallest true change that a run with this noise and these repeats
+//! detects with 80% power at the 5% level (two-sided):
+//! MDE = exp((t(0.975, df) + t(0.80, df)) · se) - 1, se the standard error of
+//! the mean log ratio (Bloom, "Minimum Detectable Effects", *Evaluation
+//! Review* 19(5), 1995, eq. 1; with t instead of z for the small df). For the
+//! bootstrap path se is the interval's log width / (2 · 1.96).
+//!
+//! # The request bootstrap (one repeat, and the old method)
+//!
+//! One bootstrap replicate draws, for each
 //! variant, R repeats with replacement and, inside each drawn repeat, its n
 //! requests with replacement, recomputes the repeat figures, their mean and the
 //! delta (a two-stage or hierarchical bootstrap: Davison & Hinkley,
@@ -29,17 +73,10 @@
 //!   duration ≈ Σ e2el / conc, so throughput ≈ conc · Σ tokens / Σ e2el, a
 //!   ratio estimator over requests. A replicate scales the *observed*
 //!   throughput by how that ratio moves under resampling:
-//!   T* = T · (Σ tok* / Σ e2el*) / (Σ tok / Σ e2el). With several repeats the
-//!   spread between repeats dominates (resampling repeats); with a single
-//!   repeat this request term is all there is, so the interval then covers
-//!   request-to-request variation inside that run only, not run-to-run drift
-//!   (use 3 or more repeats for that). In request-rate mode throughput is set
-//!   by the arrival process, not by latency, so no request term is used
-//!   ([`RepeatData::Fixed`]) and a single repeat gives no interval.
-//!
-//! Resampling at both levels slightly overstates the variance of the mean
-//! (the within-repeat variance is counted once more, divided by R·n), which
-//! makes the interval a little conservative.
+//!   T* = T · (Σ tok* / Σ e2el*) / (Σ tok / Σ e2el). In request-rate mode
+//!   throughput is set by the arrival process, not by latency, so no request
+//!   term is used ([`RepeatData::Fixed`]) and a single repeat gives no
+//!   interval.
 //!
 //! # McNemar's test
 //!
@@ -237,6 +274,195 @@ pub fn bootstrap_delta(baseline: &[RepeatData], candidate: &[RepeatData], opts: 
     Some(DeltaCi { delta, ci: Some(ci) })
 }
 
+/// Power of the minimum detectable effect ([`Interval::mde`]), as a fraction.
+pub const MDE_POWER: f64 = 0.80;
+
+/// How an [`Interval`] was computed (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntervalMethod {
+    /// Paired Student's t on the per-pair log ratios, R - 1 degrees of freedom.
+    PairedT,
+    /// Welch's t on the log figures (both sides 2+ repeats, unequal counts).
+    WelchT,
+    /// Request-level percentile bootstrap (a side has one repeat): no run-to-run claim.
+    RequestBootstrap,
+}
+
+/// A relative delta with its 95% interval and resolution, as fractions
+/// (0.05 = +5%).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Interval {
+    /// mean(candidate repeats) / mean(baseline repeats) - 1.
+    pub delta: f64,
+    /// The 95% interval of the change; `None` when nothing can vary.
+    pub ci: Option<(f64, f64)>,
+    pub method: IntervalMethod,
+    /// Degrees of freedom of the t quantile (`None` for the bootstrap).
+    pub df: Option<f64>,
+    /// Standard error of the mean log ratio (natural log units).
+    pub se_log: Option<f64>,
+    /// Minimum detectable effect at 80% power and these repeats, fraction
+    /// (module documentation); `None` without an interval.
+    pub mde: Option<f64>,
+    /// c_i / b_i - 1 of each repeat pair, in run order (empty when unpaired).
+    pub repeat_deltas: Vec<f64>,
+}
+
+/// The delta and its interval by the method the repeats allow (see the
+/// module documentation): paired t for R >= 2 pairs, Welch t for unequal
+/// counts of 2+, otherwise the request bootstrap of [`bootstrap_delta`]
+/// (with `opts`). `None` when either side has no repeat or the baseline
+/// figure is not positive.
+pub fn delta_interval(baseline: &[RepeatData], candidate: &[RepeatData], opts: BootstrapOptions) -> Option<Interval> {
+    let b: Vec<f64> = baseline.iter().map(RepeatData::observed).collect();
+    let c: Vec<f64> = candidate.iter().map(RepeatData::observed).collect();
+    let positive = |v: &[f64]| v.iter().all(|x| *x > 0.0 && x.is_finite());
+    if b.len() >= 2 && c.len() >= 2 && positive(&b) && positive(&c) {
+        let delta = arm_figure(candidate) / arm_figure(baseline) - 1.0;
+        let (mean_log, se, df, method, repeat_deltas) = if b.len() == c.len() {
+            let d: Vec<f64> = b.iter().zip(&c).map(|(b, c)| (c / b).ln()).collect();
+            let (m, var) = mean_var(&d);
+            let deltas: Vec<f64> = b.iter().zip(&c).map(|(b, c)| c / b - 1.0).collect();
+            (m, (var / d.len() as f64).sqrt(), (d.len() - 1) as f64, IntervalMethod::PairedT, deltas)
+        } else {
+            let lb: Vec<f64> = b.iter().map(|x| x.ln()).collect();
+            let lc: Vec<f64> = c.iter().map(|x| x.ln()).collect();
+            let ((mb, vb), (mc, vc)) = (mean_var(&lb), mean_var(&lc));
+            let (qb, qc) = (vb / lb.len() as f64, vc / lc.len() as f64);
+            let df = if qb + qc > 0.0 {
+                (qb + qc).powi(2) / (qb * qb / (lb.len() - 1) as f64 + qc * qc / (lc.len() - 1) as f64)
+            } else {
+                (lb.len() + lc.len() - 2) as f64
+            };
+            (mc - mb, (qb + qc).sqrt(), df, IntervalMethod::WelchT, Vec::new())
+        };
+        let half = student_t_quantile(0.5 + CONFIDENCE / 2.0, df) * se;
+        let ci = ((mean_log - half).exp_m1(), (mean_log + half).exp_m1());
+        return Some(Interval {
+            delta,
+            ci: Some(ci),
+            method,
+            df: Some(df),
+            se_log: Some(se),
+            mde: Some(mde_of(se, df)),
+            repeat_deltas,
+        });
+    }
+    let d = bootstrap_delta(baseline, candidate, opts)?;
+    let z = student_t_quantile(0.5 + CONFIDENCE / 2.0, f64::INFINITY);
+    let se = d.ci.and_then(|(lo, hi)| (lo > -1.0).then(|| (hi.ln_1p() - lo.ln_1p()) / (2.0 * z)));
+    Some(Interval {
+        delta: d.delta,
+        ci: d.ci,
+        method: IntervalMethod::RequestBootstrap,
+        df: None,
+        se_log: se,
+        mde: se.map(|s| mde_of(s, f64::INFINITY)),
+        repeat_deltas: Vec::new(),
+    })
+}
+
+/// Minimum detectable effect (fraction) for a mean log ratio with standard
+/// error `se` on `df` degrees of freedom: exp((t(0.975) + t(0.80)) · se) - 1
+/// (Bloom 1995; module documentation).
+pub fn mde_of(se: f64, df: f64) -> f64 {
+    ((student_t_quantile(0.5 + CONFIDENCE / 2.0, df) + student_t_quantile(MDE_POWER, df)) * se).exp_m1()
+}
+
+/// Mean and sample variance (n - 1 denominator) of at least two values.
+fn mean_var(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n;
+    (m, v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0))
+}
+
+/// CDF of Student's t distribution with `df` > 0 degrees of freedom
+/// (`df` = infinity: the standard normal). For t < 0,
+/// P(T <= t) = I_x(df / 2, 1 / 2) / 2 with x = df / (df + t²), I the
+/// regularized incomplete beta function (Abramowitz & Stegun 26.7.1 and
+/// 26.5.27).
+pub fn student_t_cdf(t: f64, df: f64) -> f64 {
+    if df.is_infinite() {
+        return 0.5 * libm::erfc(-t / std::f64::consts::SQRT_2);
+    }
+    let tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t));
+    if t < 0.0 { tail } else { 1.0 - tail }
+}
+
+/// Quantile of Student's t with `df` degrees of freedom: the t with
+/// [`student_t_cdf`](t, df) = p, 0 < p < 1, by bisection to 1e-12 (the CDF is
+/// monotone; 200 halvings of [-1e6, 1e6] would be more than enough).
+pub fn student_t_quantile(p: f64, df: f64) -> f64 {
+    let (mut lo, mut hi) = (-1e6f64, 1e6f64);
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if student_t_cdf(mid, df) < p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+        if hi - lo < 1e-12 * (1.0 + mid.abs()) {
+            break;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// Regularized incomplete beta I_x(a, b), by its continued fraction with the
+/// modified Lentz method (Press et al., *Numerical Recipes*, 3rd ed., 2007,
+/// §6.4: the fraction for x < (a + 1) / (a + b + 2), the symmetry
+/// I_x(a, b) = 1 - I_{1-x}(b, a) otherwise).
+fn incomplete_beta(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let ln_front = libm::lgamma(a + b) - libm::lgamma(a) - libm::lgamma(b) + a * x.ln() + b * (1.0 - x).ln();
+    if x < (a + 1.0) / (a + b + 2.0) {
+        ln_front.exp() * beta_fraction(a, b, x) / a
+    } else {
+        1.0 - ln_front.exp() * beta_fraction(b, a, 1.0 - x) / b
+    }
+}
+
+fn beta_fraction(a: f64, b: f64, x: f64) -> f64 {
+    const TINY: f64 = 1e-300;
+    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
+    let mut c = 1.0;
+    let mut d = 1.0 - qab * x / qap;
+    if d.abs() < TINY {
+        d = TINY;
+    }
+    d = 1.0 / d;
+    let mut h = d;
+    for m in 1..300 {
+        let m = f64::from(m);
+        let m2 = 2.0 * m;
+        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
+        d = 1.0 + aa * d;
+        d = if d.abs() < TINY { TINY } else { d };
+        c = 1.0 + aa / c;
+        c = if c.abs() < TINY { TINY } else { c };
+        d = 1.0 / d;
+        h *= d * c;
+        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
+        d = 1.0 + aa * d;
+        d = if d.abs() < TINY { TINY } else { d };
+        c = 1.0 + aa / c;
+        c = if c.abs() < TINY { TINY } else { c };
+        d = 1.0 / d;
+        let del = d * c;
+        h *= del;
+        if (del - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    h
+}
+
 /// Which McNemar p-value was computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -306,6 +532,9 @@ pub enum Verdict {
     Slower,
     /// The interval contains 0.
     NoSignificantChange,
+    /// The interval excludes 0 but |delta| is within the A/A noise floor:
+    /// no significant change for this machine (printed with the floor).
+    WithinNoise,
     /// Some figures of a row are faster and others slower (rows only).
     Mixed,
     /// No interval could be computed.
@@ -327,20 +556,38 @@ impl Verdict {
         }
     }
 
+    /// Applies an A/A noise floor (fraction) to a faster/slower verdict: it
+    /// stands only when |delta| exceeds the floor, else [`Verdict::WithinNoise`].
+    /// Without a floor, or for other verdicts, unchanged.
+    pub fn within_noise(self, delta: f64, floor: Option<f64>) -> Verdict {
+        match (self, floor) {
+            (Verdict::Faster | Verdict::Slower, Some(f)) if delta.abs() <= f => Verdict::WithinNoise,
+            (v, _) => v,
+        }
+    }
+
+    /// Faster, slower or mixed: a change that counts.
+    pub fn is_change(self) -> bool {
+        matches!(self, Verdict::Faster | Verdict::Slower | Verdict::Mixed)
+    }
+
     /// A row's verdict from its figures' verdicts: faster (or slower) when at
-    /// least one is and none goes the other way, mixed when both happen, no
-    /// significant change when some interval exists and none excludes 0.
+    /// least one is and none goes the other way, mixed when both happen,
+    /// within noise when some figure is and none changed, no significant
+    /// change when some interval exists and none excludes 0.
     pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
-        let (mut faster, mut slower, mut known) = (false, false, false);
+        let (mut faster, mut slower, mut known, mut noise) = (false, false, false, false);
         for v in verdicts {
             faster |= v == Verdict::Faster;
             slower |= v == Verdict::Slower;
             known |= v != Verdict::Unknown;
+            noise |= v == Verdict::WithinNoise;
         }
         match (faster, slower) {
             (true, true) => Verdict::Mixed,
             (true, false) => Verdict::Faster,
             (false, true) => Verdict::Slower,
+            _ if noise => Verdict::WithinNoise,
             _ if known => Verdict::NoSignificantChange,
             _ => Verdict::Unknown,
         }
@@ -352,6 +599,7 @@ impl Verdict {
             Verdict::Faster => "faster",
             Verdict::Slower => "slower",
             Verdict::NoSignificantChange => "no significant change",
+            Verdict::WithinNoise => "no significant change (within noise)",
             Verdict::Mixed => "mixed",
             Verdict::Unknown => "no CI",
         }
@@ -507,6 +755,60 @@ mod tests {
         let (lo, hi) = d.ci.unwrap();
         assert!(lo > 0.09 && hi < 0.11, "{lo} {hi}");
         assert_eq!(Verdict::of(d.ci, true), Verdict::Faster);
+    }
+
+    #[test]
+    fn student_t_matches_closed_forms_and_tables() {
+        // Closed forms of the t quantile (Hill 1970, CACM 13(10)): df 1:
+        // tan(π (p - 1/2)); df 2: (2p - 1) sqrt(2 / α); df 4:
+        // 2 sqrt(cos(θ / 3) / sqrt(α) - 1), α = 4p(1 - p), θ = acos(sqrt(α)).
+        for p in [0.6, 0.8, 0.9, 0.975, 0.995] {
+            let a = 4.0 * p * (1.0 - p);
+            close(student_t_quantile(p, 1.0), (std::f64::consts::PI * (p - 0.5)).tan(), 1e-8);
+            close(student_t_quantile(p, 2.0), (2.0 * p - 1.0) * (2.0 / a).sqrt(), 1e-9);
+            close(student_t_quantile(p, 4.0), 2.0 * ((a.sqrt().acos() / 3.0).cos() / a.sqrt() - 1.0).sqrt(), 1e-9);
+            close(student_t_cdf(-student_t_quantile(p, 3.0), 3.0), 1.0 - p, 1e-12);
+        }
+        close(student_t_quantile(0.975, 2.0), 4.302652729749464, 1e-9);
+        // Printed tables (6 digits; 0.80 by numerical integration of the density): t(0.975, 9) = 2.262157, t(0.80, 9) = 0.883404,
+        // t(0.975, 30) = 2.042272; the normal z(0.975) = 1.959963984540054.
+        close(student_t_quantile(0.975, 9.0), 2.262157, 1e-6);
+        close(student_t_quantile(0.80, 9.0), 0.883404, 1e-6);
+        close(student_t_quantile(0.975, 30.0), 2.042272, 1e-6);
+        close(student_t_quantile(0.975, f64::INFINITY), 1.959963984540054, 1e-9);
+        close(student_t_cdf(0.0, 3.0), 0.5, 1e-15);
+    }
+
+    #[test]
+    fn paired_t_on_the_issues_three_repeats() {
+        // Issue 15's run: base 181.8 / 178.5 / 161.6, knob 193.6 / 180.5 /
+        // 204.6 tok/s/gpu; a paired t interval on the log ratios gives
+        // [-17.2%, +48.5%] (the old bootstrap said +9.2% "faster").
+        let b: Vec<RepeatData> = [181.8, 178.5, 161.6].map(RepeatData::Fixed).into();
+        let c: Vec<RepeatData> = [193.6, 180.5, 204.6].map(RepeatData::Fixed).into();
+        let i = delta_interval(&b, &c, BootstrapOptions::default()).unwrap();
+        assert_eq!(i.method, IntervalMethod::PairedT);
+        assert_eq!(i.df, Some(2.0));
+        let (lo, hi) = i.ci.unwrap();
+        close(lo, -0.172, 0.0005);
+        close(hi, 0.485, 0.001);
+        close(i.delta, (193.6 + 180.5 + 204.6) / (181.8 + 178.5 + 161.6) - 1.0, 1e-12);
+        assert_eq!(Verdict::of(i.ci, true), Verdict::NoSignificantChange);
+        assert_eq!(i.repeat_deltas.len(), 3);
+        close(i.repeat_deltas[2], 204.6 / 161.6 - 1.0, 1e-12);
+        // MDE = exp((4.303 + 1.061) · se) - 1 with se = sd(d) / sqrt(3).
+        let d: Vec<f64> = [(193.6f64 / 181.8).ln(), (180.5f64 / 178.5).ln(), (204.6f64 / 161.6).ln()].into();
+        let m = d.iter().sum::<f64>() / 3.0;
+        let se = (d.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0 / 3.0).sqrt();
+        close(i.mde.unwrap(), ((4.302652729749464 + 1.0606601717798212) * se).exp_m1(), 1e-7);
+        // One repeat a side: the request bootstrap, as before.
+        let one = delta_interval(&b[..1], &c[..1], BootstrapOptions::default()).unwrap();
+        assert_eq!(one.method, IntervalMethod::RequestBootstrap);
+        assert_eq!(one.ci, None);
+        // Unequal counts: Welch.
+        let w = delta_interval(&b, &c[..2], BootstrapOptions::default()).unwrap();
+        assert_eq!(w.method, IntervalMethod::WelchT);
+        assert!(w.df.unwrap() > 1.0 && w.ci.unwrap().0 < 0.0);
     }
 
     #[test]

@@ -377,3 +377,71 @@ fn loads_two_labels_from_one_result_folder() {
     let texts = super::plot::tests::svg_texts(&svg);
     assert!(texts.contains(&"base".to_string()) && texts.contains(&"knob".to_string()), "{texts:?}");
 }
+
+#[test]
+fn noise_floor_decides_small_significant_changes_and_the_gate_follows() {
+    use super::compare::{NoiseFloor, NoiseSource, apply_noise};
+    use super::stats::IntervalMethod;
+    // About 10% slower in each of three ABBA pairs: significant, beyond 5%.
+    let reps = |label: &str, speeds: [f64; 3]| arm(label, speeds.iter().map(|&s| repeat(label, &[4], 16, s, &[])).collect());
+    let b = reps("base", [1.0, 1.01, 0.99]);
+    let c = reps("slow", [0.9, 0.915, 0.89]);
+    let cmp = compare(&b, &c, context(), Options::default()).unwrap();
+    let t = cmp.rows[0].figure(Metric::MedianTpot);
+    assert_eq!(t.method, IntervalMethod::PairedT);
+    assert_eq!(t.verdict, Verdict::Slower, "{t:?}");
+    assert_eq!(t.repeat_deltas.len(), 3);
+    assert!(t.mde.unwrap() > 0.0 && t.bootstrap_ci.is_some());
+    assert!(!cmp.gate.passed);
+    assert!(cmp.rows[0].half_width().unwrap() > 0.0);
+
+    // An A/A that allowed ±12% at this point: the change is within noise,
+    // the row reads so, and the gate passes by the same rule.
+    let floors = |x: f64| NoiseFloor {
+        source: NoiseSource { file: "aa/ab.json".into(), repeats: 3 },
+        floors: super::compare::METRICS.iter().map(|&m| (((64, 16, 1, 4), m), x)).collect(),
+    };
+    let mut within = cmp.clone();
+    apply_noise(&mut within, &floors(0.12));
+    let t = within.rows[0].figure(Metric::MedianTpot);
+    assert_eq!(t.verdict, Verdict::WithinNoise);
+    assert_eq!(t.noise_floor, Some(0.12));
+    assert_eq!(within.rows[0].verdict, Verdict::WithinNoise);
+    assert!(within.gate.passed, "{:?}", within.gate);
+    let md = super::markdown::render(&within);
+    assert!(md.contains("within this machine's noise of ±12.0%"), "{md}");
+    assert!(md.contains("noise floor, from the A/A `aa/ab.json` (3 repeats"), "{md}");
+    assert!(super::markdown::terminal(&within).contains("noise floor: A/A aa/ab.json"));
+
+    // A floor below the change keeps the verdict and the gate failure.
+    let mut beyond = cmp.clone();
+    apply_noise(&mut beyond, &floors(0.02));
+    assert_eq!(beyond.rows[0].figure(Metric::MedianTpot).verdict, Verdict::Slower);
+    assert!(!beyond.gate.passed);
+}
+
+#[test]
+fn an_aa_result_reads_back_as_its_noise_floor() {
+    use super::compare::NoiseFloor;
+    let reps = |label: &str, speeds: [f64; 3]| arm(label, speeds.iter().map(|&s| repeat(label, &[1, 4], 16, s, &[])).collect());
+    let mut aa = compare(&reps("base", [1.0, 1.03, 0.98]), &reps("base-aa", [1.02, 0.99, 1.0]), context(), Options::default()).unwrap();
+    aa.aa = true;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ab.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&aa).unwrap()).unwrap();
+    let loaded = NoiseFloor::load(&path).unwrap();
+    let direct = NoiseFloor::from_comparison(&aa, &path.display().to_string());
+    assert_eq!(loaded, direct);
+    assert_eq!(loaded.source.repeats, 3);
+    assert_eq!(loaded.floors.len(), 2 * 4, "two points, four figures");
+    let f = aa.rows[1].figure(Metric::TputPerGpu);
+    let (lo, hi) = f.ci.unwrap();
+    assert_eq!(loaded.floors[&((64, 16, 1, 4), Metric::TputPerGpu)], lo.abs().max(hi.abs()).max(f.delta.abs()));
+    // The A/A's Markdown has the noise table with the MDE at its repeats.
+    let md = super::markdown::render(&aa);
+    assert!(md.contains("### Noise floor (A/A)") && md.contains("at 3 repeats"), "{md}");
+    // Not an ab.json: a usage error naming the file.
+    std::fs::write(&path, "{\"jobs\": []}").unwrap();
+    let e = NoiseFloor::load(&path).unwrap_err();
+    assert!(e.downcast_ref::<UsageError>().is_some() && e.to_string().contains("not an ab.json"), "{e}");
+}

@@ -1,9 +1,20 @@
 //! `enginebench ab`: a baseline and a candidate variant on the same sweep,
 //! each in its own worker, interleaved per repeat in ABBA order (baseline,
 //! candidate | candidate, baseline | ...) so drift hits both alike; the eval
-//! once per variant; then the
-//! comparison (deltas with 95% CIs, McNemar, greedy-token agreement, gate,
-//! Markdown, perf-changelog YAML, plots).
+//! once per variant; then the comparison (deltas with 95% CIs, McNemar,
+//! greedy-token agreement, gate, Markdown, perf-changelog YAML, plots).
+//!
+//! Three additions make its verdicts fit for a CI gate (issue 15):
+//!
+//! * `--aa`: the baseline against a copy of itself on the same schedule; its
+//!   `ab.json` is this machine's noise floor for that sweep.
+//! * `--noise FILE` / `--calibrate`: a saved A/A, or one run first into
+//!   `aa/` of the output folder; a verdict then also needs |delta| above the
+//!   floor ([`crate::ab::compare::apply_noise`]).
+//! * `--until-ci PCT --max-repeats N`: more ABBA pairs until every row's
+//!   widest interval half-width is below PCT, or N repeats.
+
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use indicatif::MultiProgress;
@@ -11,38 +22,143 @@ use indicatif::MultiProgress;
 use super::interrupt::Interrupts;
 use super::job::{JobOutcome, Session, run_job};
 use super::outputs::OutputFiles;
-use super::plan::{RunOptions, plan};
+use super::plan::{PlannedJob, RunOptions, plan};
 use super::progress::say;
-use super::run::{new_result, now_rfc3339, output_dir, print_summary};
-use crate::ab::{self, Context, Options, load_arm};
+use super::run::{new_result, now_rfc3339, output_dir, pending_job, print_summary};
+use crate::ab::compare::{NoiseFloor, Row, apply_noise};
+use crate::ab::{self, Comparison, Context, Options, load_arm};
 use crate::error::{exit, usage};
 
-/// Runs the A/B and prints the comparison. Returns the exit code: 0 the
-/// gate passed and every job ran; 1 a job failed or the gate failed
-/// (accuracy did not hold, or a significant regression beyond the limit);
-/// 130 interrupted.
+/// What `enginebench ab` was asked.
+#[derive(Debug, Clone)]
+pub struct AbRequest {
+    pub baseline: String,
+    /// `None` with `--aa` (the baseline against itself).
+    pub candidate: Option<String>,
+    /// Repeats per variant (the starting count with `--until-ci`).
+    pub repeats: u32,
+    pub options: Options,
+    pub config_key: Option<String>,
+    /// A saved A/A `ab.json` whose noise floor the verdicts use.
+    pub noise: Option<PathBuf>,
+    /// Run the A/A first (same repeats), into `aa/`, and use its floor.
+    pub calibrate: bool,
+    /// Target interval half-width (fraction, 0.02 = 2%) for `--until-ci`.
+    pub until_ci: Option<f64>,
+    /// Most repeats per variant with `--until-ci`.
+    pub max_repeats: Option<u32>,
+}
+
+/// The suffix of the A/A copy's label (`base` vs `base-aa`).
+pub const AA_SUFFIX: &str = "-aa";
+
+/// Runs the A/B (or the A/A) and prints the comparison. Returns the exit
+/// code: 0 the gate passed and every job ran; 1 a job failed or the gate
+/// failed (accuracy did not hold, or a significant regression beyond the
+/// limit and beyond the noise floor); 130 interrupted.
 ///
-/// Errors (usage): bad recipe/variants/options, as `run`.
-pub fn ab(opts: &RunOptions, baseline: &str, candidate: &str, repeats: u32, options: Options, config_key: Option<String>) -> Result<i32> {
+/// Errors (usage, before anything runs): bad recipe/variants/options, as
+/// `run`; a bad `--noise` file; `--until-ci` without a target above 0 or
+/// with `--max-repeats` below `--repeats`; `--calibrate`/`--noise` with `--aa`.
+pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
     if !opts.variants.is_empty() || opts.resume.is_some() {
         return Err(usage("ab takes --baseline and --candidate (not --variant/--variants/--resume)"));
     }
-    if baseline == candidate {
-        return Err(usage(format!("--baseline and --candidate are both {baseline:?}: pick two variants")));
-    }
-    if repeats == 0 {
+    let aa = req.candidate.as_deref().is_none_or(|c| c == req.baseline);
+    if req.repeats == 0 {
         return Err(usage("--repeats must be at least 1 (3 or more for verdicts that hold up)"));
     }
+    if aa && (req.noise.is_some() || req.calibrate) {
+        return Err(usage("--aa (or the same --baseline and --candidate) measures the noise floor: it takes neither --noise nor --calibrate"));
+    }
+    if req.noise.is_some() && req.calibrate {
+        return Err(usage("--noise and --calibrate both give the noise floor: pick one"));
+    }
+    if (aa || req.calibrate) && req.repeats < 2 {
+        return Err(usage("an A/A needs --repeats 2 or more: one repeat pair has no run-to-run spread to measure"));
+    }
+    let until = match (req.until_ci, req.max_repeats) {
+        (Some(p), _) if !(p > 0.0 && p < 1.0) => {
+            return Err(usage(format!("--until-ci {p}: give the target half-width as a fraction between 0 and 1 (0.02 = 2%)")));
+        }
+        (Some(p), Some(n)) if n >= req.repeats.max(2) => Some((p, n)),
+        (Some(_), Some(n)) => {
+            return Err(usage(format!("--max-repeats {n} is below --repeats {} (and an interval needs 2)", req.repeats)));
+        }
+        (Some(_), None) => return Err(usage("--until-ci needs --max-repeats N (the most repeats to spend)")),
+        (None, Some(_)) => return Err(usage("--max-repeats goes with --until-ci PCT")),
+        (None, None) => None,
+    };
+    let noise = req.noise.as_deref().map(NoiseFloor::load).transpose()?;
+    let candidate = if aa { format!("{}{AA_SUFFIX}", req.baseline) } else { req.candidate.clone().unwrap_or_default() };
+
     let mut opts = opts.clone();
-    opts.variants = vec![baseline.to_string(), candidate.to_string()];
-    let mut plan = plan(&opts)?;
+    opts.variants = if aa { vec![req.baseline.clone()] } else { vec![req.baseline.clone(), candidate.clone()] };
+    let plan0 = plan(&opts)?;
+    let out_dir = output_dir(opts.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
+
+    let noise = if req.calibrate {
+        eprintln!("enginebench ab --calibrate: A/A of {} first ({} repeats) -> {}", req.baseline, req.repeats, out_dir.join("aa").display());
+        let mut aa_opts = opts.clone();
+        aa_opts.variants = vec![req.baseline.clone()];
+        let arms = Arms { baseline: req.baseline.clone(), candidate: format!("{}{AA_SUFFIX}", req.baseline), aa: true };
+        match run_arms(&aa_opts, &arms, req, None, &out_dir.join("aa"), None)? {
+            Finished::Interrupted => return Ok(130),
+            Finished::Done { failed: true, .. } => {
+                eprintln!("enginebench ab --calibrate: a job of the A/A failed; no A/B run");
+                return Ok(exit::FAILED);
+            }
+            Finished::Done { cmp, .. } => Some(NoiseFloor::from_comparison(&cmp, &out_dir.join("aa").join("ab.json").display().to_string())),
+        }
+    } else {
+        noise
+    };
+    let arms = Arms { baseline: req.baseline.clone(), candidate, aa };
+    match run_arms(&opts, &arms, req, until, &out_dir, noise.as_ref())? {
+        Finished::Interrupted => Ok(130),
+        Finished::Done { cmp, failed } => Ok(if failed { exit::FAILED } else { cmp.exit_code() }),
+    }
+}
+
+/// The two labels compared (and whether the candidate is the baseline's copy).
+struct Arms {
+    baseline: String,
+    candidate: String,
+    aa: bool,
+}
+
+enum Finished {
+    Interrupted,
+    Done { cmp: Comparison, failed: bool },
+}
+
+/// Plans the variants of `opts`, runs the ABBA schedule into `out_dir`
+/// (adding pairs while `until` asks for them), compares, applies `noise`,
+/// prints and writes the outputs.
+fn run_arms(
+    opts: &RunOptions,
+    arms: &Arms,
+    req: &AbRequest,
+    until: Option<(f64, u32)>,
+    out_dir: &Path,
+    noise: Option<&NoiseFloor>,
+) -> Result<Finished> {
+    let mut plan = plan(opts)?;
     // Every job of a variant carries the variant's name: the comparison pairs
-    // jobs by label and keeps TP sizes apart by their `tp`.
+    // jobs by label and keeps TP sizes apart by their `tp`. An A/A runs the
+    // baseline's jobs twice, the second time labelled as its copy.
     for job in &mut plan.jobs {
         job.label = Some(job.config.variant.clone().unwrap_or_else(|| "base".into()));
     }
-    let one_repeat = std::mem::take(&mut plan.jobs);
-    for r in 0..repeats {
+    let mut one_repeat = std::mem::take(&mut plan.jobs);
+    if arms.aa {
+        let copies: Vec<PlannedJob> = one_repeat.iter().cloned().map(|mut j| {
+            j.label = Some(arms.candidate.clone());
+            j
+        }).collect();
+        one_repeat.extend(copies);
+    }
+    let repeat_jobs = |r: u32| -> Vec<PlannedJob> {
         // ABBA order (baseline first in even repeats, candidate first in odd
         // ones): a machine that speeds up or slows down over the run would
         // otherwise always favour whichever variant runs second.
@@ -50,54 +166,131 @@ pub fn ab(opts: &RunOptions, baseline: &str, candidate: &str, repeats: u32, opti
         if r % 2 == 1 {
             jobs.reverse();
         }
-        for mut j in jobs {
+        for j in &mut jobs {
             j.run_eval &= r == 0; // greedy: the eval's answers do not change between repeats
             // The lossless check compares the first repeat's perf outputs.
             j.record_token_ids = r == 0;
-            plan.jobs.push(j);
         }
+        jobs
+    };
+    for r in 0..req.repeats {
+        plan.jobs.extend(repeat_jobs(r));
     }
 
-    let out_dir = output_dir(opts.output.as_deref(), &format!("{}-ab", plan.recipe.name))?;
+    std::fs::create_dir_all(out_dir).map_err(|e| usage(format!("cannot create {}: {e}", out_dir.display())))?;
     let mut result = new_result(&plan);
-    let mut files = OutputFiles::create(&out_dir, opts.step_trace)?;
+    let mut files = OutputFiles::create(out_dir, opts.step_trace)?;
     files.write_result(&result)?;
     let ui = MultiProgress::new();
     let interrupts = Interrupts::install();
-    eprintln!("enginebench ab: {candidate} vs {baseline}, {repeats} repeat(s) -> {}", out_dir.display());
+    let most = until.map_or(req.repeats, |(_, n)| n);
+    let plan_text = match until {
+        Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::markdown::pct_unsigned(p)),
+        None => format!("{} repeat(s)", req.repeats),
+    };
+    eprintln!("enginebench ab: {} vs {}, {plan_text} -> {}", arms.candidate, arms.baseline, out_dir.display());
     let per_repeat = one_repeat.len();
     let mut failed = false;
-    for index in 0..plan.jobs.len() {
-        say(&ui, &format!("repeat {}/{repeats}: {}", index / per_repeat + 1, result.jobs[index].label));
-        let session = Session { ui: &ui, interrupts: &interrupts, verbose: opts.verbose };
-        match run_job(&plan, index, &mut result, &mut files, &session)? {
-            JobOutcome::Ok => {}
-            JobOutcome::Interrupted => {
-                result.status = "interrupted".into();
-                result.finished_at = Some(now_rfc3339());
-                files.write_result(&result)?;
-                print_summary(&result, &out_dir, opts.verbose);
-                return Ok(130);
+    let mut next = 0;
+    let path = out_dir.join("result.json");
+    let mut unresolved: Vec<String> = Vec::new();
+    loop {
+        while next < plan.jobs.len() {
+            let index = next;
+            next += 1;
+            say(&ui, &format!("repeat {}/{}: {}", index / per_repeat + 1, most, result.jobs[index].label));
+            let session = Session { ui: &ui, interrupts: &interrupts, verbose: opts.verbose };
+            match run_job(&plan, index, &mut result, &mut files, &session)? {
+                JobOutcome::Ok => {}
+                JobOutcome::Interrupted => {
+                    result.status = "interrupted".into();
+                    result.finished_at = Some(now_rfc3339());
+                    files.write_result(&result)?;
+                    print_summary(&result, out_dir, opts.verbose);
+                    return Ok(Finished::Interrupted);
+                }
+                _ => failed = true,
             }
-            _ => failed = true,
         }
+        let Some((target, max)) = until else { break };
+        if failed {
+            break;
+        }
+        let done = (plan.jobs.len() / per_repeat) as u32;
+        let cmp = compare_now(&path, arms, req, noise)?;
+        unresolved = unresolved_rows(&cmp.rows, target);
+        for r in &cmp.rows {
+            say(&ui, &progress_line(r, done, target));
+        }
+        if unresolved.is_empty() || done >= max {
+            break;
+        }
+        for j in repeat_jobs(done) {
+            result.jobs.push(pending_job(&j, &plan.model_path));
+            plan.jobs.push(j);
+        }
+        files.write_result(&result)?;
     }
     result.status = if failed { "failed" } else { "ok" }.into();
     result.finished_at = Some(now_rfc3339());
     files.write_result(&result)?;
     if failed {
-        print_summary(&result, &out_dir, opts.verbose);
+        print_summary(&result, out_dir, opts.verbose);
     }
 
-    let path = out_dir.join("result.json");
-    let base_label = if baseline == "base" { "base" } else { baseline };
-    let (_, base) = load_arm(&path, Some(base_label), "baseline", "--baseline")?;
-    let (run, cand) = load_arm(&path, Some(candidate), "candidate", "--candidate")?;
-    let cmp = ab::compare(&base, &cand, Context { recipe: run.recipe.clone(), config_key }, options)?;
+    let mut cmp = compare_now(&path, arms, req, noise)?;
+    if let Some((target, _)) = until {
+        let done = plan.jobs.len() / per_repeat;
+        if unresolved.is_empty() {
+            cmp.notes.push(format!("--until-ci: every row's CI half-width is below {} after {done} repeats", ab::markdown::pct_unsigned(target)));
+        } else {
+            cmp.notes.push(format!(
+                "--until-ci: after {done} repeats (the --max-repeats limit) still wider than ±{}: {}",
+                ab::markdown::pct_unsigned(target),
+                unresolved.join("; ")
+            ));
+        }
+    }
     print!("{}", ab::markdown::terminal(&cmp));
-    for f in ab::write_outputs(&cmp, &out_dir)? {
+    for f in ab::write_outputs(&cmp, out_dir)? {
         println!("{}", f.display());
     }
     println!("results: {}", path.display());
-    Ok(if failed { exit::FAILED } else { cmp.exit_code() })
+    Ok(Finished::Done { cmp, failed })
+}
+
+/// The comparison of what `result.json` holds so far.
+fn compare_now(path: &Path, arms: &Arms, req: &AbRequest, noise: Option<&NoiseFloor>) -> Result<Comparison> {
+    let (_, base) = load_arm(path, Some(&arms.baseline), "baseline", "--baseline")?;
+    let (run, cand) = load_arm(path, Some(&arms.candidate), "candidate", "--candidate")?;
+    let mut cmp = ab::compare(&base, &cand, Context { recipe: run.recipe.clone(), config_key: req.config_key.clone() }, req.options)?;
+    cmp.aa = arms.aa;
+    if let Some(n) = noise {
+        apply_noise(&mut cmp, n);
+    }
+    Ok(cmp)
+}
+
+/// Rows whose widest CI half-width is not below `target`, in words
+/// (`ISL/OSL 64/32 TP 1 conc 4: ±6.1%`).
+fn unresolved_rows(rows: &[Row], target: f64) -> Vec<String> {
+    rows.iter()
+        .filter(|r| r.half_width().is_none_or(|h| h >= target))
+        .map(|r| format!("{}: ±{}", r.key_text(), r.half_width().map_or("no CI".into(), ab::markdown::pct_unsigned)))
+        .collect()
+}
+
+/// `after 3 repeats: ISL/OSL 64/32 TP 1 conc 4: tok/s/gpu +1.2% [-3.0%, +5.6%], widest ±4.3% (target 2%)`.
+fn progress_line(r: &Row, done: u32, target: f64) -> String {
+    let f = r.figure(crate::ab::compare::Metric::TputPerGpu);
+    let widest = r.half_width().map_or("no CI".into(), |h| format!("±{}", ab::markdown::pct_unsigned(h)));
+    let state = if r.half_width().is_some_and(|h| h < target) { "resolved" } else { "open" };
+    format!(
+        "after {done} repeats: {}: {} {} {}, widest CI {widest} (target ±{}): {state}",
+        r.key_text(),
+        f.metric.short(),
+        ab::markdown::pct(f.delta),
+        ab::markdown::ci_text(f.ci),
+        ab::markdown::pct_unsigned(target)
+    )
 }

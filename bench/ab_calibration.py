@@ -1,0 +1,110 @@
+"""How often `enginebench ab` calls a change a change (issue 15).
+
+For each change (an inert one, `base` vs `knob`; a large real one, `base` vs
+`omp1`, OMP_NUM_THREADS 2 -> 1; a smaller real one, `base` vs `seqs3`,
+--max-num-seqs 3) it runs K `enginebench ab` comparisons with the same short
+sweep, after one `ab --aa` of `base` that gives the noise floor (`--noise`).
+From each run's ab.json it reads, per point and figure, the new interval
+(`ci`: paired t over repeats), the verdict with the noise floor (`verdict`)
+and the old method's interval recomputed on the same data (`bootstrap_ci`:
+two-level percentile bootstrap), and prints:
+
+1. per change: in how many of the K runs some figure was called a change, by
+   each of the three rules (for the inert knob that is the false-positive
+   rate; goal <= 1 in 8);
+2. per change, point and figure: mean and sd of the delta over the K runs and
+   the mean CI half-width of both methods, and detections per method.
+
+Every run's folder stays under --out. Numbers are as measured on this
+machine; the machine is shared, so expect run-to-run noise.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CHANGES = [("inert", "knob"), ("large", "omp1"), ("small", "seqs3")]
+
+
+def excludes_zero(ci):
+    return ci is not None and (ci[0] > 0 or ci[1] < 0)
+
+
+def run(cmd, log):
+    t0 = time.time()
+    with open(log, "w") as f:
+        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    # Exit 1 is a failed gate, still a measured comparison; 2+ is not.
+    if p.returncode not in (0, 1):
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}); see {log}")
+    return time.time() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True, help="the enginebench binary")
+    ap.add_argument("--runs", type=int, default=8, help="K: ab runs per change (default 8)")
+    ap.add_argument("--repeats", type=int, default=3, help="--repeats of each ab run (default 3)")
+    ap.add_argument("--conc", default="1,4")
+    ap.add_argument("--isl", default="64")
+    ap.add_argument("--osl", default="32")
+    ap.add_argument("--num-prompts", default="8")
+    ap.add_argument("--changes", default="inert,large,small", help="which of inert,large,small")
+    ap.add_argument("--out", default="/tmp/ab_calibration", help="run folders go here")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sweep = ["--conc", a.conc, "--isl", a.isl, "--osl", a.osl, "--num-prompts", a.num_prompts, "--no-eval",
+             "--repeats", str(a.repeats), "--max-regression", "10"]
+    wanted = [c for c in CHANGES if c[0] in a.changes.split(",")]
+
+    aa = out / "aa"
+    s = run([a.bin, "ab", "--baseline", "base", "--aa", *sweep, "-o", str(aa)], out / "aa.log")
+    print(f"A/A noise floor: {aa / 'ab.json'} ({s:.0f} s)", flush=True)
+    runs = {}
+    for name, variant in wanted:
+        for k in range(a.runs):
+            d = out / f"{name}-{k}"
+            s = run([a.bin, "ab", "--baseline", "base", "--candidate", variant, *sweep,
+                     "--noise", str(aa / "ab.json"), "-o", str(d)], out / f"{name}-{k}.log")
+            runs.setdefault(name, []).append(json.loads((d / "ab.json").read_text()))
+            print(f"{name} {k + 1}/{a.runs}: {s:.0f} s", flush=True)
+
+    print(f"\nRuns called a change (any point, any figure), K = {a.runs} per change, "
+          f"{a.repeats} repeats, conc {a.conc}, ISL/OSL {a.isl}/{a.osl}, {a.num_prompts} prompts:\n")
+    print("| change | variant | old: bootstrap CI excludes 0 | new: t CI excludes 0 | new + A/A noise floor |")
+    print("|---|---|---:|---:|---:|")
+    for name, variant in wanted:
+        cmps = runs[name]
+        figs = lambda c: [f for r in c["rows"] for f in r["figures"]]
+        old = sum(any(excludes_zero(f["bootstrap_ci"]) for f in figs(c)) for c in cmps)
+        new = sum(any(excludes_zero(f["ci"]) for f in figs(c)) for c in cmps)
+        floor = sum(any(f["verdict"] in ("faster", "slower") for f in figs(c)) for c in cmps)
+        print(f"| {name} | `{variant}` | {old}/{len(cmps)} | {new}/{len(cmps)} | {floor}/{len(cmps)} |")
+
+    print("\nPer point and figure over the K runs: delta mean and sd, mean CI half-width, "
+          "and how many runs each rule called a change:\n")
+    print("| change | conc | figure | delta mean | delta sd | old half-width | new half-width | "
+          "old detects | new detects | new + floor | floor |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, _ in wanted:
+        cmps = runs[name]
+        for ri, row in enumerate(cmps[0]["rows"]):
+            for fi, f0 in enumerate(row["figures"]):
+                fs = [c["rows"][ri]["figures"][fi] for c in cmps]
+                d = [f["delta"] for f in fs]
+                hw = lambda key: statistics.mean((f[key][1] - f[key][0]) / 2 for f in fs if f[key])
+                print(f"| {name} | {row['conc']} | {f0['metric']} | {statistics.mean(d) * 100:+.1f}% | "
+                      f"{(statistics.stdev(d) if len(d) > 1 else 0) * 100:.1f}% | {hw('bootstrap_ci') * 100:.1f}% | "
+                      f"{hw('ci') * 100:.1f}% | {sum(excludes_zero(f['bootstrap_ci']) for f in fs)} | "
+                      f"{sum(excludes_zero(f['ci']) for f in fs)} | "
+                      f"{sum(f['verdict'] in ('faster', 'slower') for f in fs)} | "
+                      f"±{(fs[0]['noise_floor'] or 0) * 100:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
