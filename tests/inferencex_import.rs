@@ -19,7 +19,7 @@ fn import_writes_a_recipe_with_one_variant_per_engine_configuration() {
     let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "shapes-fp4-mi355x-vllm", "-o", f.to_str().unwrap()]);
     let log = text(&out);
     assert!(out.status.success(), "{log}");
-    assert!(log.contains("job tp8-ep8-dpa-1k1k-conc256: 1 point(s), vllm serve at line 45"), "{log}");
+    assert!(log.contains("job tp8-ep8-dpa-1k1k-conc256: 1 point(s), vllm serve at line 39"), "{log}");
     let show = enginebench(&["recipe", "show", f.to_str().unwrap(), "--variant", "tp8-ep8-1k1k-conc16"]);
     let shown = text(&show);
     assert!(show.status.success(), "{shown}");

@@ -140,8 +140,12 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outco
         cmd.args(["--setenv", k, v]);
     }
     cmd.args(["/usr/bin/bash", "--noprofile", "--norc"]).arg(Path::new("/inferencex").join(script.rel));
+    // A file, not a pipe: a recorder reads a pipe on its stdout as "my output is used".
+    let log = dir.0.join("stdout.log");
+    let stdout = std::fs::File::create(&log).map_err(|e| format!("cannot make {}: {e}", log.display()))?;
     let out = cmd
         .stdin(Stdio::null())
+        .stdout(stdout)
         .output()
         .map_err(|e| format!("cannot start the import sandbox (timeout, bwrap/unshare, bash): {e}"))?;
     if out.status.code() == Some(1) && String::from_utf8_lossy(&out.stderr).starts_with("bwrap:") {

@@ -69,7 +69,7 @@ fn every_branch_resolves_per_point() {
     );
     assert_eq!(j.engine.env, env(&[("VLLM_ROCM_USE_AITER", "1")]));
     assert_eq!(points(j), [(1024, 1024, 4), (1024, 1024, 8)]);
-    assert_eq!(j.line, 45, "the line of `vllm serve`, inside the function that wraps it");
+    assert_eq!(j.line, 39, "the line of `vllm serve`, inside the function that wraps it");
     // EP branch: the flag and its export; $(( CONC * 2 )) sequences, so one job per conc.
     for (name, conc, seqs) in [("tp8-ep8-1k1k-conc16", 16, "32"), ("tp8-ep8-1k1k-conc32", 32, "64")] {
         let j = job(&im, name);
