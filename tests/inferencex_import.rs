@@ -50,14 +50,14 @@ fn an_unresolvable_launcher_is_exit_2_with_its_line_and_writes_nothing() {
 #[test]
 fn recipe_check_names_missing_models_removed_variables_and_unknown_flags() {
     let dir = tempfile::tempdir().unwrap();
-    let base = "hardware = \"cpu\"\n[sweep]\nisl = 32\nosl = 8\nconc = [1]\n";
+    let base = "[sweep]\nisl = 32\nosl = 8\nconc = [1]\n";
     let missing = dir.path().join("missing.toml");
-    std::fs::write(&missing, format!("name = \"m\"\nmodel = \"/nonexistent/model\"\n{base}")).unwrap();
+    std::fs::write(&missing, format!("name = \"m\"\nmodel = \"/nonexistent/model\"\nhardware = \"cpu\"\n{base}")).unwrap();
     let newer = dir.path().join("newer.toml");
     std::fs::write(
         &newer,
         format!(
-            "name = \"n\"\nmodel = \"bundled:smollm2-135m-instruct\"\nimage = \"example/vllm:nightly\"\n\
+            "name = \"n\"\nmodel = \"bundled:smollm2-135m-instruct\"\nimage = \"example/vllm:nightly\"\nhardware = \"cpu\"\n\
              [env]\nVLLM_ATTENTION_BACKEND = \"TRITON_ATTN\"\n[engine]\nargs = [\"--dtype\", \"float32\", \"--future-flag\", \"x\"]\n{base}"
         ),
     )
