@@ -57,7 +57,9 @@ pub fn find_entry(root: &Path, key: &str) -> Result<(PathBuf, Entry), String> {
 /// The launcher names tried for a point, in order (relative to the checkout).
 pub fn candidates(e: &Entry, p: &MatrixPoint) -> Vec<PathBuf> {
     let prefix = e.model_prefix.clone().unwrap_or_else(|| e.key.split('-').next().unwrap_or("").to_string());
-    let hw = e.runner.as_deref().unwrap_or("").split('-').next().unwrap_or("").to_string();
+    // `mi355x`, `b200-dgxc` and `cluster:mi325x` all name the hardware `mi355x`/`b200`/`mi325x`.
+    let runner = e.runner.as_deref().unwrap_or("");
+    let hw = runner.rsplit(':').next().unwrap_or("").split('-').next().unwrap_or("").to_string();
     let base = format!("{prefix}_{}_{hw}", e.precision.as_deref().unwrap_or(""));
     let framework = e.framework.as_deref().unwrap_or("vllm");
     let spec = if p.spec == "mtp" { "_mtp" } else { "" };

@@ -231,6 +231,8 @@ pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPo
             }
         };
         match jobs.iter_mut().find(|j| j.engine == engine) {
+            // Overlapping search-space entries list a point twice: it is run once.
+            Some(j) if j.points.iter().any(|q| (q.isl, q.osl, q.conc) == (p.isl, p.osl, p.conc)) => {}
             Some(j) => j.points.push(p),
             None => jobs.push(Job { name: String::new(), engine, launcher: rel, line: served.line, points: vec![p] }),
         }

@@ -102,7 +102,8 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outco
         set_executable(&p)?;
     }
     for tool in REAL_TOOLS {
-        let real = ["/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(tool)).find(|p| p.exists());
+        // Resolved: /usr/bin/awk is a link through /etc/alternatives, which the sandbox lacks.
+        let real = ["/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(tool)).find(|p| p.exists()).and_then(|p| p.canonicalize().ok());
         if let Some(real) = real {
             std::os::unix::fs::symlink(&real, bin.join(tool)).map_err(|e| format!("cannot link {tool}: {e}"))?;
         }
