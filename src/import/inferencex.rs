@@ -269,6 +269,12 @@ fn engine_of(s: &sandbox::Served, given: &BTreeMap<String, String>) -> Result<En
     for flag in SERVER_FLAGS {
         crate::recipe::args::remove_flag(&mut args, flag);
     }
+    if let Some(c) = args.iter().position(|a| a == "--config" || a.starts_with("--config=")) {
+        let file = args[c].strip_prefix("--config=").or(args.get(c + 1).map(String::as_str)).unwrap_or("");
+        return Err(format!(
+            "`vllm serve --config {file}` reads more flags from a file the launcher writes: not imported (its flags would be missing)"
+        ));
+    }
     let env = s.env.iter().filter(|(k, _)| !given.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
     Ok(Engine { model, args, env })
 }
