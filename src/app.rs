@@ -25,16 +25,12 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Run(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::run::run(&o)),
         Command::Eval(a) => orchestrate::run::run(&eval_options(a, cli.verbose)),
         Command::Overhead(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::overhead::overhead(&o)),
-        Command::Recipe(cli::RecipeCommand::Check(a)) => {
-            orchestrate::check::check(&a.recipes, a.variant.as_deref())
-        }
+        Command::Recipe(cli::RecipeCommand::Check(a)) => from_checkout(&a.checkout).and_then(|ix| match ix {
+            Some(p) => orchestrate::check::check(&[p.recipe], a.variant.as_deref()),
+            None => orchestrate::check::check(&a.recipes, a.variant.as_deref()),
+        }),
         Command::Recipe(cli::RecipeCommand::Show(a)) => show_recipe(&a),
-        Command::Import(cli::ImportCommand::Inferencex(a)) => import::inferencex::run_import(
-            &a.launcher,
-            a.master_config.as_deref().zip(a.key.as_deref()),
-            a.model.as_deref(),
-            a.output.as_deref(),
-        ),
+        Command::Import(cli::ImportCommand::Inferencex(a)) => run_import(&a),
         Command::Export(a) => report::export::run_export(&a.result, a.format, a.output.as_deref()).map(|files| {
             for f in files {
                 println!("{}", f.display());
@@ -83,11 +79,34 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     code
 }
 
+/// `--inferencex-checkout DIR --key K`: the imported recipe, or None without it.
+fn from_checkout(c: &cli::CheckoutArgs) -> anyhow::Result<Option<import::checkout::Prepared>> {
+    match (&c.inferencex_checkout, &c.key) {
+        (Some(dir), Some(key)) => import::checkout::prepare(dir, key, c.scenario.as_deref()).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn run_import(a: &cli::ImportArgs) -> anyhow::Result<i32> {
+    let imported = match (&a.inferencex_checkout, &a.launcher, &a.master_config) {
+        (Some(dir), _, _) => import::checkout::import_key(dir, &a.key, a.scenario.as_deref()).map_err(error::usage)?.1,
+        (None, Some(launcher), Some(master)) => {
+            return import::inferencex::run_import(launcher, (master, &a.key), a.scenario.as_deref(), a.output.as_deref());
+        }
+        _ => return Err(error::usage("give LAUNCHER --master-config FILE --key KEY, or --inferencex-checkout DIR --key KEY")),
+    };
+    import::inferencex::write_out(&imported, a.output.as_deref())
+}
+
 fn show_recipe(a: &cli::RecipeArgs) -> anyhow::Result<i32> {
-    let recipe = recipe::Recipe::load(&a.recipe)?;
+    let path = match from_checkout(&a.checkout)? {
+        Some(p) => p.recipe,
+        None => a.recipe.clone().ok_or_else(|| error::usage("give a recipe file or --inferencex-checkout DIR --key KEY"))?,
+    };
+    let recipe = recipe::Recipe::load(&path)?;
     let configs = recipe
         .listed_configs(a.variant.as_deref())
-        .map_err(|e| error::usage(format!("{}: {e}", a.recipe.display())))?;
+        .map_err(|e| error::usage(format!("{}: {e}", path.display())))?;
     print!("{}", recipe::show::render(&recipe.name, &recipe.model, &configs));
     Ok(exit::OK)
 }
@@ -99,8 +118,16 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
     };
     let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
     variants.extend(a.variant);
+    let mut recipe = a.recipe;
+    if let Some(p) = from_checkout(&a.checkout)? {
+        recipe = Some(p.recipe);
+        // Every job of the entry unless some were picked.
+        if variants.is_empty() {
+            variants = p.variants;
+        }
+    }
     let mut o = RunOptions {
-        recipe: a.recipe,
+        recipe,
         variants,
         conc: a.conc.map(|l| l.0),
         isl: a.isl,

@@ -52,10 +52,28 @@ pub enum Command {
     Plot(PlotArgs),
 }
 
+/// A recipe taken straight from an InferenceX checkout.
+#[derive(Debug, Args, Default, Clone)]
+pub struct CheckoutArgs {
+    /// An InferenceX checkout: the recipe is the master-config entry --key
+    /// with the launcher its runner scripts pick, evaluated per point.
+    #[arg(long, value_name = "DIR", requires = "key")]
+    pub inferencex_checkout: Option<PathBuf>,
+    /// The master-config entry, e.g. dsv4-fp4-mi355x-vllm.
+    #[arg(long, requires = "inferencex_checkout")]
+    pub key: Option<String>,
+    /// Only this ISL/OSL scenario of the entry, e.g. 8k1k.
+    #[arg(long, requires = "inferencex_checkout")]
+    pub scenario: Option<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Recipe file (TOML); default: recipes/cpu/smollm2-135m.toml.
+    #[arg(conflicts_with = "inferencex_checkout")]
     pub recipe: Option<PathBuf>,
+    #[command(flatten)]
+    pub checkout: CheckoutArgs,
     /// Run this variant of the recipe instead of the base.
     #[arg(long, conflicts_with = "variants")]
     pub variant: Option<String>,
@@ -144,8 +162,10 @@ pub enum RecipeCommand {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Recipe files (TOML).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "inferencex_checkout")]
     pub recipes: Vec<PathBuf>,
+    #[command(flatten)]
+    pub checkout: CheckoutArgs,
     /// Only this variant (default: the base and every variant).
     #[arg(long)]
     pub variant: Option<String>,
@@ -154,7 +174,10 @@ pub struct CheckArgs {
 #[derive(Debug, Args)]
 pub struct RecipeArgs {
     /// Recipe file (TOML).
-    pub recipe: PathBuf,
+    #[arg(required_unless_present = "inferencex_checkout", conflicts_with = "inferencex_checkout")]
+    pub recipe: Option<PathBuf>,
+    #[command(flatten)]
+    pub checkout: CheckoutArgs,
     /// Only this variant (default: the base and every variant).
     #[arg(long)]
     pub variant: Option<String>,
@@ -162,23 +185,28 @@ pub struct RecipeArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ImportCommand {
-    /// An InferenceX shell launcher (benchmarks/single_node/...sh); never executed.
+    /// An InferenceX master-config entry and its launcher: the launcher runs in a
+    /// sandbox (bash, recorders for vllm and every tool, no network) once per point.
     Inferencex(ImportArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// The launcher script.
-    pub launcher: PathBuf,
-    /// InferenceX master config (configs/*-master.yaml) for model, precision, runner, ISL/OSL, TP and concurrency.
-    #[arg(long, requires = "key")]
+    /// The launcher script (with --master-config); omit with --inferencex-checkout.
+    #[arg(requires = "master_config", conflicts_with = "inferencex_checkout")]
+    pub launcher: Option<PathBuf>,
+    /// InferenceX master config (configs/*-master.yaml) holding --key.
+    #[arg(long, requires = "launcher")]
     pub master_config: Option<PathBuf>,
-    /// The entry of the master config, e.g. minimaxm3-fp4-mi355x-vllm.
-    #[arg(long, requires = "master_config")]
-    pub key: Option<String>,
-    /// The model, when the launcher takes it from $MODEL and no master config is given.
+    /// An InferenceX checkout: master config and launcher found as its runners find them.
+    #[arg(long, value_name = "DIR")]
+    pub inferencex_checkout: Option<PathBuf>,
+    /// The master-config entry, e.g. minimaxm3-fp4-mi355x-vllm.
     #[arg(long)]
-    pub model: Option<String>,
+    pub key: String,
+    /// Only this ISL/OSL scenario of the entry, e.g. 8k1k.
+    #[arg(long)]
+    pub scenario: Option<String>,
     /// Write the recipe here (default: stdout).
     #[arg(long, short)]
     pub output: Option<PathBuf>,

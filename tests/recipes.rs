@@ -1,6 +1,6 @@
 //! Recipes: every shipped recipe passes `recipe check` (vLLM's own serve
 //! parser, no weights needed), bad recipes get one-screen errors and exit 2,
-//! `recipe show` lists the matrix, and an imported launcher loads.
+//! `recipe show` lists the matrix (imports: tests/inferencex_import.rs).
 
 mod common;
 
@@ -91,28 +91,4 @@ fn show_lists_one_line_per_point() {
     assert!(log.contains(r#"--hf-overrides '{"index_topk_freq":4,"use_index_cache":true}'"#), "{log}");
     // TP8: 2 pairs x 6 concurrencies; TP4: 2 pairs x 9.
     assert_eq!(log.lines().filter(|l| l.trim_start().starts_with("all ")).count(), 12 + 18, "{log}");
-}
-
-#[test]
-fn imported_launcher_loads() {
-    let dir = tempfile::tempdir().unwrap();
-    let out_file = dir.path().join("r.toml");
-    let fx = repo().join("tests/fixtures/inferencex");
-    let out = enginebench(&[
-        "import", "inferencex",
-        fx.join("demo_fp4_mi355x_vllm.sh").to_str().unwrap(),
-        "--master-config", fx.join("demo-master.yaml").to_str().unwrap(),
-        "--key", "demo-fp4-mi355x-vllm",
-        "-o", out_file.to_str().unwrap(),
-    ]);
-    let log = text(&out);
-    // USER_TAG has no value in the launcher: written, but exit 2 until filled in.
-    assert_eq!(out.status.code(), Some(2), "{log}");
-    assert!(log.contains("fill in [vars] USER_TAG"), "{log}");
-    assert!(log.contains("line 25: not imported"), "{log}");
-    let body = std::fs::read_to_string(&out_file).unwrap().replace("USER_TAG = \"\"", "USER_TAG = \"me\"");
-    std::fs::write(&out_file, body).unwrap();
-    let show = enginebench(&["recipe", "show", out_file.to_str().unwrap()]);
-    assert!(show.status.success(), "{}", text(&show));
-    assert!(text(&show).contains("DEMO_CACHE_DIR=/cache/me"), "{}", text(&show));
 }

@@ -62,7 +62,9 @@ def check_args(argv, env_names):
     Returns a JSON string: {"error": message or null, "ignored": [flags that
     only the API server uses], "max_model_len": int or null,
     "tensor_parallel_size": int or null, "unknown_env": [VLLM_* names this
-    vLLM does not know], "known_env_count": int}.
+    vLLM does not know], "known_env_count": int, "unknown_flags": [tokens
+    this vLLM's parser does not know; the rest is then parsed without them],
+    "vllm_version": str}.
     """
     import dataclasses
 
@@ -75,13 +77,30 @@ def check_args(argv, env_names):
         "tensor_parallel_size": None,
         "unknown_env": sorted(n for n in env_names if n.startswith("VLLM_") and n not in known_env),
         "known_env_count": len(known_env),
+        "unknown_flags": [],
+        "vllm_version": getattr(__import__("vllm"), "__version__", None),
     }
     parser = _serve_parser()
+    argv = list(argv)
     try:
-        args = parser.parse_args(list(argv))
+        args = parser.parse_args(argv)
     except FlagError as e:
-        out["error"] = str(e)
-        return json.dumps(out)
+        # A flag of a newer or GPU-only vLLM: report it, and check the rest.
+        prefix = "unrecognized arguments:"
+        unknown = str(e).split(" (")[0][len(prefix):].split() if str(e).startswith(prefix) else []
+        rest = list(argv)
+        for token in unknown:
+            if token in rest:
+                rest.remove(token)
+        try:
+            if not unknown:
+                raise e
+            args = parser.parse_args(rest)
+        except FlagError as e2:
+            out["error"] = str(e2)
+            return json.dumps(out)
+        out["unknown_flags"] = unknown
+        argv = rest
     engine_fields = {f.name for f in dataclasses.fields(EngineArgs)}
     for token in argv:
         action = parser._option_string_actions.get(token.split("=")[0]) if token.startswith("-") else None

@@ -28,6 +28,24 @@ pub struct Space {
     pub conc_range: Option<[u32; 2]>,
     pub conc_list: Option<Vec<u32>>,
     pub spec_decoding: Option<String>,
+    /// `dp-attn`: data-parallel attention (InferenceX's default false).
+    pub dp_attn: Option<bool>,
+    /// `pp`, `dcp-size`, `pcp-size` (InferenceX's default 1).
+    pub pp: Option<u32>,
+    pub dcp: Option<u32>,
+    pub pcp: Option<u32>,
+}
+
+impl Space {
+    /// The concurrencies InferenceX's sweep generator makes: the list, or
+    /// start, 2 start, 4 start, ... up to end (its default step is x2).
+    pub fn concs(&self) -> Vec<u32> {
+        match (&self.conc_list, self.conc_range) {
+            (Some(l), _) => l.clone(),
+            (None, Some([a, b])) => std::iter::successors(Some(a.max(1)), |c| c.checked_mul(2)).take_while(|c| *c <= b).collect(),
+            (None, None) => Vec::new(),
+        }
+    }
 }
 
 /// One ISL/OSL scenario with its search space.
@@ -47,7 +65,24 @@ pub struct Entry {
     pub precision: Option<String>,
     pub runner: Option<String>,
     pub framework: Option<String>,
+    /// `model-prefix`: the first part of the launcher's name (`dsv4` in `dsv4_fp4_mi355x_vllm.sh`).
+    pub model_prefix: Option<String>,
+    pub multinode: bool,
+    /// True when the entry has `agentic-coding` scenarios (not imported: trace replay, not a fixed-length sweep).
+    pub agentic: bool,
+    /// The fixed-seq-len scenarios.
     pub scenarios: Vec<Scenario>,
+}
+
+/// The top-level keys of a master config, in file order (for finding the
+/// file that defines an entry).
+pub fn keys(yaml: &str) -> Result<Vec<String>, String> {
+    let docs = YamlLoader::load_from_str(yaml).map_err(|e| format!("invalid YAML: {e}"))?;
+    Ok(docs
+        .first()
+        .and_then(Yaml::as_hash)
+        .map(|h| h.keys().filter_map(Yaml::as_str).map(String::from).collect())
+        .unwrap_or_default())
 }
 
 /// Reads entry `key` from master-config YAML text.
@@ -92,6 +127,10 @@ pub fn read_entry(yaml: &str, key: &str) -> Result<Entry, String> {
                             conc_range: int(&sp["conc-start"]).zip(int(&sp["conc-end"])).map(|(a, b)| [a, b]),
                             conc_list: sp["conc-list"].as_vec().map(|l| l.iter().filter_map(int).collect()),
                             spec_decoding: sp["spec-decoding"].as_str().map(String::from),
+                            dp_attn: sp["dp-attn"].as_bool(),
+                            pp: int(&sp["pp"]),
+                            dcp: int(&sp["dcp-size"]),
+                            pcp: int(&sp["pcp-size"]),
                         })
                         .collect()
                 })
@@ -106,6 +145,9 @@ pub fn read_entry(yaml: &str, key: &str) -> Result<Entry, String> {
         precision: s("precision"),
         runner: s("runner"),
         framework: s("framework"),
+        model_prefix: s("model-prefix"),
+        multinode: entry["multinode"].as_bool().unwrap_or(false),
+        agentic: !entry["scenarios"]["agentic-coding"].is_badvalue(),
         scenarios,
     })
 }
@@ -156,8 +198,11 @@ old-style-entry:
         assert_eq!(e.runner.as_deref(), Some("mi355x"));
         assert_eq!(e.precision.as_deref(), Some("fp4"));
         assert_eq!(e.scenarios.len(), 2);
-        assert_eq!(e.scenarios[0].spaces[1], Space { tp: Some(4), ep: Some(4), conc_range: Some([1, 256]), conc_list: None, spec_decoding: None });
+        assert_eq!(e.scenarios[0].spaces[1], Space { tp: Some(4), ep: Some(4), conc_range: Some([1, 256]), conc_list: None, spec_decoding: None, dp_attn: None, pp: None, dcp: None, pcp: None });
         assert_eq!(e.scenarios[1].spaces[0].conc_list, Some(vec![4, 64]));
+        assert_eq!(e.scenarios[0].spaces[0].concs(), vec![1, 2, 4, 8, 16, 32]);
+        assert_eq!(e.model_prefix.as_deref(), Some("demo"));
+        assert!(!e.multinode && !e.agentic);
     }
 
     #[test]

@@ -1,6 +1,29 @@
-//! `enginebench import inferencex`: InferenceX launchers and master-config
-//! entries to recipes.
+//! `enginebench import inferencex` and `run/recipe --inferencex-checkout`:
+//! InferenceX master-config entries and their shell launchers to recipes.
+//!
+//! How a launcher is read: it is *run*, not parsed. For each search-space
+//! point of the entry (and each ISL/OSL scenario) the launcher runs under
+//! real bash (`bash --noprofile --norc`) with exactly the environment
+//! InferenceX's workflow gives that point ([`inferencex::workflow_env`]),
+//! in a throwaway sandbox ([`sandbox`]: bubblewrap, no network, cleared
+//! environment, read-only system, time limit) where `vllm serve` and every
+//! tool that touches the GPU, the network or the model is a recorder and
+//! InferenceX's `benchmark_lib.sh` is replaced by a stub. So `if/elif`,
+//! `case`, arrays (associative too), `$((...))` and functions resolve
+//! exactly as bash resolves them; nothing is guessed.
+//!
+//! What it refuses (the import fails with exit 2, naming the line): a
+//! command without a recorder, the output of a recorder being read
+//! (`$(nvidia-smi ...)`: it depends on the machine), a bash error, a
+//! non-zero exit, the time limit, `vllm serve` never running or running
+//! twice with different flags, eval-context helpers (`setup_eval_context`:
+//! they read the model's config), and entries that are multi-node, not
+//! vLLM, or agentic-coding only.
 
+pub mod checkout;
 pub mod inferencex;
 pub mod master_config;
-pub mod shell;
+pub mod sandbox;
+
+#[cfg(test)]
+mod tests;

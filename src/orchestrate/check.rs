@@ -81,12 +81,44 @@ fn report(path: &Path, recipe: &Recipe, model: &str, configs: &[EngineConfig], c
     errors
 }
 
+/// `VLLM_*` variables vLLM removed, with what replaces them.
+const REMOVED_ENV: [(&str, &str); 2] = [
+    ("VLLM_ATTENTION_BACKEND", "use the flag --attention-backend NAME instead"),
+    ("VLLM_USE_V1", "V1 is vLLM's only engine now; remove the variable"),
+];
+
+/// An error when `model` is written as a local path (`/x`, `./x`, `../x`,
+/// `~/x`) and nothing is there; hub ids (`org/name`) pass.
+pub fn missing_local_model(model: &str) -> Option<String> {
+    let local = model.starts_with('/') || model.starts_with("./") || model.starts_with("../") || model.starts_with('~');
+    (local && !Path::new(model).exists()).then(|| {
+        format!("model {model}: no such local path (a local model must exist here; a Hugging Face id is ORG/NAME)")
+    })
+}
+
 /// Judges one configuration from vLLM's parse and the host.
 pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &FlagCheck, host: &Host) -> Findings {
     let mut f = Findings::default();
     if let Some(e) = &flags.error {
         f.errors.push(format!("vLLM's serve parser rejects the flags: {e}"));
         return f;
+    }
+    if !flags.unknown_flags.is_empty() {
+        let msg = format!(
+            "{} not known to this vLLM ({}){}: checked the other flags without them",
+            flags.unknown_flags.join(" "),
+            flags.vllm_version.as_deref().unwrap_or("unknown version"),
+            recipe.image.as_deref().map(|i| format!("; the recipe pins image {i}, whose vLLM may know them")).unwrap_or_default()
+        );
+        if recipe.strict { f.errors.push(msg) } else { f.warnings.push(msg) }
+    }
+    if let Some(e) = missing_local_model(&recipe.model) {
+        f.errors.push(e);
+    }
+    for name in &flags.unknown_env {
+        if let Some((_, instead)) = REMOVED_ENV.iter().find(|(n, _)| n == name) {
+            f.warnings.push(format!("{name} was removed from vLLM: {instead}"));
+        }
     }
     if !flags.ignored.is_empty() {
         f.notes.push(format!("ignored in-process (API-server flags): {}", flags.ignored.join(", ")));

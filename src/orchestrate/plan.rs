@@ -141,6 +141,9 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let configs = recipe
         .engine_configs(&opts.variants, &cli_sweep(opts))
         .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
+    if let Some(e) = super::check::missing_local_model(&recipe.model) {
+        return Err(usage(format!("{}: {e}", recipe_path.display())));
+    }
     let install = Install::locate().ok();
     let python = python::default_interpreter()?;
     let model_path = resolve_model(&recipe.model, install.as_ref())?;

@@ -57,6 +57,13 @@ pub struct FlagCheck {
     pub unknown_env: Vec<String>,
     /// How many variables this vLLM knows (0: the list was not found).
     pub known_env_count: usize,
+    /// Tokens this vLLM's parser does not know (a newer or GPU-only flag and
+    /// its value); the other flags were checked without them.
+    #[serde(default)]
+    pub unknown_flags: Vec<String>,
+    /// `vllm.__version__` of the checking interpreter.
+    #[serde(default)]
+    pub vllm_version: Option<String>,
 }
 
 /// What a worker is asked to do with its one engine.

@@ -55,6 +55,10 @@ pub struct Recipe {
     pub precision: Option<String>,
     #[serde(default = "default_framework")]
     pub framework: String,
+    /// The container image the recipe's reference numbers come from
+    /// (InferenceX's pinned image); named when this vLLM differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Unknown `VLLM_*` environment names are errors instead of warnings.
     #[serde(default)]
     pub strict: bool,

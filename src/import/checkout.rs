@@ -1,0 +1,155 @@
+//! An InferenceX checkout as a recipe source: finds the master config that
+//! defines a key and, per point, the launcher InferenceX's runner scripts
+//! would start (DESIGN.md, "InferenceX's runner rules"):
+//! `benchmarks/single_node/fixed_seq_len/` (then its `deprecated/`) +
+//! `{model-prefix}_{precision}_{hw}` + `_{framework}` (tried first) or the
+//! bare name (`_trt`/`_atom` for those frameworks) + `_mtp` when the point's
+//! spec-decoding is mtp, `.sh`.
+
+use std::path::{Path, PathBuf};
+
+use super::inferencex::{Imported, MatrixPoint, import_with};
+use super::master_config::{Entry, keys, read_entry};
+
+/// Folders of single-node fixed-seq-len launchers, in the order tried.
+const LAUNCHER_DIRS: [&str; 3] =
+    ["benchmarks/single_node/fixed_seq_len", "benchmarks/single_node/fixed_seq_len/deprecated", "benchmarks/single_node"];
+
+/// The master configs of a checkout: `configs/*master*.yaml`, then
+/// `configs/deprecated/*master*.yaml`, each folder sorted by name.
+pub fn master_configs(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in [root.join("configs"), root.join("configs/deprecated")] {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+                n.contains("master") && (n.ends_with(".yaml") || n.ends_with(".yml"))
+            })
+            .collect();
+        files.sort();
+        out.extend(files);
+    }
+    out
+}
+
+/// The master config defining `key` and its entry.
+///
+/// Errors: not a checkout (no master configs), or no file defines the key.
+pub fn find_entry(root: &Path, key: &str) -> Result<(PathBuf, Entry), String> {
+    let files = master_configs(root);
+    if files.is_empty() {
+        return Err(format!("{}: no configs/*master*.yaml: not an InferenceX checkout?", root.display()));
+    }
+    for f in &files {
+        let yaml = std::fs::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+        if keys(&yaml).map_err(|e| format!("{}: {e}", f.display()))?.iter().any(|k| k == key) {
+            let entry = read_entry(&yaml, key).map_err(|e| format!("{}: {e}", f.display()))?;
+            return Ok((f.clone(), entry));
+        }
+    }
+    Err(format!("no master config of {} defines {key:?} (looked in {} files under configs/)", root.display(), files.len()))
+}
+
+/// The launcher names tried for a point, in order (relative to the checkout).
+pub fn candidates(e: &Entry, p: &MatrixPoint) -> Vec<PathBuf> {
+    let prefix = e.model_prefix.clone().unwrap_or_else(|| e.key.split('-').next().unwrap_or("").to_string());
+    // `mi355x`, `b200-dgxc` and `cluster:mi325x` all name the hardware `mi355x`/`b200`/`mi325x`.
+    let runner = e.runner.as_deref().unwrap_or("");
+    let hw = runner.rsplit(':').next().unwrap_or("").split('-').next().unwrap_or("").to_string();
+    let base = format!("{prefix}_{}_{hw}", e.precision.as_deref().unwrap_or(""));
+    let framework = e.framework.as_deref().unwrap_or("vllm");
+    let spec = if p.spec == "mtp" { "_mtp" } else { "" };
+    let fw_suffix = match framework {
+        "trt" => "_trt",
+        "atom" => "_atom",
+        _ => "",
+    };
+    let names = [format!("{base}_{framework}{spec}.sh"), format!("{base}{fw_suffix}{spec}.sh")];
+    let mut out = Vec::new();
+    for dir in LAUNCHER_DIRS {
+        for n in &names {
+            let p = Path::new(dir).join(n);
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The launcher for a point: the first candidate that exists.
+pub fn launcher_for(root: &Path, e: &Entry, p: &MatrixPoint) -> Result<PathBuf, String> {
+    let c = candidates(e, p);
+    c.iter().find(|rel| root.join(rel).is_file()).cloned().ok_or_else(|| {
+        format!(
+            "no launcher for entry {} (spec-decoding {}): tried {}",
+            e.key,
+            p.spec,
+            c.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+/// Imports entry `key` of the checkout at `root`.
+///
+/// Errors: as [`find_entry`], [`launcher_for`] and the import.
+pub fn import_key(root: &Path, key: &str, scenario: Option<&str>) -> Result<(PathBuf, Imported), String> {
+    let root = root.canonicalize().map_err(|e| format!("InferenceX checkout {}: {e}", root.display()))?;
+    let (master, entry) = find_entry(&root, key)?;
+    if entry.framework.as_deref().is_some_and(|f| f != "vllm") {
+        return Err(format!("entry {key} runs framework {:?}: only vllm entries can be imported", entry.framework.as_deref().unwrap_or("")));
+    }
+    if entry.multinode {
+        return Err(format!("entry {key} is multi-node: only single-node entries can be imported"));
+    }
+    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario)?;
+    Ok((master, imported))
+}
+
+/// An imported checkout entry, written where `run`, `recipe show` and
+/// `recipe check` read recipes.
+pub struct Prepared {
+    /// The recipe file (under the system temp folder; `import` writes a
+    /// permanent one).
+    pub recipe: PathBuf,
+    /// Every job: `base` and the variants.
+    pub variants: Vec<String>,
+}
+
+/// `--inferencex-checkout DIR --key KEY [--scenario S]`: imports the entry,
+/// prints the resolved plan (jobs, launcher lines, points) to stderr and
+/// writes the recipe to a temp file.
+///
+/// Errors (usage, exit 2): as [`import_key`]; the file cannot be written.
+pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result<Prepared> {
+    let (master, imported) = import_key(root, key, scenario).map_err(crate::error::usage)?;
+    let dir = std::env::temp_dir().join("enginebench-inferencex");
+    std::fs::create_dir_all(&dir).map_err(|e| crate::error::usage(format!("cannot make {}: {e}", dir.display())))?;
+    let file = dir.join(format!("{key}{}.toml", scenario.map(|s| format!("-{s}")).unwrap_or_default()));
+    std::fs::write(&file, &imported.toml).map_err(|e| crate::error::usage(format!("cannot write {}: {e}", file.display())))?;
+    eprintln!("InferenceX entry {key} ({}): {} job(s)", master.display(), imported.jobs.len());
+    for (i, j) in imported.jobs.iter().enumerate() {
+        let concs: Vec<String> = j.points.iter().map(|p| format!("{}:{}", super::inferencex::scenario_name(p.isl, p.osl), p.conc)).collect();
+        eprintln!(
+            "  {} ({}): {} line {}; model {}; {} point(s) [{}]",
+            j.name,
+            if i == 0 { "base" } else { "variant" },
+            j.launcher.display(),
+            j.line,
+            j.engine.model,
+            j.points.len(),
+            concs.join(" ")
+        );
+        eprintln!("    vllm serve {} {}", j.engine.model, shell_words::join(&j.engine.args));
+        for (k, v) in &j.engine.env {
+            eprintln!("    env {k}={v}");
+        }
+    }
+    eprintln!("  recipe: {}", file.display());
+    let variants = std::iter::once("base".to_string()).chain(imported.jobs[1..].iter().map(|j| j.name.clone())).collect();
+    Ok(Prepared { recipe: file, variants })
+}

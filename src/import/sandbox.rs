@@ -1,0 +1,244 @@
+//! Runs one InferenceX launcher under real bash for one search-space point,
+//! with every external command replaced by a recorder, and returns what
+//! `vllm serve` was called with.
+//!
+//! The sandbox: `bash --noprofile --norc LAUNCHER` inside bubblewrap
+//! (`bwrap --unshare-all`: no network, own PID/IPC/UTS namespaces), with a
+//! cleared environment (exactly the point's variables, `PATH` = the recorder
+//! folder only), `/usr` read-only, `/tmp` and `/workspace` (the working
+//! directory) throwaway tmpfs, the checkout read-only at `/inferencex`, and a
+//! time limit ([`TIME_LIMIT`]). `BASH_ENV` sources `sandbox/prelude.sh`,
+//! which defines the recorders as shell functions (so each knows the
+//! launcher's line) and replaces `benchmark_lib.sh` by `sandbox/benchmark_lib.sh`.
+//!
+//! Without bubblewrap (`bwrap` not on PATH) nothing runs: the import fails
+//! with exit 2 and says to install it (Debian: `apt-get install
+//! bubblewrap`). A weaker fallback (`unshare --net`, PATH isolation only)
+//! was rejected: launchers write to absolute paths (`/workspace/server.log`)
+//! that would then be the user's.
+//!
+//! A point fails (nothing is guessed) when: a command that has no recorder
+//! runs, a recorder's output is read (`$(nvidia-smi ...)`), bash reports an
+//! error (`script: line N: ...`), the launcher exits non-zero, the time limit
+//! passes, or `vllm serve` never runs. Each problem names its line.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// The most one launcher evaluation may take. The scripts only assign
+/// variables and call recorders; anything longer is a loop waiting for a
+/// server or file that will never come.
+pub const TIME_LIMIT: Duration = Duration::from_secs(20);
+
+const PRELUDE: &str = include_str!("sandbox/prelude.sh");
+const BENCHMARK_LIB: &str = include_str!("sandbox/benchmark_lib.sh");
+
+/// Recorder names that get an executable in the PATH folder too (for
+/// `sudo X`, `timeout N X`, `xargs X`, which start them as programs).
+const RECORDED: [&str; 14] = [
+    "vllm", "python3", "python", "pip", "pip3", "hf", "huggingface-cli", "nvidia-smi", "amd-smi", "rocm-smi",
+    "curl", "wget", "sleep", "docker",
+];
+
+/// Real programs the launchers may use for text and files; they run as they
+/// are (inside the sandbox they only see the throwaway folders).
+const REAL_TOOLS: [&str; 44] = [
+    "cat", "grep", "egrep", "sed", "awk", "cut", "tr", "head", "tail", "sort", "uniq", "wc", "seq", "basename",
+    "dirname", "readlink", "realpath", "mkdir", "rm", "cp", "mv", "ln", "touch", "ls", "date", "env", "printf",
+    "echo", "test", "true", "false", "mktemp", "tee", "find", "xargs", "expr", "bc", "jq", "id", "whoami",
+    "uname", "stat", "chmod", "bash",
+];
+
+/// Variables of the recorded environment that are the shell's or ours, not
+/// the launcher's.
+const SHELL_VARS: [&str; 9] = ["PATH", "PWD", "OLDPWD", "SHLVL", "_", "BASH_ENV", "EB_IMPORT_REC", "EB_IMPORT_LIB", "HOME"];
+
+/// One `vllm serve` the launcher ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    /// The launcher's line (1-based; 0 when started through another program).
+    pub line: u32,
+    /// Everything after `vllm serve`, exactly as bash passed it.
+    pub args: Vec<String>,
+    /// The whole exported environment at that moment (sandbox variables removed).
+    pub env: BTreeMap<String, String>,
+}
+
+/// What one evaluation saw.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub serves: Vec<Served>,
+    /// `(line, text)`: every reason the point cannot be trusted.
+    pub problems: Vec<(u32, String)>,
+}
+
+/// Where the launcher lives: `root` is bound read-only at `/inferencex` and
+/// the launcher runs as `/inferencex/<rel>`, so `$(dirname "$0")` and
+/// relative `source`s resolve as in a checkout.
+pub struct Script<'a> {
+    pub root: &'a Path,
+    pub rel: &'a Path,
+}
+
+/// Runs the launcher with exactly `env` (plus `PATH`, `HOME`, `BASH_ENV`).
+///
+/// Errors: the sandbox could not be made or started (a message naming what
+/// to install or fix). Problems of the launcher itself are in the
+/// [`Outcome`], not errors.
+pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outcome, String> {
+    let dir = TempDir::new()?;
+    let (bin, lib, rec) = (dir.0.join("bin"), dir.0.join("lib"), dir.0.join("rec"));
+    for d in [&bin, &lib, &rec] {
+        std::fs::create_dir_all(d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
+    }
+    write(&lib.join("prelude.sh"), PRELUDE)?;
+    write(&lib.join("benchmark_lib.sh"), BENCHMARK_LIB)?;
+    for tool in RECORDED {
+        let p = bin.join(tool);
+        write(&p, &format!("#!/usr/bin/bash\n{tool} \"$@\"\n"))?;
+        set_executable(&p)?;
+    }
+    for tool in REAL_TOOLS {
+        // Resolved: /usr/bin/awk is a link through /etc/alternatives, which the sandbox lacks.
+        let real = ["/usr/bin", "/bin"].iter().map(|d| Path::new(d).join(tool)).find(|p| p.exists()).and_then(|p| p.canonicalize().ok());
+        if let Some(real) = real {
+            std::os::unix::fs::symlink(&real, bin.join(tool)).map_err(|e| format!("cannot link {tool}: {e}"))?;
+        }
+    }
+
+    let bwrap = which("bwrap").ok_or(
+        "the import runs launchers under bubblewrap, and `bwrap` is not on PATH: install it (Debian/Ubuntu: apt-get install bubblewrap)",
+    )?;
+    let mut vars: BTreeMap<String, String> = env.clone();
+    vars.insert("PATH".into(), "/eb/bin".into());
+    vars.insert("HOME".into(), "/tmp".into());
+    vars.insert("BASH_ENV".into(), "/eb/lib/prelude.sh".into());
+    vars.insert("EB_IMPORT_REC".into(), "/eb/rec".into());
+    vars.insert("EB_IMPORT_LIB".into(), "/eb/lib".into());
+
+    let secs = TIME_LIMIT.as_secs().to_string();
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "2", &secs]);
+    cmd.arg(&bwrap).args(["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]);
+    cmd.args(["--ro-bind", "/usr", "/usr"]);
+    for top in ["/bin", "/lib", "/lib64", "/sbin"] {
+        match std::fs::read_link(top) {
+            Ok(target) => cmd.arg("--symlink").arg(target).arg(top),
+            Err(_) if Path::new(top).exists() => cmd.args(["--ro-bind", top, top]),
+            Err(_) => &mut cmd,
+        };
+    }
+    cmd.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/workspace"]);
+    cmd.arg("--ro-bind").arg(&bin).arg("/eb/bin");
+    cmd.arg("--ro-bind").arg(&lib).arg("/eb/lib");
+    cmd.arg("--bind").arg(&rec).arg("/eb/rec");
+    cmd.arg("--ro-bind").arg(script.root).arg("/inferencex");
+    cmd.args(["--chdir", "/workspace"]);
+    for (k, v) in &vars {
+        cmd.args(["--setenv", k, v]);
+    }
+    cmd.args(["/usr/bin/bash", "--noprofile", "--norc"]).arg(Path::new("/inferencex").join(script.rel));
+    // A file, not a pipe: a recorder reads a pipe on its stdout as "my output is used".
+    let log = dir.0.join("stdout.log");
+    let stdout = std::fs::File::create(&log).map_err(|e| format!("cannot make {}: {e}", log.display()))?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .output()
+        .map_err(|e| format!("cannot start the import sandbox (timeout, bwrap/unshare, bash): {e}"))?;
+    if out.status.code() == Some(1) && String::from_utf8_lossy(&out.stderr).starts_with("bwrap:") {
+        return Err(format!("bubblewrap could not make the sandbox: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+
+    let mut outcome = Outcome { serves: read_serves(&rec)?, problems: Vec::new() };
+    if let Ok(text) = std::fs::read_to_string(rec.join("problems")) {
+        for l in text.lines() {
+            let (line, what) = l.split_once('\t').unwrap_or(("0", l));
+            outcome.problems.push((line.parse().unwrap_or(0), what.to_string()));
+        }
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let diag = regex::Regex::new(r"^(\S+): line (\d+): (.*)$").expect("valid regex");
+    for l in stderr.lines() {
+        if let Some(c) = diag.captures(l) {
+            let file = c[1].rsplit('/').next().unwrap_or(&c[1]).to_string();
+            outcome.problems.push((c[2].parse().unwrap_or(0), format!("bash ({file}): {}", &c[3])));
+        }
+    }
+    match out.status.code() {
+        Some(0) => {}
+        Some(124) | Some(137) | None => outcome
+            .problems
+            .push((0, format!("the launcher did not finish within {secs} s (waiting for something that never comes?)"))),
+        Some(code) => {
+            let last = std::fs::read_to_string(rec.join("lasterr")).unwrap_or_default();
+            let (line, what) = last.trim_end().split_once('\t').unwrap_or(("0", ""));
+            outcome.problems.push((
+                line.parse().unwrap_or(0),
+                format!("the launcher exited with status {code}{}", if what.is_empty() { String::new() } else { format!(" after `{what}` failed") }),
+            ));
+        }
+    }
+    Ok(outcome)
+}
+
+/// The recorded serves, in the order of their lines.
+fn read_serves(rec: &Path) -> Result<Vec<Served>, String> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(rec).map_err(|e| format!("cannot read {}: {e}", rec.display()))?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(id) = name.strip_prefix("serve.").and_then(|n| n.strip_suffix(".line")) else { continue };
+        let read = |ext: &str| std::fs::read(rec.join(format!("serve.{id}.{ext}"))).unwrap_or_default();
+        let split = |bytes: Vec<u8>| -> Vec<String> {
+            bytes.split(|&b| b == 0).map(|s| String::from_utf8_lossy(s).to_string()).collect::<Vec<_>>()
+        };
+        let mut args = split(read("args"));
+        args.pop(); // after the last NUL
+        let env = split(read("env"))
+            .into_iter()
+            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .filter(|(k, _)| !SHELL_VARS.contains(&k.as_str()) && !k.starts_with("BASH_FUNC_"))
+            .collect();
+        let line = String::from_utf8_lossy(&read("line")).trim().parse().unwrap_or(0);
+        out.push(Served { line, args, env });
+    }
+    out.sort_by_key(|s| s.line);
+    Ok(out)
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
+fn write(p: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))
+}
+
+fn set_executable(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).map_err(|e| format!("chmod {}: {e}", p.display()))
+}
+
+/// A folder under the system temp folder, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir, String> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir()
+            .join(format!("enginebench-import-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).map_err(|e| format!("cannot make {}: {e}", p.display()))?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,211 @@
+//! The importer on the fixture checkout (tests/fixtures/inferencex-checkout):
+//! exact `vllm serve` argv and exported environment per point, job grouping
+//! and names, the launcher search, the round trip through the recipe
+//! loader, and failures that name the line. These run the real sandbox
+//! (bash under bubblewrap, or `unshare` without it).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::checkout::{import_key, launcher_for};
+use super::inferencex::{Imported, Job, import_with, matrix};
+use super::master_config::read_entry;
+use crate::recipe::{Recipe, Sweep};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inferencex-checkout")
+}
+
+fn import(key: &str) -> Imported {
+    import_key(&root(), key, None).unwrap_or_else(|e| panic!("{key}: {e}")).1
+}
+
+fn job<'a>(imported: &'a Imported, name: &str) -> &'a Job {
+    imported.jobs.iter().find(|j| j.name == name).unwrap_or_else(|| {
+        panic!("no job {name}; jobs: {:?}", imported.jobs.iter().map(|j| &j.name).collect::<Vec<_>>())
+    })
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn env(items: &[(&str, &str)]) -> BTreeMap<String, String> {
+    items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// (scenario, conc) of a job's points.
+fn points(j: &Job) -> Vec<(u32, u32, u32)> {
+    j.points.iter().map(|p| (p.isl, p.osl, p.conc)).collect()
+}
+
+#[test]
+fn every_branch_resolves_per_point() {
+    let im = import("shapes-fp4-mi355x-vllm");
+    let names: Vec<&str> = im.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "tp8-1k1k-conc4_8",
+            "tp8-ep8-1k1k-conc16",
+            "tp8-ep8-1k1k-conc32",
+            "tp8-ep8-dpa-1k1k-conc256",
+            "tp4-mtp-1k1k-conc4",
+            "tp8-8k1k-conc4",
+            "tp4-mtp-8k1k-conc4",
+        ]
+    );
+    let served = "example/Shapes-MXFP4";
+    // TP only; `case` gives 16 sequences up to conc 8; the ternary 8192 tokens at ISL 1024;
+    // the benchmark branch (EVAL_ONLY false) gives MAX_MODEL_LEN = 1024 + 1024 + 256.
+    let j = job(&im, "tp8-1k1k-conc4_8");
+    assert_eq!(j.engine.model, served, "MODEL_PATH is the model id");
+    assert_eq!(
+        j.engine.args,
+        strings(&[
+            "--tensor-parallel-size", "8", "--max-model-len", "2304", "--max-num-seqs", "16",
+            "--max-num-batched-tokens", "8192", "--served-model-name", served,
+        ])
+    );
+    assert_eq!(j.engine.env, env(&[("VLLM_ROCM_USE_AITER", "1")]));
+    assert_eq!(points(j), [(1024, 1024, 4), (1024, 1024, 8)]);
+    assert_eq!(j.line, 39, "the line of `vllm serve`, inside the function that wraps it");
+    // EP branch: the flag and its export; $(( CONC * 2 )) sequences, so one job per conc.
+    for (name, conc, seqs) in [("tp8-ep8-1k1k-conc16", 16, "32"), ("tp8-ep8-1k1k-conc32", 32, "64")] {
+        let j = job(&im, name);
+        assert_eq!(
+            j.engine.args,
+            strings(&[
+                "--tensor-parallel-size", "8", "--enable-expert-parallel", "--max-model-len", "2304",
+                "--max-num-seqs", seqs, "--max-num-batched-tokens", "8192", "--served-model-name", served,
+            ])
+        );
+        assert_eq!(j.engine.env, env(&[("VLLM_ROCM_USE_AITER", "1"), ("VLLM_ROCM_USE_AITER_MOE", "1")]));
+        assert_eq!(points(j), [(1024, 1024, conc)]);
+    }
+    // DP-attention wins over EP (the `if` comes first).
+    let j = job(&im, "tp8-ep8-dpa-1k1k-conc256");
+    assert_eq!(
+        j.engine.args,
+        strings(&[
+            "--tensor-parallel-size", "1", "--data-parallel-size", "8", "--enable-expert-parallel",
+            "--max-model-len", "2304", "--max-num-seqs", "512", "--max-num-batched-tokens", "8192",
+            "--served-model-name", served,
+        ])
+    );
+    assert_eq!(j.engine.env, env(&[("VLLM_ROCM_USE_AITER", "1")]));
+    // 8k1k: the ternary's other arm.
+    let j = job(&im, "tp8-8k1k-conc4");
+    assert_eq!(
+        j.engine.args,
+        strings(&[
+            "--tensor-parallel-size", "8", "--max-model-len", "9472", "--max-num-seqs", "16",
+            "--max-num-batched-tokens", "16384", "--served-model-name", served,
+        ])
+    );
+    // spec-decoding mtp picks the _mtp launcher; the draft length comes from the
+    // associative array per scenario; the command's own assignment is exported.
+    for (name, len, draft, isl) in [("tp4-mtp-1k1k-conc4", "2304", 3, 1024), ("tp4-mtp-8k1k-conc4", "9472", 2, 8192)] {
+        let j = job(&im, name);
+        assert_eq!(j.launcher, Path::new("benchmarks/single_node/fixed_seq_len/shapes_fp4_mi355x_vllm_mtp.sh"));
+        let spec = format!(r#"{{"method": "eagle3", "model": "/tmp/draft/Shapes-Draft", "num_speculative_tokens": {draft}}}"#);
+        assert_eq!(
+            j.engine.args,
+            strings(&["--tensor-parallel-size", "4", "--max-model-len", len, "--speculative-config", &spec])
+        );
+        assert_eq!(j.engine.env, env(&[("VLLM_USE_FLASHINFER_SAMPLER", "1")]));
+        assert_eq!(points(j), [(isl, 1024, 4)]);
+    }
+}
+
+#[test]
+fn written_recipe_reproduces_every_job() {
+    for key in ["shapes-fp4-mi355x-vllm", "tiny-fp32-cpu-vllm", "old-fp8-mi300x-vllm"] {
+        let im = import(key);
+        let recipe = Recipe::parse(&im.toml, key).unwrap_or_else(|e| panic!("{key}: {e:#}\n{}", im.toml));
+        assert_eq!(recipe.name, key);
+        for (i, j) in im.jobs.iter().enumerate() {
+            let variant = if i == 0 { vec![] } else { vec![j.name.clone()] };
+            let configs = recipe.engine_configs(&variant, &Sweep::default()).unwrap();
+            assert_eq!(configs.len(), 1, "{key} {}", j.name);
+            assert_eq!(configs[0].args, j.engine.args, "{key} {}", j.name);
+            assert_eq!(configs[0].env, j.engine.env, "{key} {}", j.name);
+            assert_eq!(configs[0].points.len(), j.points.len(), "{key} {}", j.name);
+        }
+    }
+}
+
+#[test]
+fn launcher_search_follows_the_runners() {
+    // No framework-suffixed name: the bare name under deprecated/, -tp kept as written.
+    let im = import("old-fp8-mi300x-vllm");
+    let [j] = im.jobs.as_slice() else { panic!("{:?}", im.jobs) };
+    assert_eq!(j.launcher, Path::new("benchmarks/single_node/fixed_seq_len/deprecated/old_fp8_mi300x.sh"));
+    assert_eq!(j.engine.args, strings(&["-tp", "8", "--max-model-len", "9472"]));
+    assert_eq!(j.engine.env, env(&[("VLLM_ATTENTION_BACKEND", "TRITON_ATTN")]));
+    assert_eq!(points(j), [(1024, 8192, 4), (1024, 8192, 8)]);
+    // The CPU entry: the bundled model, one job for both concurrencies.
+    let im = import("tiny-fp32-cpu-vllm");
+    let [j] = im.jobs.as_slice() else { panic!("{:?}", im.jobs) };
+    assert_eq!(j.engine.model, "bundled:smollm2-135m-instruct");
+    assert_eq!(
+        j.engine.args,
+        strings(&["--tensor-parallel-size", "1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "296"])
+    );
+    assert_eq!(j.engine.env, env(&[("VLLM_CPU_KVCACHE_SPACE", "2")]));
+    // A missing launcher names every name tried.
+    let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
+    let mut e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
+    e.precision = Some("fp8".into());
+    let p = &matrix(&e, None).unwrap()[0];
+    let err = launcher_for(&root(), &e, p).unwrap_err();
+    assert!(err.contains("tiny_fp8_cpu_vllm.sh") && err.contains("deprecated/tiny_fp8_cpu.sh"), "{err}");
+}
+
+#[test]
+fn scenario_filter_and_unknown_scenario() {
+    let (_, im) = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("8k1k")).unwrap();
+    assert_eq!(im.jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["tp8", "tp4-mtp"]);
+    let err = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("1k8k")).unwrap_err();
+    assert!(err.contains("1k1k, 8k1k"), "{err}");
+    let err = import_key(&root(), "no-such-key", None).unwrap_err();
+    assert!(err.contains("no-such-key"), "{err}");
+}
+
+#[test]
+fn machine_dependent_value_fails_with_its_line() {
+    let err = import_key(&root(), "broken-fp8-h200-vllm", None).unwrap_err();
+    assert!(err.contains("line 5: the output of `nvidia-smi -L` is used"), "{err}");
+}
+
+/// Imports a launcher written by the test with the tiny entry's matrix.
+fn import_text(script: &str) -> Result<Imported, String> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("l.sh"), script).unwrap();
+    let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
+    let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
+    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None)
+}
+
+#[test]
+fn unresolvable_constructs_fail_with_the_line() {
+    let err = import_text("#!/bin/bash\nX=1\nprobe-rdma --all\nvllm serve \"$MODEL\"\n").unwrap_err();
+    assert!(err.contains("line 3: `probe-rdma` is not a command the importer can run"), "{err}");
+    let err = import_text("if [ \"$TP\" = 2 ]; then\n  vllm serve \"$MODEL\"\nfi\n").unwrap_err();
+    assert!(err.contains("`vllm serve` never ran"), "{err}");
+    let err = import_text("set -e\nN=$(( CONC / 0 ))\nvllm serve \"$MODEL\"\n").unwrap_err();
+    assert!(err.contains("line 2: bash (l.sh): ") && err.contains("division by 0"), "{err}");
+    let err = import_text("while true; do sleep 1; done\n").unwrap_err();
+    assert!(err.contains("did not finish within"), "{err}");
+    let err = import_text("vllm serve \"$MODEL\" -tp 1\nvllm serve \"$MODEL\" -tp 2\n").unwrap_err();
+    assert!(err.contains("ran 2 times with different flags (lines 1, 2)"), "{err}");
+}
+
+#[test]
+fn the_sandbox_keeps_files_and_network_out() {
+    // No network; writes land in the throwaway /workspace; the checkout is read-only.
+    let script = "(exec 3<>/dev/tcp/1.1.1.1/80) 2>/dev/null && exit 5\necho x > /workspace/ok || exit 6\necho y > \"$(dirname \"$0\")/written\" || exit 7\nvllm serve \"$MODEL\"\n";
+    let err = import_text(script).unwrap_err();
+    assert!(err.contains("exited with status 7"), "{err}");
+    assert!(err.contains("line 3: bash (l.sh): ") && err.contains("Read-only file system"), "{err}");
+}

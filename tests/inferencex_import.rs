@@ -1,0 +1,103 @@
+//! InferenceX import through the CLI, on the fixture checkout
+//! (tests/fixtures/inferencex-checkout): `import`, `recipe show/check` and
+//! `run` with `--inferencex-checkout DIR --key KEY`, one end-to-end run on
+//! the CPU engine, and the recipe checks found while trying real launchers.
+
+mod common;
+
+use common::{engine_lock, enginebench, read_json, repo, text};
+
+fn checkout() -> String {
+    repo().join("tests/fixtures/inferencex-checkout").to_string_lossy().into_owned()
+}
+
+#[test]
+fn import_writes_a_recipe_with_one_variant_per_engine_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("shapes.toml");
+    let ix = checkout();
+    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "shapes-fp4-mi355x-vllm", "-o", f.to_str().unwrap()]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("job tp8-ep8-dpa-1k1k-conc256: 1 point(s), vllm serve at line 39"), "{log}");
+    let show = enginebench(&["recipe", "show", f.to_str().unwrap(), "--variant", "tp8-ep8-1k1k-conc16"]);
+    let shown = text(&show);
+    assert!(show.status.success(), "{shown}");
+    assert!(shown.contains("--tensor-parallel-size 8 --enable-expert-parallel --max-model-len 2304 --max-num-seqs 32"), "{shown}");
+    assert!(shown.contains("VLLM_ROCM_USE_AITER_MOE=1"), "{shown}");
+    // The same straight from the checkout, with the plan printed.
+    let show = enginebench(&["recipe", "show", "--inferencex-checkout", &ix, "--key", "shapes-fp4-mi355x-vllm", "--scenario", "8k1k"]);
+    let shown = text(&show);
+    assert!(show.status.success(), "{shown}");
+    assert!(shown.contains("tp4-mtp (variant): benchmarks/single_node/fixed_seq_len/shapes_fp4_mi355x_vllm_mtp.sh line 19"), "{shown}");
+    assert!(shown.contains(r#""num_speculative_tokens": 2"#), "{shown}");
+}
+
+#[test]
+fn an_unresolvable_launcher_is_exit_2_with_its_line_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("broken.toml");
+    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &checkout(), "--key", "broken-fp8-h200-vllm", "-o", f.to_str().unwrap()]);
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains("line 5: the output of `nvidia-smi -L` is used"), "{log}");
+    assert!(!f.exists());
+    let out = enginebench(&["run", "--inferencex-checkout", &checkout(), "--key", "no-such-entry"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("\"no-such-entry\""), "{}", text(&out));
+}
+
+#[test]
+fn recipe_check_names_missing_models_removed_variables_and_unknown_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "[sweep]\nisl = 32\nosl = 8\nconc = [1]\n";
+    let missing = dir.path().join("missing.toml");
+    std::fs::write(&missing, format!("name = \"m\"\nmodel = \"/nonexistent/model\"\nhardware = \"cpu\"\n{base}")).unwrap();
+    let newer = dir.path().join("newer.toml");
+    std::fs::write(
+        &newer,
+        format!(
+            "name = \"n\"\nmodel = \"bundled:smollm2-135m-instruct\"\nimage = \"example/vllm:nightly\"\nhardware = \"cpu\"\n\
+             [env]\nVLLM_ATTENTION_BACKEND = \"TRITON_ATTN\"\n[engine]\nargs = [\"--dtype\", \"float32\", \"--future-flag\", \"x\"]\n{base}"
+        ),
+    )
+    .unwrap();
+    let out = enginebench(&["recipe", "check", newer.to_str().unwrap()]);
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(0), "warnings only:\n{log}");
+    assert!(log.contains("warning: --future-flag x not known to this vLLM (0.32.0"), "{log}");
+    assert!(log.contains("the recipe pins image example/vllm:nightly"), "{log}");
+    assert!(log.contains("VLLM_ATTENTION_BACKEND was removed from vLLM: use the flag --attention-backend"), "{log}");
+    let out = enginebench(&["recipe", "check", missing.to_str().unwrap()]);
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains("model /nonexistent/model: no such local path"), "{log}");
+    let strict = std::fs::read_to_string(&newer).unwrap().replace("name = \"n\"", "name = \"n\"\nstrict = true");
+    std::fs::write(&newer, strict).unwrap();
+    let out = enginebench(&["recipe", "check", newer.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "strict: an unknown flag is an error\n{}", text(&out));
+}
+
+/// `run --inferencex-checkout DIR --key K` end to end on the CPU engine: the
+/// fixture entry's launcher on the bundled model, InferenceX's client
+/// settings (10 x conc prompts), two concurrencies at ISL/OSL 32/8.
+#[test]
+fn run_from_a_checkout_end_to_end() {
+    let _engine = engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let out = enginebench(&[
+        "run", "--inferencex-checkout", &checkout(), "--key", "tiny-fp32-cpu-vllm", "--no-eval",
+        "-o", out_dir.to_str().unwrap(),
+    ]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("InferenceX entry tiny-fp32-cpu-vllm"), "the plan is shown:\n{log}");
+    assert!(log.contains("vllm serve bundled:smollm2-135m-instruct --tensor-parallel-size 1 --dtype float32 --enforce-eager --max-model-len 296"), "{log}");
+    let r = read_json(&out_dir.join("result.json"));
+    let job = &r["jobs"][0];
+    assert_eq!(job["status"], "ok", "{job}");
+    let points = job["points"].as_array().unwrap();
+    assert_eq!(points.iter().map(|p| p["conc"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2]);
+    assert!(points.iter().all(|p| p["num_prompts"].as_u64() == Some(10 * p["conc"].as_u64().unwrap())), "{points:?}");
+}
