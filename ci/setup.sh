@@ -90,6 +90,15 @@ if [ "$with_vllm023" = 1 ]; then
     ln -sfn "$venv023" "$repo/.enginebench/venv-vllm023"
 fi
 
+# --- system packages ----------------------------------------------------------
+# bubblewrap: the InferenceX importer runs launchers in a sandbox (no network,
+# read-only checkout). Installed when missing and running as root (CI is).
+if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ]; then
+    log "installing bubblewrap (Debian package) for the InferenceX importer's sandbox"
+    apt-get install -y -q bubblewrap >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }
+fi
+
 # --- 2. bundled model --------------------------------------------------------
 models=$cache/models-$(key "$lock" "$repo/python-shim/enginebench_shim/prepare_model.py")
 mkdir -p "$models"
