@@ -22,6 +22,16 @@ pub const PR_LINK_PLACEHOLDER: &str = "https://github.com/SemiAnalysisAI/Inferen
 /// with `--`).
 pub fn config_changes(baseline: &JobResult, candidate: &JobResult) -> Vec<String> {
     let mut out = Vec::new();
+    // Two vLLM builds (a variant with its own `python`): name both, with the
+    // checkout's commit where vLLM is one - the first thing a reviewer reads.
+    if let (Some(b), Some(c)) = (&baseline.python, &candidate.python) {
+        let (bd, cd) = (b.describe(), c.describe());
+        if bd != cd {
+            out.push(format!("{bd} -> {cd}"));
+        } else if b.path != c.path {
+            out.push(format!("python {} -> {}", b.path, c.path));
+        }
+    }
     for (k, v) in &candidate.env {
         match baseline.env.get(k) {
             None => out.push(format!("set {k}={v}")),
@@ -217,6 +227,23 @@ mod tests {
             ]
         );
         assert!(config_changes(&b, &b).is_empty());
+
+        // Two builds of vLLM: both versions (and the checkout's commit) named.
+        let info = |path: &str, vllm: &str, commit: Option<&str>, py: &str| crate::report::result::PythonInfo {
+            path: path.into(),
+            executable: path.into(),
+            version: py.into(),
+            origin: crate::python::Origin::Flag,
+            vllm: Some(vllm.into()),
+            vllm_path: None,
+            vllm_git_commit: commit.map(String::from),
+        };
+        let (mut b2, mut c2) = (b.clone(), b.clone());
+        b2.python = Some(info("/a/python", "0.32.0", None, "3.11.7"));
+        c2.python = Some(info("/b/python", "0.23.0", Some("0123456789abcdef0123"), "3.12.1"));
+        assert_eq!(config_changes(&b2, &c2), vec!["vLLM 0.32.0 (Python 3.11.7) -> vLLM 0.23.0 @ 0123456789ab (Python 3.12.1)"]);
+        c2.python = Some(info("/b/python", "0.32.0", None, "3.11.7"));
+        assert_eq!(config_changes(&b2, &c2), vec!["python /a/python -> /b/python"]);
     }
 
     const SWEEP: &str = r#"{"space":[{"pairs":[[64,16]],"concs":[1]}],"inferencex":false,"length_convention":"vllm",

@@ -32,7 +32,7 @@ struct Noise {
 fn draw(rng: &mut ChaCha8Rng, r: usize, noise: &Noise, shift: f64) -> (Vec<RepeatData>, Vec<RepeatData>) {
     let run = Normal::new(0.0, noise.run).unwrap();
     let req = Normal::new(0.0, noise.request).unwrap();
-    let mut one = |rng: &mut ChaCha8Rng, s: f64| {
+    let one = |rng: &mut ChaCha8Rng, s: f64| {
         let factor = (run.sample(rng) + s).exp();
         RepeatData::Median((0..N_REQUESTS).map(|_| 50.0 * factor * req.sample(rng).exp()).collect())
     };

@@ -451,8 +451,9 @@ mod tests {
         }
         let e = probe_amd_smi(None, None).err().expect("no libamd_smi here");
         assert!(e.starts_with("library not found") || e.contains("no AMD GPU"), "{e}");
-        let e = probe_rocm_smi(None, None).err().expect("no librocm_smi64 here");
-        assert!(e.starts_with("library not found") || e.contains("no AMD GPU"), "{e}");
+        // Debian's librocm-smi64-1 (installed by ci/test.sh) loads but finds no GPU.
+        let e = probe_rocm_smi(None, None).err().expect("no AMD GPU here");
+        assert!(e.starts_with("library not found") || e.contains("no AMD GPU") || e.contains("rsmi_init failed"), "{e}");
     }
 }
 

@@ -76,7 +76,10 @@ fn missing_gpu_libraries_are_reported_and_host_is_sampled() {
         let s = by(n);
         assert!(!s.used);
         assert!(
-            s.reason.contains("not found") || s.reason.contains("no AMD GPU") || s.reason.contains("driver"),
+            s.reason.contains("not found")
+                || s.reason.contains("no AMD GPU")
+                || s.reason.contains("driver")
+                || s.reason.contains("init failed"), // a real library on a machine without the GPU
             "{n}: {}",
             s.reason
         );
