@@ -99,7 +99,8 @@ def check_args(argv, env_names):
         except FlagError as e2:
             out["error"] = str(e2)
             return json.dumps(out)
-        out["unknown_flags"] = unknown
+        # Each with the nearest valid flags, if any (a typo reads as one).
+        out["unknown_flags"] = [t + _suggestions(parser, prefix + " " + t) for t in unknown]
         argv = rest
     engine_fields = {f.name for f in dataclasses.fields(EngineArgs)}
     for token in argv:

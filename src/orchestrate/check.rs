@@ -110,7 +110,10 @@ pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &Fla
             flags.vllm_version.as_deref().unwrap_or("unknown version"),
             recipe.image.as_deref().map(|i| format!("; the recipe pins image {i}, whose vLLM may know them")).unwrap_or_default()
         );
-        if recipe.strict { f.errors.push(msg) } else { f.warnings.push(msg) }
+        // A CPU recipe without a pinned image runs on this very vLLM: an
+        // unknown flag there is a typo, not a newer or GPU-only flag.
+        let runs_here = recipe.is_cpu() && recipe.image.is_none();
+        if recipe.strict || runs_here { f.errors.push(msg) } else { f.warnings.push(msg) }
     }
     if let Some(e) = missing_local_model(&recipe.model) {
         f.errors.push(e);
@@ -125,7 +128,10 @@ pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &Fla
     }
     if !flags.unknown_env.is_empty() {
         let msg = format!("this vLLM does not know {} (removed or misspelled?)", flags.unknown_env.join(", "));
-        if recipe.strict { f.errors.push(msg) } else { f.warnings.push(msg) }
+        // A CPU recipe without a pinned image runs on this very vLLM: an
+        // unknown flag there is a typo, not a newer or GPU-only flag.
+        let runs_here = recipe.is_cpu() && recipe.image.is_none();
+        if recipe.strict || runs_here { f.errors.push(msg) } else { f.warnings.push(msg) }
     } else if flags.known_env_count == 0 {
         f.notes.push("could not read vLLM's list of environment variables".into());
     }
