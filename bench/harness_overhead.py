@@ -164,11 +164,17 @@ def parse_eb(out, probe_dir, points):
         for line in f:
             s = json.loads(line)
             steps.setdefault(s["point"], []).append(s)
-    probes = [x for x in os.listdir(probe_dir) if x.endswith(".json")]
-    if len(probes) != 1:
-        raise SystemExit(f"expected one probe file in {probe_dir}, found {probes}")
-    with open(os.path.join(probe_dir, probes[0])) as f:
-        probe = json.load(f)
+    # Every Python enginebench starts writes one (the interpreter probe too):
+    # the worker's is the one that saw vLLM's step() calls.
+    found = []
+    for name in sorted(x for x in os.listdir(probe_dir) if x.endswith(".json")):
+        with open(os.path.join(probe_dir, name)) as f:
+            p = json.load(f)
+        if p.get("d"):
+            found.append(p)
+    if len(found) != 1:
+        raise SystemExit(f"expected one probe with engine steps in {probe_dir}, found {len(found)}")
+    probe = found[0]
     res = {}
     adds_before = 0
     keys = sorted(steps)
