@@ -114,16 +114,18 @@ def first_token_latency(metrics):
 
 
 def report():
-    """{name: {"found": path or None, "missing": reason or None, "loses": what}}
-    for every item (doctor, result file)."""
+    """{name: {"found": path or None, "missing": reason or None, "loses": what,
+    "required": bool}} for every item (doctor, result file); a required item
+    that is missing means the engine cannot start."""
     out = {}
     for name, (_candidates, loses) in ITEMS.items():
         try:
             obj = get(name)
         except LookupError as e:
-            out[name] = {"found": None, "missing": str(e), "loses": "the engine cannot start"}
+            out[name] = {"found": None, "missing": str(e), "loses": "the engine cannot start",
+                         "required": True}
             continue
         found = _cache[name][1] if obj is not None else None
         out[name] = {"found": found, "missing": None if obj is not None else _cache[name][1],
-                     "loses": None if obj is not None else loses}
+                     "loses": None if obj is not None else loses, "required": loses is None}
     return out

@@ -58,7 +58,8 @@ pub fn doctor(json: bool) -> Result<i32> {
         }
         let compat = r.get("compat").and_then(Value::as_object);
         for (name, item) in compat.into_iter().flatten() {
-            if item.get("loses").and_then(Value::as_str) == Some("the engine cannot start") {
+            let missing = item.get("found").is_none_or(Value::is_null);
+            if missing && item.get("required").and_then(Value::as_bool) == Some(true) {
                 problems.push(format!("vLLM internal {name} missing: {}", item["missing"].as_str().unwrap_or("")));
             }
         }
