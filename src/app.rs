@@ -58,6 +58,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
                 calibrate: a.calibrate,
                 until_ci: a.until_ci,
                 max_repeats: a.max_repeats,
+                baseline_python: a.baseline_python.clone(),
+                candidate_python: a.candidate_python.clone(),
             };
             run_options(a.run, cli.verbose).and_then(|o| orchestrate::ab::ab(&o, &req))
         }

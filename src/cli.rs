@@ -252,6 +252,15 @@ pub struct AbArgs {
     /// Most repeats per variant with --until-ci.
     #[arg(long, value_name = "N")]
     pub max_repeats: Option<u32>,
+    /// Run the baseline in this Python (its vLLM, torch and plugins), over
+    /// --python and the variant's own `python`.
+    #[arg(long, value_name = "PATH")]
+    pub baseline_python: Option<PathBuf>,
+    /// Run the candidate in this Python: `--baseline base --candidate base
+    /// --candidate-python /opt/pr/bin/python` compares two vLLM builds on the
+    /// base recipe (the candidate is labelled `base@candidate`).
+    #[arg(long, value_name = "PATH", conflicts_with = "aa")]
+    pub candidate_python: Option<PathBuf>,
     #[command(flatten)]
     pub gate: GateArgs,
     #[command(flatten)]

@@ -123,3 +123,39 @@ fn wheel_installs_into_a_clean_python312_venv() {
     assert!(other.status.success(), "{}", text(&other));
     assert!(text(&other).contains("ok: a run can start") && text(&other).contains("0.23.0"), "{}", text(&other));
 }
+
+#[test]
+fn ab_of_two_vllm_builds_on_the_base_recipe() {
+    let _guard = engine_lock();
+    let py = python_023();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("ab");
+    // One variant in two interpreters: the set-up venv (vLLM 0.32) against the
+    // second environment (vLLM 0.23), not an A/A.
+    let out = enginebench(&[
+        "ab", "--baseline", "base", "--candidate", "base", "--candidate-python", py.to_str().unwrap(),
+        "--repeats", "1", "--no-eval", "--conc", "1", "--isl", "16", "--osl", "8", "--num-prompts", "2",
+        "--output", out_dir.to_str().unwrap(),
+    ]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "ab failed to run:\n{}", text(&out));
+    let r = read_json(&out_dir.join("result.json"));
+    let jobs = r["jobs"].as_array().unwrap();
+    let by_label = |l: &str| jobs.iter().find(|j| j["label"] == l).unwrap_or_else(|| panic!("no job {l}: {r}"));
+    let (base, cand) = (by_label("base"), by_label("base@candidate"));
+    assert!(base["python"]["vllm"].as_str().unwrap().starts_with("0.32"), "{}", base["python"]);
+    assert!(cand["python"]["vllm"].as_str().unwrap().starts_with("0.23"), "{}", cand["python"]);
+    assert_eq!(cand["python"]["path"], py.to_str().unwrap());
+    for j in [base, cand] {
+        assert_eq!(j["points"][0]["completed"], 2, "{j}");
+    }
+    // The report names both builds in its change line, and is no A/A.
+    let md = std::fs::read_to_string(out_dir.join("ab.md")).unwrap();
+    let change = md.lines().find(|l| l.starts_with("Change (after vs before)")).unwrap_or_else(|| panic!("{md}"));
+    assert!(change.contains("0.32") && change.contains("0.23"), "{change}");
+    assert!(!md.contains("A/A"), "{md}");
+
+    // A bad --baseline-python is refused before any engine starts.
+    let bad = enginebench(&["ab", "--baseline", "base", "--candidate", "base", "--baseline-python", "/bin/true", "--no-eval"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(text(&bad).contains("/bin/true"), "{}", text(&bad));
+}

@@ -28,6 +28,7 @@ use super::run::{new_result, now_rfc3339, output_dir, pending_job, print_summary
 use crate::ab::compare::{NoiseFloor, Row, apply_noise};
 use crate::ab::{self, Comparison, Context, Options, load_arm};
 use crate::error::{exit, usage};
+use crate::python::{self, Interpreter};
 
 /// What `enginebench ab` was asked.
 #[derive(Debug, Clone)]
@@ -47,10 +48,18 @@ pub struct AbRequest {
     pub until_ci: Option<f64>,
     /// Most repeats per variant with `--until-ci`.
     pub max_repeats: Option<u32>,
+    /// The baseline's interpreter (`--baseline-python`), over the variant's own.
+    pub baseline_python: Option<PathBuf>,
+    /// The candidate's interpreter (`--candidate-python`), over the variant's own.
+    pub candidate_python: Option<PathBuf>,
 }
 
 /// The suffix of the A/A copy's label (`base` vs `base-aa`).
 pub const AA_SUFFIX: &str = "-aa";
+/// The suffix of the candidate's label when both arms are one variant run in
+/// two interpreters (`ab --baseline base --candidate base --candidate-python P`):
+/// `base` vs `base@candidate`.
+pub const PYTHON_AB_SUFFIX: &str = "@candidate";
 
 /// Runs the A/B (or the A/A) and prints the comparison. Returns the exit
 /// code: 0 the gate passed and every job ran; 1 a job failed or the gate
@@ -64,7 +73,11 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
     if !opts.variants.is_empty() || opts.resume.is_some() {
         return Err(usage("ab takes --baseline and --candidate (not --variant/--variants/--resume)"));
     }
-    let aa = req.candidate.as_deref().is_none_or(|c| c == req.baseline);
+    let same_variant = req.candidate.as_deref().is_none_or(|c| c == req.baseline);
+    // One variant in two interpreters is an A/B of two vLLM builds, not an A/A.
+    // (`--aa` names no candidate: both copies run in the baseline's interpreter.)
+    let python_ab = req.candidate.is_some() && same_variant && req.baseline_python != req.candidate_python;
+    let aa = same_variant && !python_ab;
     if req.repeats == 0 {
         return Err(usage("--repeats must be at least 1 (3 or more for verdicts that hold up)"));
     }
@@ -90,10 +103,22 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
         (None, None) => None,
     };
     let noise = req.noise.as_deref().map(NoiseFloor::load).transpose()?;
-    let candidate = if aa { format!("{}{AA_SUFFIX}", req.baseline) } else { req.candidate.clone().unwrap_or_default() };
+    // Probed now: a bad interpreter is a usage error before any engine starts.
+    let mut pythons = ArmPythons {
+        baseline: req.baseline_python.as_deref().map(python::named_interpreter).transpose()?,
+        candidate: req.candidate_python.as_deref().map(python::named_interpreter).transpose()?,
+    };
+    if aa {
+        pythons.candidate = pythons.baseline.clone();
+    }
+    let candidate = match (aa, python_ab) {
+        (true, _) => format!("{}{AA_SUFFIX}", req.baseline),
+        (false, true) => format!("{}{PYTHON_AB_SUFFIX}", req.baseline),
+        (false, false) => req.candidate.clone().unwrap_or_default(),
+    };
 
     let mut opts = opts.clone();
-    opts.variants = if aa { vec![req.baseline.clone()] } else { vec![req.baseline.clone(), candidate.clone()] };
+    opts.variants = if same_variant { vec![req.baseline.clone()] } else { vec![req.baseline.clone(), candidate.clone()] };
     let plan0 = plan(&opts)?;
     let out_dir = output_dir(opts.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
 
@@ -101,7 +126,14 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
         eprintln!("enginebench ab --calibrate: A/A of {} first ({} repeats) -> {}", req.baseline, req.repeats, out_dir.join("aa").display());
         let mut aa_opts = opts.clone();
         aa_opts.variants = vec![req.baseline.clone()];
-        let arms = Arms { baseline: req.baseline.clone(), candidate: format!("{}{AA_SUFFIX}", req.baseline), aa: true };
+        // The noise floor of the baseline's build: both copies in its interpreter.
+        let arms = Arms {
+            baseline: req.baseline.clone(),
+            candidate: format!("{}{AA_SUFFIX}", req.baseline),
+            aa: true,
+            copy: true,
+            pythons: ArmPythons { baseline: pythons.baseline.clone(), candidate: pythons.baseline.clone() },
+        };
         match run_arms(&aa_opts, &arms, req, None, &out_dir.join("aa"), None)? {
             Finished::Interrupted => return Ok(130),
             Finished::Done { failed: true, .. } => {
@@ -113,7 +145,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
     } else {
         noise
     };
-    let arms = Arms { baseline: req.baseline.clone(), candidate, aa };
+    let arms = Arms { baseline: req.baseline.clone(), candidate, aa, copy: same_variant, pythons };
     match run_arms(&opts, &arms, req, until, &out_dir, noise.as_ref())? {
         Finished::Interrupted => Ok(130),
         Finished::Done { cmp, failed } => Ok(if failed { exit::FAILED } else { cmp.exit_code() }),
@@ -124,7 +156,18 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
 struct Arms {
     baseline: String,
     candidate: String,
+    /// The candidate is the baseline itself (an A/A: the noise floor).
     aa: bool,
+    /// The candidate's jobs are copies of the baseline's, relabelled (an A/A,
+    /// or one variant in two interpreters).
+    copy: bool,
+    pythons: ArmPythons,
+}
+
+/// Interpreters that replace an arm's own (`--baseline-python`, `--candidate-python`).
+struct ArmPythons {
+    baseline: Option<Interpreter>,
+    candidate: Option<Interpreter>,
 }
 
 enum Finished {
@@ -151,12 +194,20 @@ fn run_arms(
         job.label = Some(job.config.variant.clone().unwrap_or_else(|| "base".into()));
     }
     let mut one_repeat = std::mem::take(&mut plan.jobs);
-    if arms.aa {
+    if arms.copy {
         let copies: Vec<PlannedJob> = one_repeat.iter().cloned().map(|mut j| {
             j.label = Some(arms.candidate.clone());
             j
         }).collect();
         one_repeat.extend(copies);
+    }
+    for job in &mut one_repeat {
+        let arm = if job.label.as_deref() == Some(arms.baseline.as_str()) { &arms.pythons.baseline } else { &arms.pythons.candidate };
+        if let Some(python) = arm {
+            job.python = python.clone();
+            // Recorded in the job's configuration too, as a variant's own `python` is.
+            job.config.python = Some(python.path.clone());
+        }
     }
     let repeat_jobs = |r: u32| -> Vec<PlannedJob> {
         // ABBA order (baseline first in even repeats, candidate first in odd
