@@ -494,7 +494,7 @@ class Engine:
           stats:  (prefill_reqs, prefill_tokens, decode_reqs, decode_tokens,
                    running, waiting, kv_cache_usage, prefix_queries, prefix_hits,
                    preempted, spec) for this step; scheduled counts are -1 when
-                   unknown; spec is (drafts, draft_tokens, accepted,
+                   unknown, kv_cache_usage None; spec is (drafts, draft_tokens, accepted,
                    [accepted per position]) when the engine speculates, else None
           timings: flat [rid, ttft_s, decode_s, queued_s, gen_tokens, ...] from
                    vLLM's RequestStateStats of requests finished in this step, or None
@@ -562,11 +562,11 @@ class Engine:
         elif self.num_speculative_tokens:
             spec = self._zero_spec
         if st is None:
-            stats = (p_r, p_t, d_r, d_t, 0, 0, 0.0, 0, 0, sink[1], spec)
+            stats = (p_r, p_t, d_r, d_t, 0, 0, None, 0, 0, sink[1], spec)
         else:
             pc = getattr(st, "prefix_cache_stats", None)
             stats = (p_r, p_t, d_r, d_t, st.num_running_reqs, st.num_waiting_reqs,
-                     compat.kv_cache_usage(st) or 0.0, pc.queries if pc is not None else 0,
+                     compat.kv_cache_usage(st), pc.queries if pc is not None else 0,
                      pc.hits if pc is not None else 0, sink[1], spec)
         return deltas, texts, stats, timings
 
@@ -580,14 +580,6 @@ class Engine:
         core = getattr(self.engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
-
-
-def set_multiprocessing_executable(python):
-    """Makes spawned children run the venv's python, never the Rust binary."""
-    import multiprocessing
-
-    multiprocessing.set_executable(python)
-    sys.executable = python
 
 
 def doctor():

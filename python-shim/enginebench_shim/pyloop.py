@@ -35,9 +35,7 @@ def _load_engine_class():
     # Run as a file (not `-m`): import the shim next to this file.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.dirname(here))
-    from enginebench_shim.engine import Engine, set_multiprocessing_executable
-
-    set_multiprocessing_executable(sys.executable)
+    from enginebench_shim.engine import Engine
     return Engine
 
 

@@ -42,8 +42,9 @@ pub struct StepStats {
     /// Requests running and waiting after scheduling.
     pub running: u32,
     pub waiting: u32,
-    /// Fraction of the KV cache in use, 0..1.
-    pub kv_cache_usage: f64,
+    /// Fraction of the KV cache in use, 0..1; `None` when this vLLM's
+    /// scheduler stats do not say (never reported as 0).
+    pub kv_cache_usage: Option<f64>,
     /// Prompt tokens looked up in / found in the prefix cache this step.
     pub prefix_queries: u64,
     pub prefix_hits: u64,

@@ -27,14 +27,14 @@ pub struct VllmEngine {
 
 impl VllmEngine {
     /// Builds the engine from a `vllm serve` argument list (model first), parsed
-    /// by vLLM's own serve parser. `venv_python` becomes multiprocessing's
-    /// executable so nothing Python spawns re-runs this binary.
+    /// by vLLM's own serve parser, in the worker's own interpreter (whose
+    /// `sys.executable` is what multiprocessing's children run).
     ///
     /// Errors: a [`super::pyerror::PythonError`] for rejected flags or a failed
     /// engine start, with vLLM's message.
-    pub fn build(argv: &[String], venv_python: &str) -> Result<VllmEngine> {
+    pub fn build(argv: &[String]) -> Result<VllmEngine> {
         Python::attach(|py| {
-            let module = load_shim(py, venv_python)?;
+            let module = load_shim(py)?;
             let engine = module.call_method1("Engine", (argv.to_vec(),)).py_context(py)?;
             let info: String = module
                 .getattr("json")
@@ -57,8 +57,8 @@ impl VllmEngine {
     }
 }
 
-/// Loads the shim module and points multiprocessing at the venv's python.
-fn load_shim<'py>(py: Python<'py>, venv_python: &str) -> Result<Bound<'py, PyModule>> {
+/// Loads the shim module (its compatibility layer first).
+fn load_shim<'py>(py: Python<'py>) -> Result<Bound<'py, PyModule>> {
     // Registered in sys.modules as `enginebench_compat`, where the shim imports it.
     let compat = CString::new(COMPAT_SOURCE)?;
     PyModule::from_code(py, &compat, c"enginebench_shim/compat.py", c"enginebench_compat")
@@ -69,24 +69,23 @@ fn load_shim<'py>(py: Python<'py>, venv_python: &str) -> Result<Bound<'py, PyMod
         PyModule::from_code(py, &code, c"enginebench_shim/engine.py", c"enginebench_shim_engine")
             .py_context(py)
             .context("loading the enginebench Python shim")?;
-    module.call_method1("set_multiprocessing_executable", (venv_python,)).py_context(py)?;
     Ok(module)
 }
 
 /// What the interpreter's vLLM is (versions, platform, devices, compatibility
 /// items), without building an engine: the shim's JSON report.
-pub fn doctor(venv_python: &str) -> Result<String> {
+pub fn doctor() -> Result<String> {
     Python::attach(|py| {
-        let module = load_shim(py, venv_python)?;
+        let module = load_shim(py)?;
         module.call_method0("doctor").and_then(|r| r.extract::<String>()).py_context(py)
     })
 }
 
 /// Checks `vllm serve` arguments with vLLM's own parser, without building an
 /// engine; returns the shim's JSON report (see `check_args` in the shim).
-pub fn check_args(argv: &[String], env_names: &[String], venv_python: &str) -> Result<String> {
+pub fn check_args(argv: &[String], env_names: &[String]) -> Result<String> {
     Python::attach(|py| {
-        let module = load_shim(py, venv_python)?;
+        let module = load_shim(py)?;
         module
             .call_method1("check_args", (argv.to_vec(), env_names.to_vec()))
             .and_then(|r| r.extract::<String>())
@@ -197,7 +196,7 @@ impl StepEngine for VllmEngine {
 type SpecTuple = (u64, u64, u64, Vec<u64>);
 
 /// The shim's per-step stats tuple (see its `Engine.step` docstring).
-type StatsTuple = (i64, i64, i64, i64, u32, u32, f64, u64, u64, u32, Option<SpecTuple>);
+type StatsTuple = (i64, i64, i64, i64, u32, u32, Option<f64>, u64, u64, u32, Option<SpecTuple>);
 
 impl VllmEngine {
     /// Makes later steps return each perf request's new token ids

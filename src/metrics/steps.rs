@@ -27,8 +27,8 @@ pub struct StepRecord {
     /// Requests running / waiting in the scheduler.
     pub running: u32,
     pub waiting: u32,
-    /// KV-cache usage, 0..1.
-    pub kv_cache_usage: f64,
+    /// KV-cache usage, 0..1; null when this vLLM does not report it.
+    pub kv_cache_usage: Option<f64>,
     pub prefix_cache_queries: u64,
     pub prefix_cache_hits: u64,
     pub preempted: u32,
@@ -86,7 +86,9 @@ pub struct StepSummary {
     /// Mean requests scheduled per step (prefill + decode) over steps that scheduled any.
     pub mean_batch_size: f64,
     pub max_running: u32,
-    pub max_kv_cache_usage: f64,
+    /// Highest KV-cache usage over the steps, 0..1; absent when no step reported one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_kv_cache_usage: Option<f64>,
     pub preemptions: u64,
     /// Tokens scheduled over the point; absent when the scheduler is not reachable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,7 +128,7 @@ pub fn summarize_steps(steps: &[StepRecord]) -> StepSummary {
         median_decode_step_ms: percentile_sorted(&decode, 50.0),
         mean_batch_size: mean(&batches),
         max_running: steps.iter().map(|s| s.running).max().unwrap_or(0),
-        max_kv_cache_usage: steps.iter().map(|s| s.kv_cache_usage).fold(0.0, f64::max),
+        max_kv_cache_usage: steps.iter().filter_map(|s| s.kv_cache_usage).reduce(f64::max),
         preemptions: steps.iter().map(|s| u64::from(s.preempted)).sum(),
         prefill_tokens: if steps.is_empty() { None } else { sum_opt(|s| s.prefill_tokens) },
         decode_tokens: if steps.is_empty() { None } else { sum_opt(|s| s.decode_tokens) },
@@ -143,7 +145,7 @@ mod tests {
             prefill: Some(prefill),
             decode: Some(decode),
             running: prefill.0 + decode.0,
-            kv_cache_usage: kv,
+            kv_cache_usage: Some(kv),
             prefix_queries: u64::from(prefill.1),
             prefix_hits: u64::from(prefill.1 / 2),
             ..Default::default()
@@ -166,7 +168,7 @@ mod tests {
         assert_eq!(s.decode_only_steps, 2);
         assert!((s.mean_decode_step_ms - 11.0).abs() < 1e-9);
         assert_eq!(s.mean_batch_size, 2.0);
-        assert_eq!(s.max_kv_cache_usage, 0.3);
+        assert_eq!(s.max_kv_cache_usage, Some(0.3));
         assert_eq!(s.prefill_tokens, Some(150));
         assert_eq!(s.decode_tokens, Some(5));
         assert!((s.prefix_cache_hit_rate - 75.0 / 150.0).abs() < 1e-12);

@@ -194,7 +194,7 @@ fn vllm_checks(python: &Interpreter, configs: &[(String, EngineConfig)]) -> Resu
             CheckItem { argv, env_names: c.env.keys().cloned().collect() }
         })
         .collect();
-    let task = Task::Check(CheckJob { python: python.path.clone(), items });
+    let task = Task::Check(CheckJob { items });
     eprintln!("checking flags with vLLM's serve parser (imports vLLM, loads no weights)...");
     ask_worker(python, &task, "flag check", |msg| match msg {
         Message::Checked { results } => Some(results),

@@ -32,6 +32,7 @@ pub fn doctor(json: bool) -> Result<i32> {
         }
     };
     out.insert("python".into(), serde_json::to_value(&python)?);
+    out.insert("python_chosen_by".into(), Value::String(python.origin.source().into()));
     match native::module_path() {
         Ok(p) => {
             out.insert("worker_module".into(), Value::String(p.display().to_string()));
@@ -90,7 +91,7 @@ pub fn doctor(json: bool) -> Result<i32> {
 fn print_human(out: &serde_json::Map<String, Value>) {
     let s = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("-").to_string();
     let py = &out["python"];
-    println!("python      {} ({}, chosen by {})", s(py.get("path")), s(py.get("version")), s(py.get("origin")));
+    println!("python      {} ({}, chosen by {})", s(py.get("path")), s(py.get("version")), s(out.get("python_chosen_by")));
     println!("worker      {}", s(out.get("worker_module")));
     if let Some(e) = out.get("engine") {
         let commit = out.get("vllm_git_commit").and_then(Value::as_str).map(|c| format!(" @ {c}")).unwrap_or_default();

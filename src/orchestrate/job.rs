@@ -52,7 +52,6 @@ pub fn run_job(
     let mut engine_argv = vec![plan.model_path.clone()];
     engine_argv.extend(job.config.args.iter().cloned());
     let request = Job {
-        python: job.python.path.clone(),
         engine_argv,
         points: job.specs.clone(),
         eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),

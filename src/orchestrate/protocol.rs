@@ -1,6 +1,5 @@
 //! The messages between orchestrator and worker.
 
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +30,6 @@ pub enum Task {
 /// Flag lists to check.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckJob {
-    pub python: PathBuf,
     pub items: Vec<CheckItem>,
 }
 
@@ -69,8 +67,6 @@ pub struct FlagCheck {
 /// What a worker is asked to do with its one engine.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Job {
-    /// The venv's interpreter (becomes Python's `sys.executable`).
-    pub python: PathBuf,
     /// `vllm serve` arguments: the model, then the flags.
     pub engine_argv: Vec<String>,
     pub points: Vec<PointSpec>,

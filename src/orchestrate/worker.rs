@@ -119,8 +119,7 @@ fn run(channel: &mut Channel) -> Result<()> {
         Task::Run(job) => run_job(&job, channel),
         Task::Check(check) => run_check(&check, channel),
         Task::Doctor => {
-            let python = std::env::current_exe().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
-            let report = crate::engine::vllm::doctor(&python)?;
+            let report = crate::engine::vllm::doctor()?;
             channel.send(&Message::Doctor { report });
             Ok(())
         }
@@ -128,12 +127,11 @@ fn run(channel: &mut Channel) -> Result<()> {
 }
 
 fn run_check(check: &CheckJob, channel: &mut Channel) -> Result<()> {
-    let python = check.python.to_string_lossy().into_owned();
     let results = check
         .items
         .iter()
         .map(|item| {
-            let report = crate::engine::vllm::check_args(&item.argv, &item.env_names, &python)?;
+            let report = crate::engine::vllm::check_args(&item.argv, &item.env_names)?;
             Ok(serde_json::from_str(&report)?)
         })
         .collect::<Result<Vec<FlagCheck>>>()?;
@@ -143,8 +141,7 @@ fn run_check(check: &CheckJob, channel: &mut Channel) -> Result<()> {
 
 fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
     let started = Instant::now();
-    let python = job.python.to_string_lossy().into_owned();
-    let mut engine = VllmEngine::build(&job.engine_argv, &python).context("building the vLLM engine")?;
+    let mut engine = VllmEngine::build(&job.engine_argv).context("building the vLLM engine")?;
     channel.send(&Message::Ready {
         engine: engine.info.clone(),
         engine_start_s: started.elapsed().as_secs_f64(),

@@ -52,6 +52,19 @@ pub enum Origin {
     Path,
 }
 
+impl Origin {
+    /// Where the choice came from, in words ("--python", "$ENGINEBENCH_PYTHON", ...).
+    pub fn source(self) -> &'static str {
+        match self {
+            Origin::Flag => "--python",
+            Origin::Env => "$ENGINEBENCH_PYTHON",
+            Origin::Host => "the console script's interpreter",
+            Origin::SetupVenv => "the set-up venv",
+            Origin::Path => "PATH",
+        }
+    }
+}
+
 static CLI_CHOICE: OnceLock<Option<PathBuf>> = OnceLock::new();
 
 /// Records the global `--python` flag; call once, before any command runs.

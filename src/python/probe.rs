@@ -59,13 +59,7 @@ struct Report {
 /// free-threaded build.
 pub fn probe(path: &Path, origin: Origin) -> Result<Interpreter> {
     let shown = path.display();
-    let how = match origin {
-        Origin::Flag => "--python",
-        Origin::Env => "$ENGINEBENCH_PYTHON",
-        Origin::Host => "the console script's interpreter",
-        Origin::SetupVenv => "the set-up venv",
-        Origin::Path => "PATH",
-    };
+    let how = origin.source();
     if !path.exists() {
         return Err(usage(format!(
             "Python interpreter {shown} (from {how}) does not exist: give the path of a CPython 3.10+ `python` that can import vllm"
