@@ -11,5 +11,6 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 home=${ENGINEBENCH_HOME:-$repo/.enginebench}
 py=$home/venv/bin/python
 [ -x "$py" ] || { echo "no venv at $home: run ci/setup.sh first" >&2; exit 2; }
-PYO3_PYTHON=$py cargo build --release --quiet --manifest-path "$repo/Cargo.toml"
+cargo build --release --quiet --manifest-path "$repo/Cargo.toml"
+cargo build --release --quiet --manifest-path "$repo/Cargo.toml" -p enginebench-native
 exec "$py" "$repo/bench/ab_calibration.py" --bin "$repo/target/release/enginebench" "$@"
