@@ -134,7 +134,7 @@ fn ab_of_two_vllm_builds_on_the_base_recipe() {
     // second environment (vLLM 0.23), not an A/A.
     let out = enginebench(&[
         "ab", "--baseline", "base", "--candidate", "base", "--candidate-python", py.to_str().unwrap(),
-        "--repeats", "1", "--no-eval", "--conc", "1", "--isl", "16", "--osl", "8", "--num-prompts", "2",
+        "--repeats", "1", "--eval-limit", "3", "--conc", "1", "--isl", "16", "--osl", "8", "--num-prompts", "2",
         "--output", out_dir.to_str().unwrap(),
     ]);
     assert!(matches!(out.status.code(), Some(0 | 1)), "ab failed to run:\n{}", text(&out));
@@ -153,6 +153,10 @@ fn ab_of_two_vllm_builds_on_the_base_recipe() {
     let change = md.lines().find(|l| l.starts_with("Change (after vs before)")).unwrap_or_else(|| panic!("{md}"));
     assert!(change.contains("0.32") && change.contains("0.23"), "{change}");
     assert!(!md.contains("A/A"), "{md}");
+    // Greedy answers of the two builds compared question by question.
+    assert!(md.contains("Greedy-token agreement: ") && md.contains("/3 questions identical"), "{md}");
+    let yaml = std::fs::read_to_string(out_dir.join("changelog.yaml")).unwrap();
+    assert!(yaml.contains("0.32") && yaml.contains("0.23"), "{yaml}");
 
     // A bad --baseline-python is refused before any engine starts.
     let bad = enginebench(&["ab", "--baseline", "base", "--candidate", "base", "--baseline-python", "/bin/true", "--no-eval"]);

@@ -8,15 +8,33 @@ use comfy_table::{CellAlignment, Table};
 use super::compare::{Accuracy, Comparison, Figure, METRICS, PairedMetric, Row};
 use super::stats::{CONFIDENCE, McNemarMethod, Verdict};
 
-/// A delta (fraction) as a signed percentage with one decimal: `+4.2%`.
+/// A delta (fraction) as a signed percentage, one decimal as a rule: `+4.2%`.
+///
+/// Precision follows size so no figure reads as zero or as false precision:
+/// two decimals below 0.1% (`+0.04%`), none from 100% up (`+412%`).
 pub fn pct(delta: f64) -> String {
-    if delta.is_finite() { format!("{:+.1}%", delta * 100.0) } else { "-".into() }
+    if !delta.is_finite() {
+        return "-".into();
+    }
+    let v = delta * 100.0;
+    match v.abs() {
+        a if a >= 100.0 => format!("{v:+.0}%"),
+        a if a > 0.0 && a < 0.1 => format!("{v:+.2}%"),
+        _ => format!("{v:+.1}%"),
+    }
 }
 
 /// A fraction as an unsigned percentage: `5%`, `2.5%`.
+/// (`0.04%` below 0.1%, as [`pct`]).
 pub fn pct_unsigned(x: f64) -> String {
     let v = x * 100.0;
-    if (v - v.round()).abs() < 1e-9 { format!("{v:.0}%") } else { format!("{v:.1}%") }
+    if (v - v.round()).abs() < 1e-9 || v.abs() >= 100.0 {
+        format!("{v:.0}%")
+    } else if v.abs() < 0.1 {
+        format!("{v:.2}%")
+    } else {
+        format!("{v:.1}%")
+    }
 }
 
 /// A delta interval: `[-1.2%, +2.9%]`, or `[no CI]`.
@@ -378,6 +396,19 @@ pub(crate) mod tests {
     use super::super::stats::{McNemar, Verdict};
     use super::*;
     use crate::report::result::RecipeInfo;
+
+    #[test]
+    fn percentages_keep_small_figures_visible_and_big_ones_plain() {
+        assert_eq!(pct(0.042), "+4.2%");
+        assert_eq!(pct(-0.0004), "-0.04%");
+        assert_eq!(pct(0.0), "+0.0%");
+        assert_eq!(pct(4.123), "+412%");
+        assert_eq!(pct(f64::NAN), "-");
+        assert_eq!(pct_unsigned(0.05), "5%");
+        assert_eq!(pct_unsigned(0.025), "2.5%");
+        assert_eq!(pct_unsigned(0.0004), "0.04%");
+        assert_eq!(pct_unsigned(12.3456), "1235%");
+    }
 
     /// A hand-made comparison: one ISL/OSL and TP, two concurrencies.
     pub fn fixture() -> Comparison {
