@@ -8,7 +8,8 @@ use serde::Deserialize;
 
 use super::merge::points_so_far;
 
-/// What a progress line needs of a point line.
+/// What a progress line needs of a point line (`points.jsonl`: the point's
+/// figures are flattened into it).
 #[derive(Deserialize)]
 struct PointLine {
     label: String,
@@ -16,11 +17,6 @@ struct PointLine {
     osl: u32,
     conc: u32,
     status: String,
-    figures: Figures,
-}
-
-#[derive(Deserialize)]
-struct Figures {
     output_throughput: f64,
 }
 
@@ -48,7 +44,7 @@ impl Watch {
                     p.isl,
                     p.osl,
                     p.conc,
-                    p.figures.output_throughput,
+                    p.output_throughput,
                     p.status
                 )
             })
@@ -60,5 +56,34 @@ impl Watch {
     /// Points shown for task `key` so far.
     pub fn count(&self, key: u32) -> usize {
         self.shown.get(&key).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{FigureSpec, point_figures};
+    use crate::report::result::PointResult;
+
+    #[test]
+    fn a_line_per_new_point_of_a_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let tdir = super::super::task::task_dir(dir.path(), 3);
+        std::fs::create_dir_all(&tdir).unwrap();
+        let mut figures = point_figures(&[], 1.0, FigureSpec { percentiles: &[99.0], gpus: 1, goodput: None });
+        figures.output_throughput = 51.3;
+        let point = PointResult { osl: 16, ..PointResult::fixture(2, 4, figures) };
+        // As OutputFiles::append_point writes it.
+        let mut line = serde_json::to_value(&point).unwrap();
+        line["job"] = 0.into();
+        line["label"] = "base".into();
+        line["point"] = 0.into();
+        std::fs::write(tdir.join("points.jsonl"), format!("{line}\n")).unwrap();
+        let mut w = Watch::default();
+        let lines = w.new_points(dir.path(), 3, "on vm");
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("[task 3 on vm] base: ") && lines[0].contains("conc 2: 51.3 output tok/s (ok)"), "{lines:?}");
+        assert!(w.new_points(dir.path(), 3, "on vm").is_empty(), "shown once");
+        assert_eq!(w.count(3), 1);
     }
 }
