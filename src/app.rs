@@ -70,6 +70,9 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             }
             exit::OK
         }),
+        Command::Status(a) => orchestrate::runner::slurm::status(&a.dir),
+        Command::Collect(a) => orchestrate::runner::slurm::collect(&a.dir),
+        Command::Task(a) => orchestrate::runner::task::run_task(&a.dir, a.key, a.probe.as_deref()),
     };
     let code = match outcome {
         Ok(code) => code,
@@ -153,10 +156,32 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
         force: a.force,
         output: a.output,
         verbose,
+        exec: exec_choice(a.exec),
         ..RunOptions::default()
     };
     apply_eval_flags(&mut o, a.eval);
     Ok(o)
+}
+
+/// The executor the command line asks for.
+fn exec_choice(a: cli::ExecArgs) -> orchestrate::runner::ExecChoice {
+    use orchestrate::runner::ExecChoice;
+    use orchestrate::runner::slurm::SlurmOptions;
+    if a.slurm {
+        ExecChoice::Slurm(SlurmOptions {
+            partition: a.partition,
+            account: a.account,
+            time: a.slurm_time,
+            gpus_per_job: a.gpus_per_job.unwrap_or_default(),
+            extra: a.slurm_arg,
+            bin: a.slurm_bin,
+            detach: a.detach,
+        })
+    } else if let Some(jobs) = a.parallel_jobs {
+        ExecChoice::Parallel { jobs, share_cpu: a.share_cpu }
+    } else {
+        ExecChoice::Local
+    }
 }
 
 fn ab_options(g: &cli::GateArgs) -> ab::Options {
@@ -172,7 +197,7 @@ fn ab_options(g: &cli::GateArgs) -> ab::Options {
 fn eval_options(a: cli::EvalArgs, verbose: bool) -> RunOptions {
     let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
     variants.extend(a.variant);
-    let mut o = RunOptions { recipe: a.recipe, variants, only_eval: true, output: a.output, verbose, ..RunOptions::default() };
+    let mut o = RunOptions { recipe: a.recipe, variants, only_eval: true, output: a.output, verbose, exec: exec_choice(a.exec), ..RunOptions::default() };
     apply_eval_flags(&mut o, a.eval);
     o
 }

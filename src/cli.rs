@@ -50,6 +50,66 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Plot every job of a result: tok/s/gpu vs tok/s/user, tok/s/gpu and TPOT vs concurrency (PNG, SVG).
     Plot(PlotArgs),
+    /// The Slurm tasks of a run submitted with --slurm: state, node, points so far.
+    Status(DirArgs),
+    /// Wait for a run submitted with --slurm (--detach), merge its tasks into result.json and print it (exit code as `run`).
+    Collect(DirArgs),
+    /// Run one task of a saved plan into its run folder (what a Slurm array task or a --parallel-jobs child runs).
+    #[command(name = "__task", hide = true)]
+    Task(TaskArgs),
+}
+
+/// A run folder.
+#[derive(Debug, Args)]
+pub struct DirArgs {
+    /// The run folder (holding result.json, plan.json and slurm/).
+    pub dir: PathBuf,
+}
+
+/// `enginebench __task DIR KEY`.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    pub dir: PathBuf,
+    pub key: u32,
+    /// The token the submitter wrote into DIR/slurm/probe.
+    #[arg(long)]
+    pub probe: Option<String>,
+}
+
+/// How the jobs are executed: here one after another (default), several at
+/// once on disjoint GPUs, or as a Slurm job array.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ExecArgs {
+    /// Run the jobs as the tasks of one Slurm job array (sbatch); the run folder must be on a filesystem the nodes share.
+    #[arg(long, help_heading = "Cluster")]
+    pub slurm: bool,
+    /// Slurm partition.
+    #[arg(long, requires = "slurm", help_heading = "Cluster")]
+    pub partition: Option<String>,
+    /// Slurm account.
+    #[arg(long, requires = "slurm", help_heading = "Cluster")]
+    pub account: Option<String>,
+    /// Each task's time limit (sbatch --time: 30, 2:00:00, 1-0).
+    #[arg(long = "time", requires = "slurm", value_name = "TIME", help_heading = "Cluster")]
+    pub slurm_time: Option<String>,
+    /// GPUs per task: auto (the largest TP x PP of the jobs; none for a CPU recipe) or N.
+    #[arg(long, requires = "slurm", value_name = "auto|N", help_heading = "Cluster")]
+    pub gpus_per_job: Option<crate::orchestrate::runner::slurm::GpusPerJob>,
+    /// One more #SBATCH line, e.g. --slurm-arg=--constraint=mi355x (repeatable).
+    #[arg(long = "slurm-arg", requires = "slurm", allow_hyphen_values = true, value_name = "ARG", help_heading = "Cluster")]
+    pub slurm_arg: Vec<String>,
+    /// The folder holding sbatch, scontrol and scancel (default: PATH).
+    #[arg(long, requires = "slurm", value_name = "DIR", help_heading = "Cluster")]
+    pub slurm_bin: Option<PathBuf>,
+    /// Submit and return; `enginebench status DIR` / `collect DIR` pick the run up.
+    #[arg(long, requires = "slurm", help_heading = "Cluster")]
+    pub detach: bool,
+    /// Run up to N jobs at once on disjoint GPU sets of this node (auto: as many as fit).
+    #[arg(long, conflicts_with = "slurm", value_name = "N|auto", help_heading = "Cluster")]
+    pub parallel_jobs: Option<crate::orchestrate::runner::parallel::ParallelJobs>,
+    /// With --parallel-jobs on CPU: run engines at once although they share the cores (their perf numbers disturb each other).
+    #[arg(long, requires = "parallel_jobs", help_heading = "Cluster")]
+    pub share_cpu: bool,
 }
 
 /// A recipe taken straight from an InferenceX checkout.
@@ -149,6 +209,8 @@ pub struct RunArgs {
     /// Output folder (default results/<recipe>-<UTC time>).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -373,6 +435,8 @@ pub struct EvalArgs {
     /// Output folder (default results/<recipe>-<UTC time>).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub exec: ExecArgs,
 }
 
 /// A list parsed from one argument (clap would otherwise expect one item per value).

@@ -293,7 +293,7 @@ fn loads_two_labels_from_one_result_folder() {
     let c = repeat("knob", &[1, 4], 4, 1.1, &answers(2, 4));
     let result = RunResult {
         schema_version: 1,
-        status: "ok".into(),
+        status: crate::report::result::Status::Ok,
         recipe: context().recipe,
         versions: Default::default(),
         host: crate::report::result::Host { hostname: "h".into(), cpu: "c".into(), logical_cpus: 2, gpus: vec![] },
@@ -302,6 +302,7 @@ fn loads_two_labels_from_one_result_folder() {
         timing: String::new(),
         jobs: vec![b.job.clone(), c.job.clone()],
         resumes: 0,
+        execution: None,
     };
     let path = dir.path().join("result.json");
     std::fs::write(&path, serde_json::to_string(&result).unwrap()).unwrap();

@@ -2,6 +2,7 @@
 //! `python` feature, built into the extension module), behind the small
 //! [`StepEngine`] interface the request loops drive.
 
+pub mod fake;
 #[cfg(feature = "python")]
 pub mod pyerror;
 #[cfg(feature = "python")]
@@ -109,4 +110,19 @@ pub trait StepEngine {
     fn step(&mut self, out: &mut StepOutput) -> Result<()>;
     /// Aborts requests in flight (a graceful stop).
     fn abort(&mut self, rids: &[u64]) -> Result<()>;
+}
+
+/// What the worker needs of an engine besides stepping it: the vLLM one, or
+/// the [`fake`] stand-in.
+pub trait WorkerEngine: StepEngine {
+    /// Facts about the built engine (versions, model, dtype, parallel sizes), JSON.
+    fn info(&self) -> &serde_json::Value;
+    /// Token ids a random prompt may use (vocabulary minus special tokens).
+    fn allowed_token_ids(&self) -> &[u32];
+    /// Makes later steps return each perf request's new token ids.
+    fn record_token_ids(&mut self, on: bool) -> Result<()>;
+    /// The engine's own speculative-decoding totals, if it keeps them.
+    fn spec_counters(&self) -> Option<crate::metrics::spec::SpecCounts>;
+    /// Shuts the engine down.
+    fn shutdown(&mut self) -> Result<()>;
 }

@@ -240,3 +240,21 @@ fn delta(item: &Bound<'_, PyAny>) -> PyResult<Delta> {
         finished: t.get_borrowed_item(2)?.is_truthy()?,
     })
 }
+
+impl super::WorkerEngine for VllmEngine {
+    fn info(&self) -> &serde_json::Value {
+        &self.info
+    }
+    fn allowed_token_ids(&self) -> &[u32] {
+        &self.allowed_token_ids
+    }
+    fn record_token_ids(&mut self, on: bool) -> Result<()> {
+        VllmEngine::record_token_ids(self, on)
+    }
+    fn spec_counters(&self) -> Option<SpecCounts> {
+        VllmEngine::spec_counters(self)
+    }
+    fn shutdown(&mut self) -> Result<()> {
+        VllmEngine::shutdown(self)
+    }
+}

@@ -17,14 +17,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use indicatif::MultiProgress;
 
-use super::interrupt::Interrupts;
-use super::job::{JobOutcome, Session, run_job};
-use super::outputs::OutputFiles;
 use super::plan::{PlannedJob, RunOptions, plan};
 use super::progress::say;
-use super::run::{new_result, now_rfc3339, output_dir, pending_job, print_summary};
+use super::runner::{EXIT_INTERRUPTED, ExecChoice, Folder, Runner, executor_for, output_dir, pending_job};
+use crate::report::result::Status;
 use crate::ab::compare::{NoiseFloor, Row, apply_noise};
 use crate::ab::{self, Comparison, Context, Options, load_arm};
 use crate::error::{exit, usage};
@@ -102,6 +99,9 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
         (None, Some(_)) => return Err(usage("--max-repeats goes with --until-ci PCT")),
         (None, None) => None,
     };
+    if matches!(&opts.exec, ExecChoice::Slurm(s) if s.detach) {
+        return Err(usage("ab compares once every repeat has run: it takes --slurm without --detach"));
+    }
     let noise = req.noise.as_deref().map(NoiseFloor::load).transpose()?;
     // Probed now: a bad interpreter is a usage error before any engine starts.
     let mut pythons = ArmPythons {
@@ -135,10 +135,10 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
             pythons: ArmPythons { baseline: pythons.baseline.clone(), candidate: pythons.baseline.clone() },
         };
         match run_arms(&aa_opts, &arms, req, None, &out_dir.join("aa"), None)? {
-            Finished::Interrupted => return Ok(130),
-            Finished::Done { failed: true, .. } => {
+            Finished::Interrupted => return Ok(EXIT_INTERRUPTED),
+            Finished::Done { code, .. } if code != exit::OK => {
                 eprintln!("enginebench ab --calibrate: a job of the A/A failed; no A/B run");
-                return Ok(exit::FAILED);
+                return Ok(code);
             }
             Finished::Done { cmp, .. } => Some(NoiseFloor::from_comparison(&cmp, &out_dir.join("aa").join("ab.json").display().to_string())),
         }
@@ -147,8 +147,8 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
     };
     let arms = Arms { baseline: req.baseline.clone(), candidate, aa, copy: same_variant, pythons };
     match run_arms(&opts, &arms, req, until, &out_dir, noise.as_ref())? {
-        Finished::Interrupted => Ok(130),
-        Finished::Done { cmp, failed } => Ok(if failed { exit::FAILED } else { cmp.exit_code() }),
+        Finished::Interrupted => Ok(EXIT_INTERRUPTED),
+        Finished::Done { cmp, code } => Ok(if code != exit::OK { code } else { cmp.exit_code() }),
     }
 }
 
@@ -172,7 +172,8 @@ struct ArmPythons {
 
 enum Finished {
     Interrupted,
-    Done { cmp: Comparison, failed: bool },
+    /// `code`: the runner's exit code (0 every job ran ok).
+    Done { cmp: Comparison, code: i32 },
 }
 
 /// Plans the variants of `opts`, runs the ABBA schedule into `out_dir`
@@ -228,12 +229,8 @@ fn run_arms(
         plan.jobs.extend(repeat_jobs(r));
     }
 
-    std::fs::create_dir_all(out_dir).map_err(|e| usage(format!("cannot create {}: {e}", out_dir.display())))?;
-    let mut result = new_result(&plan);
-    let mut files = OutputFiles::create(out_dir, opts.step_trace)?;
-    files.write_result(&result)?;
-    let ui = MultiProgress::new();
-    let interrupts = Interrupts::install();
+    let mut runner = Runner::open(plan, opts, Folder::At(out_dir))?;
+    let mut exec = executor_for(&opts.exec, &runner.plan)?;
     let most = until.map_or(req.repeats, |(_, n)| n);
     let plan_text = match until {
         Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::markdown::pct_unsigned(p)),
@@ -241,57 +238,50 @@ fn run_arms(
     };
     eprintln!("enginebench ab: {} vs {}, {plan_text} -> {}", arms.candidate, arms.baseline, out_dir.display());
     let per_repeat = one_repeat.len();
-    let mut failed = false;
+    let heading = |r: &crate::report::result::RunResult, i: usize| Some(format!("repeat {}/{}: {}", i / per_repeat + 1, most, r.jobs[i].label));
     let mut next = 0;
     let path = out_dir.join("result.json");
     let mut unresolved: Vec<String> = Vec::new();
     loop {
-        while next < plan.jobs.len() {
-            let index = next;
-            next += 1;
-            say(&ui, &format!("repeat {}/{}: {}", index / per_repeat + 1, most, result.jobs[index].label));
-            let session = Session { ui: &ui, interrupts: &interrupts, verbose: opts.verbose };
-            match run_job(&plan, index, &mut result, &mut files, &session)? {
-                JobOutcome::Ok => {}
-                JobOutcome::Interrupted => {
-                    result.status = "interrupted".into();
-                    result.finished_at = Some(now_rfc3339());
-                    files.write_result(&result)?;
-                    print_summary(&result, out_dir, opts.verbose);
-                    return Ok(Finished::Interrupted);
-                }
-                _ => failed = true,
-            }
+        // One group per repeat: its baseline and candidate run back to back
+        // on one node (one Slurm task), so a pair is never split across nodes.
+        let indices: Vec<usize> = (next..runner.plan.jobs.len()).collect();
+        let groups: Vec<Vec<usize>> = indices.chunks(per_repeat).map(<[usize]>::to_vec).collect();
+        next = runner.plan.jobs.len();
+        if runner.run_jobs(exec.as_mut(), &groups, &heading)? {
+            runner.finish()?;
+            return Ok(Finished::Interrupted);
         }
         let Some((target, max)) = until else { break };
-        if failed {
+        if runner.result.jobs.iter().any(|j| j.status != Status::Ok) {
             break;
         }
-        let done = (plan.jobs.len() / per_repeat) as u32;
+        let done = (runner.plan.jobs.len() / per_repeat) as u32;
         let cmp = compare_now(&path, arms, req, noise)?;
         unresolved = unresolved_rows(&cmp.rows, target);
         for r in &cmp.rows {
-            say(&ui, &progress_line(r, done, target));
+            say(&runner.ui, &progress_line(r, done, target));
         }
         if unresolved.is_empty() || done >= max {
             break;
         }
         for j in repeat_jobs(done) {
-            result.jobs.push(pending_job(&j, &plan.model_path));
-            plan.jobs.push(j);
+            runner.result.jobs.push(pending_job(&j, &runner.plan.model_path));
+            runner.plan.jobs.push(j);
         }
-        files.write_result(&result)?;
+        runner.files.write_result(&runner.result)?;
     }
-    result.status = if failed { "failed" } else { "ok" }.into();
-    result.finished_at = Some(now_rfc3339());
-    files.write_result(&result)?;
-    if failed {
-        print_summary(&result, out_dir, opts.verbose);
-    }
+    let failed = runner.result.jobs.iter().any(|j| j.status != Status::Ok);
+    // The per-job tables only when something failed: the comparison is the report.
+    let code = runner.finish_printing(failed)?;
+    let jobs_run = runner.plan.jobs.len();
 
     let mut cmp = compare_now(&path, arms, req, noise)?;
+    if let Some(note) = node_note(&runner.result, per_repeat) {
+        cmp.notes.push(note);
+    }
     if let Some((target, _)) = until {
-        let done = plan.jobs.len() / per_repeat;
+        let done = jobs_run / per_repeat;
         if unresolved.is_empty() {
             cmp.notes.push(format!("--until-ci: every row's CI half-width is below {} after {done} repeats", ab::markdown::pct_unsigned(target)));
         } else {
@@ -307,7 +297,28 @@ fn run_arms(
         println!("{}", f.display());
     }
     println!("results: {}", path.display());
-    Ok(Finished::Done { cmp, failed })
+    Ok(Finished::Done { cmp, code })
+}
+
+/// Where each repeat ran, when the jobs ran on other machines (a Slurm
+/// array): each repeat's baseline and candidate share one node, so a node
+/// difference cannot be confounded with the variant within a pair.
+fn node_note(result: &crate::report::result::RunResult, per_repeat: usize) -> Option<String> {
+    let slurm = result.execution.as_ref().is_some_and(|e| e.executor == "slurm");
+    if !slurm || per_repeat == 0 {
+        return None;
+    }
+    let nodes: Vec<String> = result
+        .jobs
+        .chunks(per_repeat)
+        .enumerate()
+        .map(|(r, jobs)| {
+            let mut n: Vec<&str> = jobs.iter().filter_map(|j| j.placement.as_ref().map(|p| p.node.as_str())).collect();
+            n.dedup();
+            format!("repeat {}: {}", r + 1, if n.is_empty() { "?".to_string() } else { n.join("+") })
+        })
+        .collect();
+    Some(format!("Slurm: each repeat's baseline and candidate ran back to back in one task on one node ({})", nodes.join(", ")))
 }
 
 /// The comparison of what `result.json` holds so far.

@@ -125,7 +125,7 @@ pub fn score_eval(
     label: &str,
 ) -> Result<Gsm8kResult> {
     if files.samples.is_none() {
-        files.samples = Some(JsonLines::create(files.dir.join("gsm8k_samples.jsonl"))?);
+        files.samples = Some(JsonLines::create(files.lines_dir.join("gsm8k_samples.jsonl"))?);
     }
     let log = files.samples.as_mut().expect("just created");
     let mut samples: Vec<Sample> = Vec::with_capacity(completions.len());

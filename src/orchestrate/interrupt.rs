@@ -11,8 +11,14 @@ use signal_hook::iterator::Signals;
 pub struct Interrupts(Arc<AtomicUsize>);
 
 impl Interrupts {
-    /// Installs the handler (a thread that counts signals).
+    /// Installs the handler (a thread that counts signals) once per
+    /// process; later calls share its count.
     pub fn install() -> Interrupts {
+        static ONE: std::sync::OnceLock<Interrupts> = std::sync::OnceLock::new();
+        ONE.get_or_init(Self::install_new).clone()
+    }
+
+    fn install_new() -> Interrupts {
         let count = Arc::new(AtomicUsize::new(0));
         let c = Arc::clone(&count);
         match Signals::new([SIGINT, SIGTERM]) {

@@ -17,7 +17,7 @@ use super::progress::{Bar, say};
 use super::protocol::{Job, Message, Task};
 use super::spawn::spawn_worker;
 use super::protocol::STOP_SIGNAL;
-use crate::report::result::{Evals, RunError, RunResult, TelemetryInfo, Unfinished};
+use crate::report::result::{Evals, JobResult, RunError, RunResult, Status, TelemetryInfo, Unfinished};
 use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
 
 /// How a job ended, for the exit code.
@@ -29,6 +29,19 @@ pub enum JobOutcome {
     BadInput,
     /// Stopped by Ctrl-C.
     Interrupted,
+}
+
+impl JobOutcome {
+    /// The outcome a recorded job stands for (`None`: it did not run yet).
+    pub fn of(job: &JobResult) -> Option<JobOutcome> {
+        match job.status {
+            Status::Ok => Some(JobOutcome::Ok),
+            Status::Interrupted => Some(JobOutcome::Interrupted),
+            Status::Failed if job.error.as_ref().is_some_and(|e| e.bad_input) => Some(JobOutcome::BadInput),
+            Status::Failed => Some(JobOutcome::Failed),
+            Status::Pending | Status::Running => None,
+        }
+    }
 }
 
 /// What every job of a command shares: the terminal and Ctrl-C.
@@ -60,7 +73,7 @@ pub fn run_job(
     let suffix = files.suffix(index, plan.jobs.len());
     let log_path = files.dir.join(format!("worker{suffix}.log"));
     let series_file = format!("telemetry{suffix}.jsonl");
-    result.jobs[index].status = "running".into();
+    result.jobs[index].status = Status::Running;
     files.write_result(result)?;
 
     // The sampler starts before the engine, so the series covers its load.
@@ -125,8 +138,7 @@ pub fn run_job(
             let secs = plan.point_timeout.map_or(0, |t| t.as_secs());
             failure = Some(RunError {
                 message: format!("timeout: no point finished within --point-timeout {secs} s; the engine worker was killed"),
-                traceback: None,
-                log_tail: Vec::new(),
+                ..RunError::default()
             });
             kill_group(pid);
         }
@@ -196,7 +208,7 @@ pub fn run_job(
             }
             Message::Error { message, traceback, bad_input: bad } => {
                 bad_input = bad;
-                failure = Some(RunError { message, traceback, log_tail: Vec::new() });
+                failure = Some(RunError { message, traceback, log_tail: Vec::new(), bad_input: bad });
             }
             Message::Done => got_done = true,
             Message::Checked { .. } | Message::Doctor { .. } => {}
@@ -214,8 +226,7 @@ pub fn run_job(
     if failure.is_none() && !interrupted && (!got_done || !status.success()) {
         failure = Some(RunError {
             message: format!("the engine worker ended unexpectedly ({})", describe_exit(status)),
-            traceback: None,
-            log_tail: Vec::new(),
+            ..RunError::default()
         });
     }
     if let Some(f) = failure.as_mut() {
@@ -259,11 +270,10 @@ pub fn run_job(
         (None, _) => JobOutcome::Ok,
     };
     j.status = match outcome {
-        JobOutcome::Ok => "ok",
-        JobOutcome::Interrupted => "interrupted",
-        _ => "failed",
-    }
-    .into();
+        JobOutcome::Ok => Status::Ok,
+        JobOutcome::Interrupted => Status::Interrupted,
+        _ => Status::Failed,
+    };
     j.error = failure;
     files.write_result(result)?;
     Ok(outcome)

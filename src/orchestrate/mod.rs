@@ -18,6 +18,7 @@ pub mod plan;
 pub mod progress;
 pub mod protocol;
 pub mod run;
+pub mod runner;
 pub mod spawn;
 #[cfg(feature = "python")]
 pub mod worker;

@@ -42,7 +42,12 @@ struct RequestLine<'a> {
 
 /// The files of a run folder (see the README's "Output files").
 pub struct OutputFiles {
+    /// The run folder: worker logs and telemetry series are written here.
     pub dir: PathBuf,
+    /// Where the JSON-lines files and the result document go: the run folder,
+    /// or a task's own folder (`tasks/<K>/`) when the job runs in a task of
+    /// a parallel or Slurm executor, merged into the run folder afterwards.
+    pub lines_dir: PathBuf,
     points: JsonLines,
     requests: JsonLines,
     steps: Option<JsonLines>,
@@ -53,11 +58,18 @@ pub struct OutputFiles {
 
 impl OutputFiles {
     pub fn create(dir: &Path, step_trace: bool) -> Result<OutputFiles> {
+        Self::for_task(dir, dir, step_trace)
+    }
+
+    /// The files of a job run in a task: logs and telemetry in `dir`, the
+    /// lines and the result in `lines_dir`.
+    pub fn for_task(dir: &Path, lines_dir: &Path, step_trace: bool) -> Result<OutputFiles> {
         Ok(OutputFiles {
             dir: dir.to_path_buf(),
-            points: JsonLines::create(dir.join("points.jsonl"))?,
-            requests: JsonLines::create(dir.join("requests.jsonl"))?,
-            steps: if step_trace { Some(JsonLines::create(dir.join("steps.jsonl"))?) } else { None },
+            lines_dir: lines_dir.to_path_buf(),
+            points: JsonLines::create(lines_dir.join("points.jsonl"))?,
+            requests: JsonLines::create(lines_dir.join("requests.jsonl"))?,
+            steps: if step_trace { Some(JsonLines::create(lines_dir.join("steps.jsonl"))?) } else { None },
             samples: None,
             resumes: 0,
         })
@@ -72,7 +84,7 @@ impl OutputFiles {
     }
 
     pub fn write_result(&self, result: &RunResult) -> Result<()> {
-        write_json_atomic(&self.dir.join("result.json"), result)
+        write_json_atomic(&self.lines_dir.join("result.json"), result)
     }
 
     pub fn append_point(

@@ -22,17 +22,16 @@ use indicatif::MultiProgress;
 use serde::Serialize;
 
 use super::finish::point_line;
-use super::interrupt::Interrupts;
-use super::job::{JobOutcome, Session, run_job};
 use super::outputs::OutputFiles;
 use super::plan::{MP_VAR, PlannedJob, RunOptions, plan};
 use super::progress::say;
 use super::protocol::{PointSpec, RawPoint};
-use super::run::{new_result, now_rfc3339, output_dir, pending_job, print_summary};
-use crate::error::{exit, usage};
+use super::runner::local::Sequential;
+use super::runner::{ExecChoice, Folder, Runner, pending_job};
+use crate::error::usage;
 use crate::metrics::{FigureSpec, point_figures};
 use crate::report::files::write_json_atomic;
-use crate::report::result::{JobResult, PointResult, RunError};
+use crate::report::result::{JobResult, PointResult, RunError, Status};
 use crate::serve::{ClientConfig, ServerSpec, VllmServer, run_benchmark};
 use crate::workload::arrivals::arrival_times;
 
@@ -43,6 +42,12 @@ const TIERS: [&str; 3] = ["in-process", "engine-core process", "vllm serve"];
 /// Errors (usage): as `run`, and a recipe selection that is not exactly one
 /// engine configuration.
 pub fn overhead(opts: &RunOptions) -> Result<i32> {
+    if opts.exec != ExecChoice::Local {
+        return Err(usage(
+            "overhead compares three serving tiers of one engine on one machine: it takes neither --slurm nor --parallel-jobs \
+             (on a cluster, run it on a node: srun ... enginebench overhead RECIPE)",
+        ));
+    }
     let mut opts = opts.clone();
     opts.no_eval = true;
     let mut plan = plan(&opts)?;
@@ -65,24 +70,18 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
     mp.env.insert(MP_VAR.into(), "1".into());
     plan.jobs = vec![PlannedJob { label: Some(TIERS[0].into()), ..base }, mp];
 
-    let out_dir = output_dir(opts.output.as_deref(), &format!("{}-overhead", plan.recipe.name))?;
-    let mut result = new_result(&plan);
-    let mut files = OutputFiles::create(&out_dir, opts.step_trace)?;
-    files.write_result(&result)?;
-    let ui = MultiProgress::new();
-    let interrupts = Interrupts::install();
-    eprintln!("enginebench overhead: recipe {} -> {}", plan.recipe.name, out_dir.display());
-
-    let mut failed = false;
-    for index in 0..plan.jobs.len() {
-        say(&ui, &format!("tier {}: {}", index + 1, TIERS[index]));
-        let session = Session { ui: &ui, interrupts: &interrupts, verbose: opts.verbose };
-        match run_job(&plan, index, &mut result, &mut files, &session)? {
-            JobOutcome::Ok => {}
-            JobOutcome::Interrupted => return finish(&mut result, &files, &out_dir, &opts, 130),
-            _ => failed = true,
-        }
+    let name = format!("{}-overhead", plan.recipe.name);
+    let mut runner = Runner::open(plan, &opts, Folder::New { name: &name })?;
+    eprintln!("enginebench overhead: recipe {} -> {}", runner.plan.recipe.name, runner.dir.display());
+    let heading = |_: &crate::report::result::RunResult, i: usize| Some(format!("tier {}: {}", i + 1, TIERS[i]));
+    // The tiers compare one engine on one machine: they run here, one after another.
+    if runner.run_jobs(&mut Sequential, &[vec![0], vec![1]], &heading)? {
+        return runner.finish();
     }
+    let out_dir = runner.dir.clone();
+    let ui = runner.ui.clone();
+    let plan = &runner.plan;
+    let result = &mut runner.result;
 
     // Tier 3: the same points through `vllm serve` and HTTP.
     say(&ui, &format!("tier 3: {}", TIERS[2]));
@@ -91,36 +90,21 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
     tier3.label = TIERS[2].into();
     tier3.env.remove(MP_VAR);
     let outcome = match vocab {
-        Some(allowed) => serve_tier(&plan, &mut tier3, &allowed, &out_dir, &mut files, result.jobs.len(), &ui),
+        Some(allowed) => serve_tier(plan, &mut tier3, &allowed, &out_dir, &mut runner.files, result.jobs.len(), &ui),
         None => Err(anyhow::anyhow!("tier 1 did not report the vocabulary (it failed); the serving tier needs it")),
     };
     if let Err(e) = outcome {
-        failed = true;
-        tier3.status = "failed".into();
-        tier3.error = Some(RunError { message: format!("{e:#}"), traceback: None, log_tail: Vec::new() });
+        tier3.status = Status::Failed;
+        tier3.error = Some(RunError { message: format!("{e:#}"), ..RunError::default() });
     }
     result.jobs.push(tier3);
 
-    let report = OverheadReport::from_jobs(&result.jobs);
+    let report = OverheadReport::from_jobs(&runner.result.jobs);
     write_json_atomic(&out_dir.join("overhead.json"), &report)?;
     std::fs::write(out_dir.join("overhead.md"), report.markdown())?;
-    let code = if failed { exit::FAILED } else { exit::OK };
-    let code = finish(&mut result, &files, &out_dir, &opts, code)?;
+    let code = runner.finish()?;
     println!("{}", report.table());
     println!("overhead: {}", out_dir.join("overhead.md").display());
-    Ok(code)
-}
-
-fn finish(result: &mut crate::report::result::RunResult, files: &OutputFiles, out_dir: &Path, opts: &RunOptions, code: i32) -> Result<i32> {
-    result.status = match code {
-        0 => "ok",
-        130 => "interrupted",
-        _ => "failed",
-    }
-    .into();
-    result.finished_at = Some(now_rfc3339());
-    files.write_result(result)?;
-    print_summary(result, out_dir, opts.verbose);
     Ok(code)
 }
 
@@ -148,14 +132,14 @@ fn serve_tier(
     index: usize,
     ui: &MultiProgress,
 ) -> Result<()> {
-    job.status = "running".into();
+    job.status = Status::Running;
     // `vllm serve` from the same environment as the in-process tiers.
     let venv = PathBuf::from(&plan.jobs[0].python.prefix);
     let mut spec = ServerSpec::new(&venv, plan.model_path.clone(), job.engine_args.clone(), out_dir.join("server.log"));
     spec.env = job.env.clone();
-    // The server must not inherit the in-process setting from this process.
-    // SAFETY: single-threaded at this point of the orchestrator (no worker running).
-    unsafe { std::env::remove_var(MP_VAR) };
+    // The server must not inherit an in-process setting from this process's
+    // environment: it is removed on the server's own command, not here.
+    spec.env_remove = job.env_unset.iter().cloned().chain([MP_VAR.to_string()]).collect();
     let server = VllmServer::start(&spec).context("starting vllm serve")?;
     say(ui, &format!("  vllm serve ready on 127.0.0.1:{} (log {})", server.port(), server.log_path().display()));
     if !server.overridden_flags().is_empty() {
@@ -177,7 +161,7 @@ fn serve_tier(
     if !left.is_empty() {
         anyhow::bail!("vllm serve processes {left:?} outlived the stop");
     }
-    job.status = if job.points.iter().all(|p| p.status == "ok") { "ok" } else { "failed" }.into();
+    job.status = if job.points.iter().all(|p| p.status == "ok") { Status::Ok } else { Status::Failed };
     Ok(())
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Result;
+use serde::{Deserialize, Serialize};
 
 use super::protocol::{EvalJob, PointSpec};
 use crate::error::usage;
@@ -18,7 +19,8 @@ use crate::workload::lengths::LengthConvention;
 use crate::workload::prompts::RandomDataset;
 
 /// Options of `enginebench run` that override the recipe (see the CLI).
-#[derive(Debug, Clone, Default)]
+/// Saved in a run folder's `plan.json` for the tasks of a parallel or Slurm run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunOptions {
     pub recipe: Option<PathBuf>,
     /// Variants to run (empty: the base recipe).
@@ -60,6 +62,9 @@ pub struct RunOptions {
     pub force: bool,
     pub output: Option<PathBuf>,
     pub verbose: bool,
+    /// How the jobs are executed (`--parallel-jobs`, `--slurm`).
+    #[serde(default)]
+    pub exec: super::runner::ExecChoice,
 }
 
 /// The eval, prepared before any engine starts.
@@ -71,7 +76,7 @@ pub struct EvalPlan {
 }
 
 /// One engine configuration ready to run.
-#[derive(Clone)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct PlannedJob {
     pub config: EngineConfig,
     /// Shown instead of the configuration's label (the tiers of `overhead`).
@@ -187,6 +192,26 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         .telemetry_interval
         .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
     Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval })
+}
+
+/// The GPUs a job's engine uses: tensor x pipeline parallel size (from the
+/// sweep's TP or the flags), 0 for a CPU recipe.
+pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
+    if cpu {
+        return 0;
+    }
+    let flag = |names: &[&str]| {
+        let a = &job.config.args;
+        a.iter().enumerate().find_map(|(i, t)| {
+            names.iter().find_map(|n| {
+                t.strip_prefix(&format!("{n}=")).map(str::to_string).or_else(|| (t == n).then(|| a.get(i + 1).cloned()).flatten())
+            })
+        })
+        .and_then(|v| v.parse::<u32>().ok())
+    };
+    let tp = job.config.tp.or_else(|| flag(&["--tensor-parallel-size", "-tp"])).unwrap_or(1);
+    let pp = flag(&["--pipeline-parallel-size", "-pp"]).unwrap_or(1);
+    (tp * pp).max(1)
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.

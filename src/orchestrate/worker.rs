@@ -14,7 +14,8 @@ use anyhow::{Context, Result};
 use super::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message, PointSpec, RawPoint, Task};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
-use crate::engine::StepEngine;
+use crate::engine::fake::{FakeConfig, FakeEngine};
+use crate::engine::{StepEngine, WorkerEngine};
 use super::protocol::STOP_SIGNAL;
 use crate::telemetry::mono_now_s;
 use crate::workload::arrivals::arrival_times;
@@ -141,13 +142,23 @@ fn run_check(check: &CheckJob, channel: &mut Channel) -> Result<()> {
 
 fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
     let started = Instant::now();
-    let mut engine = VllmEngine::build(&job.engine_argv).context("building the vLLM engine")?;
+    match FakeConfig::from_env()? {
+        // The stand-in engine (tests of the runner; see crate::engine::fake).
+        Some(cfg) => drive_job(FakeEngine::build(&job.engine_argv, cfg)?, job, channel, started),
+        None => {
+            let engine = VllmEngine::build(&job.engine_argv).context("building the vLLM engine")?;
+            drive_job(engine, job, channel, started)
+        }
+    }
+}
+
+fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, started: Instant) -> Result<()> {
     channel.send(&Message::Ready {
-        engine: engine.info.clone(),
+        engine: engine.info().clone(),
         engine_start_s: started.elapsed().as_secs_f64(),
     });
 
-    check_lengths(&job.points, engine.info.get("max_model_len").and_then(|v| v.as_u64()))?;
+    check_lengths(&job.points, engine.info().get("max_model_len").and_then(|v| v.as_u64()))?;
     let mut ids = RequestIds::default();
     if job.record_token_ids {
         engine.record_token_ids(true)?;
@@ -167,7 +178,7 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
         if job.record_token_ids {
             engine.record_token_ids(false)?; // eval completions carry their ids anyway
         }
-        let max_len = engine.info.get("max_model_len").and_then(|v| v.as_u64());
+        let max_len = engine.info().get("max_model_len").and_then(|v| v.as_u64());
         run_eval(&mut engine, max_len, eval, &mut ids, channel).context("running the eval")?;
     }
     engine.shutdown()?;
@@ -194,14 +205,14 @@ fn check_lengths(points: &[PointSpec], max_model_len: Option<u64>) -> Result<()>
 }
 
 fn run_point(
-    engine: &mut VllmEngine,
+    engine: &mut impl WorkerEngine,
     spec: &PointSpec,
     ids: &mut RequestIds,
     channel: &mut Channel,
 ) -> Result<RawPoint> {
     let p = &spec.point;
     let total = (p.warmups + p.num_prompts) as usize;
-    let workload = spec.dataset.draw(total, &engine.allowed_token_ids);
+    let workload = spec.dataset.draw(total, engine.allowed_token_ids());
     let requests: Vec<Request> = workload
         .prompts
         .iter()

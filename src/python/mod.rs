@@ -72,6 +72,11 @@ pub fn set_cli_choice(path: Option<PathBuf>) {
     let _ = CLI_CHOICE.set(path);
 }
 
+/// The global `--python` flag as recorded by [`set_cli_choice`].
+pub fn cli_choice() -> Option<PathBuf> {
+    CLI_CHOICE.get().cloned().flatten()
+}
+
 /// The interpreter a command uses unless a variant names its own.
 ///
 /// Errors (usage): the named interpreter is missing, is not CPython 3.10+, or

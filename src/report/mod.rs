@@ -4,5 +4,6 @@
 pub mod export;
 pub mod files;
 pub mod host;
+pub mod placement;
 pub mod result;
 pub mod table;

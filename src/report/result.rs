@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use super::host::Host;
+pub use super::placement::{Execution, Placement, SlurmTask, Status};
 use crate::metrics::PointFigures;
 use crate::metrics::crosscheck::CrossCheck;
 use crate::metrics::spec::SpecDecodeSummary;
@@ -25,9 +26,9 @@ pub const TIMING_NOTE: &str = "in-process: a token arrives when the engine step(
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {
     pub schema_version: u32,
-    /// "running" while the run goes on, then "ok" or "failed" (some job failed
-    /// or missed its accuracy gate).
-    pub status: String,
+    /// `running` while the run goes on, then `ok`, `failed` (some job failed
+    /// or missed its accuracy gate) or `interrupted`.
+    pub status: Status,
     pub recipe: RecipeInfo,
     /// Versions of the first engine that started (each job has its own too).
     pub versions: Versions,
@@ -41,6 +42,10 @@ pub struct RunResult {
     /// How often the run was continued with `--resume`.
     #[serde(default)]
     pub resumes: u32,
+    /// How the jobs were executed (one after another, several at once on
+    /// disjoint devices, a Slurm array); absent in results of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<Execution>,
 }
 
 /// One engine configuration and what it measured.
@@ -52,8 +57,8 @@ pub struct JobResult {
     pub variant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tp: Option<u32>,
-    /// "pending", "running", "ok", "failed" or "interrupted".
-    pub status: String,
+    /// `pending`, `running`, `ok`, `failed` or `interrupted`.
+    pub status: Status,
     /// SHA-256 (first 16 hex digits) of the model, engine args, env and
     /// unset variables, known before the engine starts: `--resume` refuses a
     /// folder whose jobs were planned differently.
@@ -100,6 +105,9 @@ pub struct JobResult {
     /// The interpreter and vLLM build this engine ran in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<PythonInfo>,
+    /// Where the job ran: node, devices, Slurm job/array ids and state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
 }
 
 /// Where a job's engine ran: the interpreter, and the vLLM it imported.
@@ -361,7 +369,7 @@ pub struct Gsm8kResult {
 }
 
 /// Why a run failed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunError {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -369,4 +377,8 @@ pub struct RunError {
     /// The last lines of the engine process's log.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_tail: Vec<String>,
+    /// The cause is the user's input (e.g. a flag vLLM's parser rejected):
+    /// with no other failure the run exits 2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bad_input: bool,
 }

@@ -27,9 +27,11 @@ pub struct ServerSpec {
     pub args: Vec<String>,
     /// Set on top of this process's environment (the recipe's `[env]`, e.g.
     /// `VLLM_CPU_KVCACHE_SPACE`, `OMP_NUM_THREADS`). Everything else is
-    /// inherited, so the caller must not leave in-process-only settings such
-    /// as `VLLM_ENABLE_V1_MULTIPROCESSING=0` in its own environment.
+    /// inherited except [`ServerSpec::env_remove`].
     pub env: BTreeMap<String, String>,
+    /// Removed from the server's environment (e.g. an in-process-only
+    /// `VLLM_ENABLE_V1_MULTIPROCESSING=0` this process may have inherited).
+    pub env_remove: Vec<String>,
     /// The server's stdout and stderr go here (truncated at start).
     pub log: PathBuf,
     /// Give up if not ready by then (vLLM's `bench serve` waits 600 s).
@@ -46,6 +48,7 @@ impl ServerSpec {
             model: model.into(),
             args,
             env: BTreeMap::new(),
+            env_remove: Vec::new(),
             log: log.into(),
             ready_timeout: Duration::from_secs(600),
             stop_grace: Duration::from_secs(10),
@@ -230,6 +233,9 @@ fn spawn(spec: &ServerSpec, args: &[String], port: u16, overridden: Vec<String>)
     };
     cmd.arg("serve").arg(&spec.model).args(args);
     cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+    for k in &spec.env_remove {
+        cmd.env_remove(k);
+    }
     cmd.envs(&spec.env);
     let mut log = OpenOptions::new()
         .append(true)

@@ -1,0 +1,52 @@
+//! How jobs are executed: the [`Executor`] trait and the choice the command
+//! line makes (`--parallel-jobs`, `--slurm`).
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use super::parallel::{Parallel, ParallelJobs};
+use super::slurm::{Slurm, SlurmOptions};
+use super::{Heading, Runner};
+use super::super::plan::Plan;
+use crate::report::result::Execution;
+
+/// Runs groups of a runner's jobs and records what they did in its result
+/// (`runner.result.jobs[i]`, the run folder's files). A group's jobs run one
+/// after another on one node (an ABBA pair of `ab`); groups may run at once.
+pub trait Executor {
+    /// Runs every job of `groups`; on Ctrl-C stops as its kind allows and
+    /// sets `runner.interrupted`.
+    ///
+    /// Errors: the run folder cannot be written, or the executor itself
+    /// failed (e.g. `sbatch` refused the array). A failing *job* is not an
+    /// error: it is recorded in the result.
+    fn execute(&mut self, runner: &mut Runner, groups: &[Vec<usize>], heading: &Heading<'_>) -> Result<()>;
+
+    /// What the result records about this executor.
+    fn describe(&self) -> Execution;
+}
+
+/// The executor a command asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecChoice {
+    /// One job after another on this machine (the default).
+    #[default]
+    Local,
+    /// `--parallel-jobs N|auto` (`share_cpu`: `--share-cpu`).
+    Parallel { jobs: ParallelJobs, share_cpu: bool },
+    /// `--slurm ...`.
+    Slurm(SlurmOptions),
+}
+
+/// The executor for `choice`, checked against the plan.
+///
+/// Errors (usage): `--parallel-jobs` on a machine without GPUs (unless
+/// `--share-cpu`) or with jobs larger than the machine; Slurm tools missing.
+pub fn executor_for(choice: &ExecChoice, plan: &Plan) -> Result<Box<dyn Executor>> {
+    Ok(match choice {
+        ExecChoice::Local => Box::new(super::local::Sequential),
+        ExecChoice::Parallel { jobs, share_cpu } => Box::new(Parallel::new(plan, *jobs, *share_cpu)?),
+        ExecChoice::Slurm(o) => Box::new(Slurm::new(plan, o.clone())?),
+    })
+}

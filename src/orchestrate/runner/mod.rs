@@ -1,0 +1,255 @@
+//! The one job runner behind `run`, `eval`, `ab` and `overhead`: the run
+//! folder and its result document, Ctrl-C, progress, one [`Executor`] that
+//! runs the jobs, and the exit code at the end.
+//!
+//! ```text
+//! let mut runner = Runner::open(plan, &opts, Folder::New { name })?;
+//! let mut exec = executor_for(&opts.exec, &runner.plan)?;
+//! runner.run_jobs(exec.as_mut(), &groups, &heading)?;
+//! let code = runner.finish()?;  // 0 ok, 1 failed, 2 bad input only, 130 interrupted
+//! ```
+//!
+//! Executors (one file each, as hyperfine keeps its executors): [`local`]
+//! runs jobs one after another in this process's workers; [`parallel`] runs
+//! several at once on disjoint device sets of this node; [`slurm`] submits
+//! one Slurm job array whose tasks run the jobs ([`task`] is the hidden
+//! subcommand a task runs, [`merge`] folds its files back into the folder).
+
+pub mod devices;
+pub mod executor;
+pub mod folder;
+pub mod local;
+pub mod merge;
+pub mod parallel;
+pub mod slurm;
+pub mod task;
+pub mod watch;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use indicatif::MultiProgress;
+
+use super::interrupt::Interrupts;
+use super::job::JobOutcome;
+use super::outputs::OutputFiles;
+use super::plan::{Plan, RunOptions};
+use crate::error::exit;
+use crate::report::result::{RunResult, Status};
+
+pub use executor::{ExecChoice, Executor, executor_for};
+pub use folder::{new_result, now_rfc3339, output_dir, pending_job, print_summary};
+
+/// Exit code after Ctrl-C (128 + SIGINT), as shells report it.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Where a runner keeps its files.
+pub enum Folder<'a> {
+    /// `--output` or `results/<name>-<UTC time>`; must not hold a result yet.
+    New { name: &'a str },
+    /// This folder (created), a fresh result (the A/A of `ab --calibrate`).
+    At(&'a Path),
+    /// Continue the run in this folder (`--resume`): only what is missing runs.
+    Resume(&'a Path),
+    /// This run folder as it is, its plan unchanged (`collect`).
+    Existing(&'a Path),
+}
+
+/// A heading printed before a job starts (`job 2/4: aiter`), if any.
+pub type Heading<'a> = dyn Fn(&RunResult, usize) -> Option<String> + 'a;
+
+/// A plan, its run folder and result, the terminal, and Ctrl-C.
+pub struct Runner {
+    pub plan: Plan,
+    pub opts: RunOptions,
+    pub result: RunResult,
+    pub files: OutputFiles,
+    pub dir: PathBuf,
+    pub ui: MultiProgress,
+    pub interrupts: Interrupts,
+    /// Set by an executor when Ctrl-C stopped it: no further jobs start.
+    pub interrupted: bool,
+    /// Set by the Slurm executor with `--detach`: the jobs run on without us.
+    pub detached: bool,
+}
+
+impl Runner {
+    /// Opens the run folder and writes the (pending) result.
+    ///
+    /// Errors (usage): see [`output_dir`] and [`folder::resume`].
+    pub fn open(mut plan: Plan, opts: &RunOptions, folder: Folder<'_>) -> Result<Runner> {
+        let (dir, result, files) = match folder {
+            Folder::New { name } => {
+                let dir = output_dir(opts.output.as_deref(), name)?;
+                let files = OutputFiles::create(&dir, opts.step_trace)?;
+                (dir, new_result(&plan), files)
+            }
+            Folder::At(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| crate::error::usage(format!("cannot create {}: {e}", dir.display())))?;
+                let files = OutputFiles::create(dir, opts.step_trace)?;
+                (dir.to_path_buf(), new_result(&plan), files)
+            }
+            Folder::Resume(dir) => {
+                let (result, files) = folder::resume(dir, &mut plan, opts.force, opts.step_trace)?;
+                (dir.to_path_buf(), result, files)
+            }
+            Folder::Existing(dir) => {
+                let result = crate::report::export::read_result(&dir.join("result.json"))?;
+                let mut files = OutputFiles::create(dir, opts.step_trace)?;
+                files.resumes = result.resumes;
+                (dir.to_path_buf(), result, files)
+            }
+        };
+        files.write_result(&result)?;
+        Ok(Runner {
+            plan,
+            opts: opts.clone(),
+            result,
+            files,
+            dir,
+            ui: MultiProgress::new(),
+            interrupts: Interrupts::install(),
+            interrupted: false,
+            detached: false,
+        })
+    }
+
+    /// Runs the jobs of `groups` (job indices; a group's jobs run one after
+    /// another on one node) with `exec`, skipping jobs with nothing left to
+    /// do (a resumed run). Returns whether Ctrl-C stopped it.
+    pub fn run_jobs(&mut self, exec: &mut dyn Executor, groups: &[Vec<usize>], heading: &Heading<'_>) -> Result<bool> {
+        let todo: Vec<Vec<usize>> = groups
+            .iter()
+            .map(|g| g.iter().copied().filter(|&i| self.has_work(i)).collect::<Vec<_>>())
+            .filter(|g| !g.is_empty())
+            .collect();
+        self.result.execution = Some(exec.describe());
+        if !todo.is_empty() && !self.interrupted {
+            exec.execute(self, &todo, heading)?;
+        }
+        self.files.write_result(&self.result)?;
+        Ok(self.interrupted)
+    }
+
+    /// Whether job `index` still has points or an eval to run.
+    pub fn has_work(&self, index: usize) -> bool {
+        let job = &self.plan.jobs[index];
+        !job.specs.is_empty() || job.run_eval
+    }
+
+    /// Sets the run's final status, writes the result, prints the summary
+    /// and returns the exit code ([`exit_code`]).
+    pub fn finish(&mut self) -> Result<i32> {
+        self.finish_printing(true)
+    }
+
+    /// [`Runner::finish`], printing the per-job summary only if `print`.
+    pub fn finish_printing(&mut self, print: bool) -> Result<i32> {
+        if self.detached {
+            self.files.write_result(&self.result)?;
+            let dir = self.dir.display();
+            println!("submitted: `enginebench status {dir}` shows the tasks, `enginebench collect {dir}` waits for them and merges the result");
+            return Ok(exit::OK);
+        }
+        self.result.status = run_status(&self.result, self.interrupted);
+        self.result.finished_at = Some(now_rfc3339());
+        self.files.write_result(&self.result)?;
+        if print || self.result.status == Status::Interrupted {
+            print_summary(&self.result, &self.dir, self.opts.verbose);
+        }
+        Ok(exit_code(&self.result))
+    }
+}
+
+/// The run's status from its jobs: interrupted if Ctrl-C stopped it (or a
+/// job was interrupted), ok when every job is ok, else failed.
+pub fn run_status(result: &RunResult, interrupted: bool) -> Status {
+    if interrupted || result.jobs.iter().any(|j| j.status == Status::Interrupted) {
+        Status::Interrupted
+    } else if result.jobs.iter().all(|j| j.status == Status::Ok) {
+        Status::Ok
+    } else {
+        Status::Failed
+    }
+}
+
+/// The exit code of a finished run (the README's "Exit codes"): 130
+/// interrupted; 0 every job ok; 2 the only failures are bad input (a flag the
+/// engine rejected); else 1.
+pub fn exit_code(result: &RunResult) -> i32 {
+    match result.status {
+        Status::Interrupted => EXIT_INTERRUPTED,
+        Status::Ok => exit::OK,
+        _ => {
+            let outcomes: Vec<JobOutcome> = result.jobs.iter().filter_map(JobOutcome::of).collect();
+            let only_bad_input = outcomes.iter().all(|o| matches!(o, JobOutcome::Ok | JobOutcome::BadInput))
+                && outcomes.contains(&JobOutcome::BadInput);
+            if only_bad_input { exit::USAGE } else { exit::FAILED }
+        }
+    }
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`).
+pub fn node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::result::{JobResult, RunError};
+
+    fn result(jobs: &[(Status, bool)]) -> RunResult {
+        let job = |(status, bad): &(Status, bool)| {
+            let mut j: JobResult = serde_json::from_value(serde_json::json!({
+                "label": "x", "status": status, "engine_args": [], "env": {}, "points": [],
+                "sweep": {"space": [], "inferencex": false, "length_convention": "vllm", "range_ratio": 0.0,
+                          "prefix_len": 0, "request_rate": null, "burstiness": 1.0, "ignore_eos": true,
+                          "percentiles": [99.0], "goodput": null, "seed": 0,
+                          "count": {"prompts_per_conc": null, "num_prompts": 4, "warmups_per_conc": null, "warmups": null}}
+            }))
+            .unwrap();
+            if *status == Status::Failed {
+                j.error = Some(RunError { message: "x".into(), bad_input: *bad, ..RunError::default() });
+            }
+            j
+        };
+        let mut r: RunResult = serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "status": "running",
+            "recipe": {"name": "r", "file": "r.toml", "model": "m", "model_path": "m"},
+            "versions": {"enginebench": "0"}, "host": {"hostname": "h", "cpu": "c", "logical_cpus": 1, "gpus": []},
+            "started_at": "now", "timing": "t", "jobs": []
+        }))
+        .unwrap();
+        r.jobs = jobs.iter().map(job).collect();
+        r
+    }
+
+    fn code(jobs: &[(Status, bool)], interrupted: bool) -> (Status, i32) {
+        let mut r = result(jobs);
+        r.status = run_status(&r, interrupted);
+        (r.status, exit_code(&r))
+    }
+
+    #[test]
+    fn exit_codes_come_from_the_recorded_jobs() {
+        assert_eq!(code(&[(Status::Ok, false), (Status::Ok, false)], false), (Status::Ok, 0));
+        assert_eq!(code(&[(Status::Ok, false), (Status::Failed, false)], false), (Status::Failed, 1));
+        // Bad input alone is exit 2; with another failure it is 1.
+        assert_eq!(code(&[(Status::Ok, false), (Status::Failed, true)], false), (Status::Failed, 2));
+        assert_eq!(code(&[(Status::Failed, false), (Status::Failed, true)], false), (Status::Failed, 1));
+        // Interrupted wins, whether Ctrl-C was seen here or a job says so.
+        assert_eq!(code(&[(Status::Ok, false), (Status::Pending, false)], true), (Status::Interrupted, 130));
+        assert_eq!(code(&[(Status::Interrupted, false), (Status::Failed, false)], false), (Status::Interrupted, 130));
+        // A job that never ran is not ok.
+        assert_eq!(code(&[(Status::Ok, false), (Status::Pending, false)], false), (Status::Failed, 1));
+    }
+
+    #[test]
+    fn status_is_a_lowercase_word_in_json() {
+        assert_eq!(serde_json::to_string(&Status::Interrupted).unwrap(), "\"interrupted\"");
+        let s: Status = serde_json::from_str("\"ok\"").unwrap();
+        assert_eq!(s, Status::Ok);
+        assert!(serde_json::from_str::<Status>("\"done\"").is_err());
+    }
+}

@@ -1,0 +1,153 @@
+//! A task: jobs of a saved plan run by another `enginebench` process (a
+//! child of the parallel executor, or a Slurm array task) into the shared
+//! run folder. The submitter saves `plan.json`; the hidden subcommand
+//! `enginebench __task DIR KEY` runs the jobs of task KEY, writing points and
+//! requests into `DIR/tasks/KEY/` (merged later by [`super::merge`]) and logs
+//! and telemetry into DIR itself.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use indicatif::MultiProgress;
+use serde::{Deserialize, Serialize};
+
+use super::super::interrupt::Interrupts;
+use super::super::job::{JobOutcome, Session, run_job};
+use super::super::outputs::OutputFiles;
+use super::super::plan::{PlannedJob, RunOptions, plan};
+use super::local::{DEVICE_VARS, local_placement};
+use super::{Runner, exit_code, run_status};
+use crate::error::usage;
+use crate::report::files::write_json_atomic;
+use crate::report::result::SlurmTask;
+
+/// The saved plan of a run folder (`plan.json`).
+#[derive(Serialize, Deserialize)]
+pub struct SavedPlan {
+    /// The command's options (recipe, overrides, executor).
+    pub options: RunOptions,
+    /// The global `--python` of the submitting command.
+    pub python: Option<PathBuf>,
+    /// Every job, as planned (an `ab` schedule included).
+    pub jobs: Vec<PlannedJob>,
+    /// Task key (a Slurm array index) -> the jobs it runs, in order.
+    pub tasks: BTreeMap<u32, Vec<usize>>,
+    /// What `slurm/probe` must hold (the shared-filesystem check).
+    #[serde(default)]
+    pub probe_token: Option<String>,
+}
+
+/// The saved plan's file in a run folder.
+pub const PLAN_FILE: &str = "plan.json";
+
+/// Task KEY's own folder: `DIR/tasks/KEY`.
+pub fn task_dir(dir: &Path, key: u32) -> PathBuf {
+    dir.join("tasks").join(key.to_string())
+}
+
+/// Writes `plan.json` for `tasks` (and the result, so tasks start from it).
+pub fn save(runner: &Runner, tasks: &BTreeMap<u32, Vec<usize>>, probe_token: Option<String>) -> Result<()> {
+    let saved = SavedPlan {
+        options: runner.opts.clone(),
+        python: crate::python::cli_choice(),
+        jobs: runner.plan.jobs.clone(),
+        tasks: tasks.clone(),
+        probe_token,
+    };
+    write_json_atomic(&runner.dir.join(PLAN_FILE), &saved)?;
+    runner.files.write_result(&runner.result)
+}
+
+/// Reads `DIR/plan.json`.
+///
+/// Errors (usage): missing or unreadable, naming the file.
+pub fn load(dir: &Path) -> Result<SavedPlan> {
+    let path = dir.join(PLAN_FILE);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| usage(format!("{}: {e} (a parallel or Slurm run folder holds the plan its tasks run)", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))
+}
+
+/// The environment variable that tells a task it shares its node with other jobs.
+pub const CONCURRENT_VAR: &str = "ENGINEBENCH_CONCURRENT";
+
+/// `enginebench __task DIR KEY [--probe TOKEN]`: runs the jobs of task KEY.
+/// Returns the exit code of those jobs (as a run's).
+///
+/// Errors (usage): the probe file is missing or different (the folder is not
+/// shared with this node), no plan, no such task.
+pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<i32> {
+    let node = super::node_name();
+    if let Some(token) = probe {
+        let path = dir.join("slurm").join("probe");
+        match std::fs::read_to_string(&path) {
+            Ok(t) if t.trim() == token => {}
+            found => {
+                return Err(usage(format!(
+                    "node {node} cannot confirm the probe file {} ({}): the run folder {} must be on a filesystem the submitting machine and every node share",
+                    path.display(),
+                    match found {
+                        Ok(_) => "it holds another run's token".to_string(),
+                        Err(e) => e.to_string(),
+                    },
+                    dir.display()
+                )));
+            }
+        }
+    }
+    let saved = load(dir)?;
+    let jobs = saved.tasks.get(&key).cloned().ok_or_else(|| usage(format!("{}: no task {key} in {PLAN_FILE}", dir.display())))?;
+    let mut plan = plan(&saved.options)?;
+    plan.jobs = saved.jobs;
+    let mut result = crate::report::export::read_result(&dir.join("result.json"))?;
+    let tdir = task_dir(dir, key);
+    std::fs::create_dir_all(&tdir).with_context(|| format!("creating {}", tdir.display()))?;
+    let mut files = OutputFiles::for_task(dir, &tdir, saved.options.step_trace)?;
+    files.resumes = result.resumes;
+    let interrupts = Interrupts::install();
+    let ui = MultiProgress::new();
+    let concurrent = std::env::var_os(CONCURRENT_VAR).is_some();
+    let mut interrupted = false;
+    for &index in &jobs {
+        if interrupted {
+            break;
+        }
+        // The devices this process was given (by the parallel executor or
+        // Slurm) reach the worker, and the sampler attributes them to this job.
+        let job = &mut plan.jobs[index];
+        for k in DEVICE_VARS {
+            if let Ok(v) = std::env::var(k) {
+                job.env.insert(k.to_string(), v);
+            }
+        }
+        let mut placement = local_placement(&job.env, concurrent);
+        placement.slurm = slurm_env();
+        if let Ok(n) = std::env::var("SLURMD_NODENAME") {
+            placement.node = n;
+        }
+        eprintln!("enginebench task {key}: job {index} ({}) on {}", result.jobs[index].label, placement.node);
+        result.jobs[index].placement = Some(placement);
+        let session = Session { ui: &ui, interrupts: &interrupts, verbose: saved.options.verbose };
+        if run_job(&plan, index, &mut result, &mut files, &session)? == JobOutcome::Interrupted {
+            interrupted = true;
+        }
+    }
+    files.write_result(&result)?;
+    // The exit code of this task's own jobs.
+    let mut mine = result.clone();
+    mine.jobs = jobs.iter().map(|&i| result.jobs[i].clone()).collect();
+    mine.status = run_status(&mine, interrupted);
+    Ok(exit_code(&mine))
+}
+
+/// The Slurm task this process runs in, from Slurm's environment.
+fn slurm_env() -> Option<SlurmTask> {
+    let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    Some(SlurmTask {
+        array_job_id: num("SLURM_ARRAY_JOB_ID")?,
+        array_task_id: num("SLURM_ARRAY_TASK_ID")? as u32,
+        job_id: num("SLURM_JOB_ID"),
+        ..SlurmTask::default()
+    })
+}

@@ -1,0 +1,170 @@
+//! The job runner's paths on the fake step engine (`ENGINEBENCH_FAKE_ENGINE`,
+//! see src/engine/fake.rs): exit codes, resume, Ctrl-C, the accuracy gate,
+//! and the local parallel executor. Real worker processes in a real CPython
+//! (the system `python3`, no vLLM needed); only the engine is a stand-in.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn python() -> PathBuf {
+    ["/usr/bin/python3", "/usr/local/bin/python3"].iter().map(PathBuf::from).find(|p| p.is_file()).expect("a python3 to run workers in")
+}
+
+fn recipe(dir: &Path, variants: &str) -> String {
+    let body = format!(
+        r#"name = "fake"
+model = "fake/model"
+hardware = "cpu"
+[engine]
+args = ["--max-model-len", "512"]
+[sweep]
+isl = 16
+osl = 8
+conc = [1, 2]
+num_prompts = 4
+warmups = 0
+{variants}
+"#
+    );
+    let p = dir.join("fake.toml");
+    std::fs::write(&p, body).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+fn command(fake: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_enginebench"));
+    c.args(args).env("ENGINEBENCH_PYTHON", python()).env("ENGINEBENCH_FAKE_ENGINE", fake).current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+fn run(fake: &str, args: &[&str]) -> (Output, String) {
+    let o = command(fake, args).output().unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    (o, log)
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[test]
+fn bad_input_alone_is_exit_2_in_run_and_ab() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "[variants.bad]\nargs_add = [\"--bogus\"]\n");
+    let out = dir.path().join("run");
+    let (o, log) = run("step_ms=0,reject_flag=--bogus", &["run", &r, "--variants", "base,bad", "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{log}");
+    let v = json(&out.join("result.json"));
+    assert_eq!((v["jobs"][0]["status"].as_str(), v["jobs"][1]["status"].as_str()), (Some("ok"), Some("failed")), "{v}");
+    assert_eq!(v["jobs"][1]["error"]["bad_input"], true);
+    // ab said 1 for the same failure before the runner was shared.
+    let out = dir.path().join("ab");
+    let (o, log) = run("step_ms=0,reject_flag=--bogus", &["ab", &r, "--baseline", "base", "--candidate", "bad", "--repeats", "1", "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{log}");
+}
+
+#[test]
+fn failed_point_keeps_the_first_and_resume_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    let out = dir.path().join("out");
+    let (o, log) = run("step_ms=0,fail_at_request=4", &["run", &r, "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{log}");
+    let v = json(&out.join("result.json"));
+    assert_eq!(v["jobs"][0]["points"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["jobs"][0]["unfinished"][0]["status"], "failed");
+    let (o, log) = run("step_ms=0", &["run", &r, "--no-eval", "--resume", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let v = json(&out.join("result.json"));
+    assert_eq!((v["status"].as_str(), v["resumes"].as_u64()), (Some("ok"), Some(1)));
+    assert_eq!(v["jobs"][0]["points"].as_array().unwrap().len(), 2);
+    assert_eq!(v["execution"]["executor"], "local");
+}
+
+#[test]
+fn ctrl_c_is_130_from_the_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    let out = dir.path().join("out");
+    // 4 requests x 2000 tokens at 20 ms a step: ~40 s per point.
+    let child = command("step_ms=20", &["run", &r, "--osl", "2000", "--no-eval", "-o", out.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !std::fs::read_to_string(out.join("result.json")).is_ok_and(|t| t.contains("\"engine\"")) {
+        assert!(start.elapsed() < Duration::from_secs(60), "the fake engine did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: SIGINT to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&out.join("result.json"));
+    assert_eq!((v["status"].as_str(), v["jobs"][0]["status"].as_str()), (Some("interrupted"), Some("interrupted")));
+}
+
+#[test]
+fn accuracy_gate_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("evals/fixtures/gsm8k_small");
+    let out = dir.path().join("out");
+    let common = ["--task", "gsm8k", "--gsm8k-data", data.to_str().unwrap(), "--eval-limit", "4", "--num-fewshot", "0"];
+    let mut args = vec!["run", r.as_str(), "--min-accuracy", "0.5", "-o", out.to_str().unwrap()];
+    args.extend(common);
+    let (o, log) = run("step_ms=0", &args);
+    assert_eq!(o.status.code(), Some(1), "{log}");
+    let v = json(&out.join("result.json"));
+    assert_eq!(v["jobs"][0]["eval"]["gate"]["passed"], false, "{v}");
+    let out = dir.path().join("out0");
+    let mut args = vec!["run", r.as_str(), "--min-accuracy", "0.0", "-o", out.to_str().unwrap()];
+    args.extend(common);
+    let (o, log) = run("step_ms=0", &args);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+}
+
+#[test]
+fn parallel_jobs_refused_on_cpu_unless_asked_then_concurrent() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "[variants.knob]\nenv = { ENGINEBENCH_INERT_KNOB = \"1\" }\n");
+    let out = dir.path().join("out");
+    let (o, log) = run("step_ms=0", &["run", &r, "--variants", "base,knob", "--no-eval", "--parallel-jobs", "2", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{log}");
+    assert!(log.contains("CPU recipe") && log.contains("--share-cpu"), "{log}");
+    let (o, log) = run("step_ms=5", &["run", &r, "--variants", "base,knob", "--no-eval", "--parallel-jobs", "2", "--share-cpu", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let v = json(&out.join("result.json"));
+    assert_eq!(v["execution"], serde_json::json!({"executor": "local-parallel", "max_concurrent_jobs": 2, "shared_cpu": true}));
+    for j in v["jobs"].as_array().unwrap() {
+        assert_eq!(j["status"], "ok", "{j}");
+        assert_eq!(j["points"].as_array().unwrap().len(), 2);
+        assert_eq!(j["placement"]["concurrent"], true);
+    }
+    // Both tasks' lines were merged into the run's files, and the task folders removed.
+    assert_eq!(std::fs::read_to_string(out.join("points.jsonl")).unwrap().lines().count(), 4);
+    assert!(!out.join("tasks/0").exists());
+}
+
+#[test]
+fn cluster_flag_errors_are_exit_2_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "[variants.knob]\nenv = { ENGINEBENCH_INERT_KNOB = \"1\" }\n");
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (&["run", &r, "--partition", "gpu"], "--slurm"),
+        (&["run", &r, "--slurm", "--parallel-jobs", "2"], "--parallel-jobs"),
+        (&["run", &r, "--no-eval", "--slurm", "--slurm-bin", "/nonexistent", "-o", o], "--slurm-bin"),
+        (&["overhead", &r, "--slurm", "-o", o], "overhead compares three serving tiers"),
+        (&["ab", &r, "--baseline", "base", "--candidate", "knob", "--slurm", "--detach", "-o", o], "without --detach"),
+    ];
+    for (args, needle) in cases {
+        let (out, log) = run("step_ms=0", args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {log}");
+        assert!(log.contains(needle), "{args:?}: {log}");
+    }
+}
