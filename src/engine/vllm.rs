@@ -241,3 +241,14 @@ fn delta(item: &Bound<'_, PyAny>) -> PyResult<Delta> {
         finished: t.get_borrowed_item(2)?.is_truthy()?,
     })
 }
+
+impl crate::profile::pass::Profiler for VllmEngine {
+    fn profile_start(&mut self) -> Result<Vec<String>> {
+        Python::attach(|py| self.engine.call_method0(py, "profile_start").and_then(|v| v.extract(py)).py_context(py))
+    }
+
+    fn profile_stop(&mut self, trace: &std::path::Path) -> Result<(f64, f64)> {
+        let path = trace.to_string_lossy().into_owned();
+        Python::attach(|py| self.engine.call_method1(py, "profile_stop", (path,)).and_then(|v| v.extract(py)).py_context(py))
+    }
+}
