@@ -31,7 +31,7 @@ pub fn attach(raw: &ProfileRaw, point: &Point, job: &mut JobResult, result_dir: 
         job.label, point.isl, point.osl, point.conc, raw.batch
     );
     let overhead_text = format!(
-        "profiler overhead: profiled steps median {:.2} ms (mean {:.2}) vs unprofiled reference steps median {:.2} ms (mean {:.2}): {:+.1}% ({} steps each, the steps just before the window); start {:.3} s, stop {:.3} s, trace export {:.2} s outside the steps; no profiler outside the window",
+        "profiler overhead: profiled steps median {:.2} ms (mean {:.2}) vs unprofiled reference steps median {:.2} ms (mean {:.2}): {:+.1}% ({} steps each; the reference steps are half before, half after the window); start {:.3} s, stop {:.3} s, trace export {:.2} s outside the steps; no profiler outside the window",
         overhead.profiled_median_ms,
         overhead.profiled_step_ms,
         overhead.reference_median_ms,

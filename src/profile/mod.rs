@@ -9,10 +9,11 @@
 //!    pass* ([`pass`]): `min(conc, num_prompts)` requests of the point's
 //!    workload start together; once every one of them has its first token
 //!    (all prefill done: steady-state decode at the point's batch), the
-//!    [`Window`] runs `warm` unprofiled decode steps, `reference` unprofiled
-//!    steps (timed, the overhead baseline) and `profiled` steps inside
-//!    `torch.profiler.profile` (CPU activity, plus CUDA where torch has a
-//!    device, which covers ROCm's HIP too). The pass then drains its
+//!    [`Window`] runs `warm` unprofiled decode steps, then the `profiled`
+//!    steps inside `torch.profiler.profile` (CPU activity, plus CUDA where
+//!    torch has a device, which covers ROCm's HIP too) with `reference`
+//!    unprofiled timed steps around them (half before, half after: the
+//!    overhead baseline). The pass then drains its
 //!    requests (aborts what is left), so the window never crosses into
 //!    another point.
 //! 3. The worker writes the Chrome/Perfetto trace
@@ -93,8 +94,8 @@ pub struct ProfileRaw {
 }
 
 /// The profiler's cost, measured on the pass's own steps: the wall time of
-/// the profiled steps against the unprofiled reference steps just before
-/// them (same requests, same batch, a few tokens less context).
+/// the profiled steps against the unprofiled reference steps around them
+/// (half before, half after; same requests, same batch).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overhead {
     /// Mean wall time of a profiled step, ms.

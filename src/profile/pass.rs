@@ -114,7 +114,11 @@ impl Pass {
         for _ in 0..w.warm {
             timed(self, engine, "warm-up")?;
         }
-        for _ in 0..w.reference {
+        // Half the reference steps (rounded up) before the window, the rest
+        // after it: a machine that speeds up or slows down meanwhile moves
+        // both sides alike.
+        let before = w.reference.div_ceil(2);
+        for _ in 0..before {
             raw.reference_ms.push(timed(self, engine, "reference")?);
         }
         if stopped() {
@@ -136,6 +140,9 @@ impl Pass {
         // Stop the profiler whatever happened, so it never outlives the window.
         let (stop_s, export_s) = engine.profile_stop(&target.trace)?;
         steps?;
+        for _ in before..w.reference {
+            raw.reference_ms.push(timed(self, engine, "reference")?);
+        }
         raw.stop_s = stop_s;
         raw.export_s = export_s;
         Ok(Some(raw))
@@ -223,10 +230,10 @@ mod tests {
         assert_eq!(raw.batch, 3);
         assert_eq!(raw.point, 3);
         assert_eq!(e.traces, vec![std::path::PathBuf::from("/t/trace-x.json.gz")]);
-        // The log: 3 prefill steps, 2 warm, 4 reference, 4 profiled.
+        // The log: 3 prefill steps, 2 warm, 2 reference, 4 profiled, 2 reference.
         assert_eq!(e.log.len(), 13);
         let on: Vec<usize> = (0..e.log.len()).filter(|&i| e.log[i].0).collect();
-        assert_eq!(on, vec![9, 10, 11, 12], "the profiler is on for exactly the profiled steps");
+        assert_eq!(on, vec![7, 8, 9, 10], "the profiler is on for exactly the profiled steps");
         for (i, &(_, running, all_decoding)) in e.log.iter().enumerate().skip(3) {
             assert!(all_decoding && running == 3, "step {i}: steady-state decode at the full batch");
         }
@@ -241,8 +248,8 @@ mod tests {
     fn a_window_longer_than_the_requests_fails_and_stops_the_profiler() {
         let mut e = Fake::default();
         let p: Vec<u32> = vec![1];
-        // max_tokens 7: first token + 6 decode steps, but the window needs 2 + 3 + 3.
-        let err = run_pass(&mut e, &[&p], 7, &target(2, 3), &mut RequestIds::default(), None).unwrap_err();
+        // max_tokens 6: first token + 5 decode steps, but the window needs 2 + 2 + 3 (+ 1 after).
+        let err = run_pass(&mut e, &[&p], 6, &target(2, 3), &mut RequestIds::default(), None).unwrap_err();
         assert!(format!("{err}").contains("finished during the profiled steps"), "{err}");
         assert!(!e.profiling, "the profiler was stopped");
         assert!(e.running.is_empty());

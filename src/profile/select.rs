@@ -62,7 +62,8 @@ impl PointFilter {
 /// Where the profiler window sits in a point's profile pass, in
 /// steady-state decode steps counted from the first step after every
 /// request of the pass has its first token: `warm` unprofiled steps, then
-/// `reference` unprofiled timed steps, then `profiled` steps.
+/// the `reference` unprofiled timed steps split around the `profiled` steps
+/// (half, rounded up, before them; the rest after).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Window {
     pub warm: u32,
