@@ -161,8 +161,8 @@ pub struct ProfileArgs {
     /// trace-<job>-<point>.json.gz and a top-kernels table.
     #[arg(long)]
     pub profile: bool,
-    /// Profiled decode steps per point (the same number of unprofiled steps
-    /// just before them measure the profiler's overhead).
+    /// Profiled decode steps per point (as many unprofiled steps around
+    /// them, half before and half after, measure the profiler's overhead).
     #[arg(long, value_name = "N", default_value_t = crate::profile::DEFAULT_STEPS, requires = "profile")]
     pub profile_steps: u32,
     /// Profile only points matching KEY=VALUE,... (keys conc, isl, osl, tp),
