@@ -102,8 +102,11 @@ pub struct Overhead {
     pub profiled_step_ms: f64,
     /// Mean wall time of an unprofiled reference step, ms.
     pub reference_step_ms: f64,
-    /// Median wall time of a profiled / a reference step, ms.
+    /// Median wall time of a profiled / a reference step, ms (0 in results
+    /// written before the medians were kept).
+    #[serde(default)]
     pub profiled_median_ms: f64,
+    #[serde(default)]
     pub reference_median_ms: f64,
     /// Of the medians (less moved by a neighbour's burst on a shared
     /// machine): profiled / reference - 1 (0.05 = profiled steps took 5% longer).
@@ -152,4 +155,21 @@ pub struct PointProfile {
     pub kernels: table::TopKernels,
     /// The table's Markdown and JSON files.
     pub files: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overhead_is_of_the_medians_and_reads_older_results() {
+        let raw = ProfileRaw { reference_ms: vec![10.0, 11.0, 30.0], profiled_ms: vec![12.0, 12.1, 11.0], ..ProfileRaw::default() };
+        let o = Overhead::of(&raw);
+        assert_eq!((o.reference_median_ms, o.profiled_median_ms), (11.0, 12.0));
+        assert!((o.fraction - (12.0 / 11.0 - 1.0)).abs() < 1e-12, "a slow outlier does not decide it");
+        assert!((o.reference_step_ms - 17.0).abs() < 1e-12);
+        let old = r#"{"profiled_step_ms": 2.0, "reference_step_ms": 1.0, "fraction": 1.0, "start_s": 0, "stop_s": 0, "export_s": 0}"#;
+        let o: Overhead = serde_json::from_str(old).unwrap();
+        assert_eq!(o.profiled_median_ms, 0.0);
+    }
 }
