@@ -24,6 +24,9 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     let outcome = match cli.command {
         Command::Run(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::run::run(&o)),
         Command::Eval(a) => orchestrate::run::run(&eval_options(a, cli.verbose)),
+        Command::Overhead(a) if a.profile.profile => {
+            Err(error::usage("overhead does not take --profile: profile with `run --profile` (the engine in-process)"))
+        }
         Command::Overhead(a) => run_options(a, cli.verbose).and_then(|o| orchestrate::overhead::overhead(&o)),
         Command::Recipe(cli::RecipeCommand::Check(a)) => from_checkout(&a.checkout).and_then(|ix| match ix {
             Some(p) => orchestrate::check::check(&[p.recipe], a.variant.as_deref()),
@@ -157,6 +160,7 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
         output: a.output,
         verbose,
         exec: exec_choice(a.exec),
+        profile: a.profile.options(),
         ..RunOptions::default()
     };
     apply_eval_flags(&mut o, a.eval);

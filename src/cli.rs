@@ -211,6 +211,40 @@ pub struct RunArgs {
     pub output: Option<PathBuf>,
     #[command(flatten)]
     pub exec: ExecArgs,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+}
+
+/// `--profile` and its options (run, ab): a torch profiler window per point.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ProfileArgs {
+    /// After each chosen point's measured requests, profile N steady-state
+    /// decode steps of it (torch profiler: CPU, plus CUDA/ROCm when present):
+    /// trace-<job>-<point>.json.gz and a top-kernels table.
+    #[arg(long)]
+    pub profile: bool,
+    /// Profiled decode steps per point (as many unprofiled steps around
+    /// them, half before and half after, measure the profiler's overhead).
+    #[arg(long, value_name = "N", default_value_t = crate::profile::DEFAULT_STEPS, requires = "profile")]
+    pub profile_steps: u32,
+    /// Profile only points matching KEY=VALUE,... (keys conc, isl, osl, tp),
+    /// e.g. conc=64,isl=1024; repeat for several. Default: every point.
+    #[arg(long, value_name = "conc=..,isl=..", value_parser = crate::profile::PointFilter::parse, requires = "profile")]
+    pub profile_point: Vec<crate::profile::PointFilter>,
+    /// Folder for the traces and kernel tables (default: the output folder).
+    #[arg(long, value_name = "DIR", requires = "profile")]
+    pub profile_dir: Option<PathBuf>,
+}
+
+impl ProfileArgs {
+    /// The options, when `--profile` is given.
+    pub fn options(&self) -> Option<crate::profile::ProfileOptions> {
+        self.profile.then(|| crate::profile::ProfileOptions {
+            steps: self.profile_steps,
+            points: self.profile_point.clone(),
+            dir: self.profile_dir.clone(),
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -12,6 +12,7 @@ pub mod import;
 pub mod install;
 pub mod metrics;
 pub mod orchestrate;
+pub mod profile;
 pub mod recipe;
 pub mod report;
 pub mod telemetry;

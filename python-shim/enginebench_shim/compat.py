@@ -68,6 +68,12 @@ ITEMS = {
                                   "the check of the fast prefill/decode count (vLLM's own count)"),
     "envs": ([("vllm.envs:environment_variables", "0.23, 0.32")],
              "the check of VLLM_* variable names"),
+    # torch's own profiler, used directly (not vLLM's profiler hooks, which
+    # differ between versions and need a server endpoint or env vars).
+    "torch_profile": ([("torch.profiler:profile", "torch 2.11 (vLLM 0.23), 2.13 (vLLM 0.32)")],
+                      "--profile (the torch profiler window per point)"),
+    "ProfilerActivity": ([("torch.profiler:ProfilerActivity", "torch 2.11, 2.13")],
+                         "--profile (the torch profiler window per point)"),
 }
 
 _cache = {}
@@ -111,6 +117,22 @@ def first_token_latency(metrics):
     `arrival_time` on different clocks, so None there (cross-check off)."""
     value = getattr(metrics, "first_token_latency", None)
     return float(value) if value is not None else None
+
+
+def profiler_activities():
+    """The torch profiler activities this platform has: CPU always, CUDA when
+    torch sees a device (ROCm builds of torch report HIP devices through the
+    same CUDA activity). Returns (activities, names); raises LookupError when
+    this torch has no profiler."""
+    profile, activity = get("torch_profile"), get("ProfilerActivity")
+    if profile is None or activity is None:
+        raise LookupError("torch.profiler.profile / ProfilerActivity not found: --profile is off on this torch")
+    import torch
+
+    acts = [activity.CPU]
+    if torch.cuda.is_available() and hasattr(activity, "CUDA"):
+        acts.append(activity.CUDA)
+    return acts, [a.name for a in acts]
 
 
 def report():

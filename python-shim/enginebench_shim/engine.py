@@ -570,6 +570,27 @@ class Engine:
                      pc.hits if pc is not None else 0, sink[1], spec)
         return deltas, texts, stats, timings
 
+    def profile_start(self):
+        """Opens a torch profiler window (CPU, plus CUDA/ROCm when torch has a
+        device); returns the activity names. Nothing profiles outside the
+        window: the profiler object exists only between start and stop."""
+        acts, names = compat.profiler_activities()
+        self._profiler = compat.get("torch_profile")(activities=acts, record_shapes=False, with_stack=False)
+        self._profiler.start()
+        return names
+
+    def profile_stop(self, path):
+        """Closes the window and writes the Chrome trace to `path` (gzipped by
+        torch when the name ends in .gz); returns (stop_s, export_s)."""
+        prof, self._profiler = self._profiler, None
+        t0 = time.perf_counter()
+        if getattr(torch_cuda(), "is_available", lambda: False)():
+            torch_cuda().synchronize()
+        prof.stop()
+        t1 = time.perf_counter()
+        prof.export_chrome_trace(path)
+        return (t1 - t0, time.perf_counter() - t1)
+
     def abort(self, rids):
         self.engine.abort_request([str(r) for r in rids])
 
@@ -580,6 +601,12 @@ class Engine:
         core = getattr(self.engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
+
+
+def torch_cuda():
+    import torch
+
+    return torch.cuda
 
 
 def doctor():

@@ -163,6 +163,7 @@ pub fn render(c: &Comparison) -> String {
         }
         desc.push(line);
     }
+    desc.extend(c.kernels.iter().map(|d| d.changelog_line()));
     let mut s = format!("- config-keys:\n    - {}\n  description:\n", q(&key));
     for d in desc {
         s.push_str(&format!("    - {}\n", q(&d)));

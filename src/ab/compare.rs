@@ -296,6 +296,9 @@ pub struct Comparison {
     /// True when this comparison is itself an A/A (a variant against itself):
     /// its rows are the noise floor of this machine and workload.
     pub aa: bool,
+    /// The kernel diff of every point profiled on both sides (`--profile`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<crate::profile::diff::KernelDiff>,
 }
 
 /// Where a comparison's noise floor came from.
@@ -510,6 +513,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         );
     }
     let accuracy = compare_accuracy(baseline, candidate, &options, &mut notes)?;
+    notes.extend(crate::profile::diff::one_sided(baseline, candidate));
     let gate = gate(&rows, accuracy.as_ref(), &options);
     Ok(Comparison {
         baseline_label: baseline.label.clone(),
@@ -524,6 +528,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         spec: super::spec::compare_spec(baseline, candidate),
         noise: None,
         aa: false,
+        kernels: crate::profile::diff::compare_arms(baseline, candidate),
     })
 }
 

@@ -213,6 +213,12 @@ pub fn render(c: &Comparison) -> String {
         s.push('\n');
         s.push_str(&super::spec::markdown(sc));
     }
+    if !c.kernels.is_empty() {
+        s.push_str("\n### Kernels (torch profiler, --profile)\n");
+        for d in &c.kernels {
+            s.push_str(&d.markdown());
+        }
+    }
     if c.aa {
         s.push('\n');
         s.push_str(&noise_markdown(c));
@@ -364,6 +370,9 @@ pub fn terminal(c: &Comparison) -> String {
     if let Some(sc) = &c.spec {
         s.push_str(&super::spec::terminal(sc));
     }
+    for d in &c.kernels {
+        s.push_str(&d.terminal());
+    }
     if c.aa {
         s.push_str(&noise_markdown(c));
     }
@@ -502,6 +511,7 @@ pub(crate) mod tests {
             spec: None,
             noise: None,
             aa: false,
+            kernels: vec![],
         }
     }
 

@@ -188,3 +188,13 @@ mod tests {
         assert!(out.deltas[0].finished);
     }
 }
+
+/// The stand-in runs no torch: `--profile` on it is an error, not an empty table.
+impl crate::profile::pass::Profiler for FakeEngine {
+    fn profile_start(&mut self) -> Result<Vec<String>> {
+        bail!("the fake engine (${FAKE_VAR}) has no profiler: --profile needs vLLM")
+    }
+    fn profile_stop(&mut self, _trace: &std::path::Path) -> Result<(f64, f64)> {
+        bail!("the fake engine has no profiler")
+    }
+}

@@ -112,9 +112,9 @@ pub trait StepEngine {
     fn abort(&mut self, rids: &[u64]) -> Result<()>;
 }
 
-/// What the worker needs of an engine besides stepping it: the vLLM one, or
-/// the [`fake`] stand-in.
-pub trait WorkerEngine: StepEngine {
+/// What the worker needs of an engine besides stepping it (and opening a
+/// profiler window, for `--profile`): the vLLM one, or the [`fake`] stand-in.
+pub trait WorkerEngine: StepEngine + crate::profile::pass::Profiler {
     /// Facts about the built engine (versions, model, dtype, parallel sizes), JSON.
     fn info(&self) -> &serde_json::Value;
     /// Token ids a random prompt may use (vocabulary minus special tokens).

@@ -258,3 +258,14 @@ impl super::WorkerEngine for VllmEngine {
         VllmEngine::shutdown(self)
     }
 }
+
+impl crate::profile::pass::Profiler for VllmEngine {
+    fn profile_start(&mut self) -> Result<Vec<String>> {
+        Python::attach(|py| self.engine.call_method0(py, "profile_start").and_then(|v| v.extract(py)).py_context(py))
+    }
+
+    fn profile_stop(&mut self, trace: &std::path::Path) -> Result<(f64, f64)> {
+        let path = trace.to_string_lossy().into_owned();
+        Python::attach(|py| self.engine.call_method1(py, "profile_stop", (path,)).and_then(|v| v.extract(py)).py_context(py))
+    }
+}

@@ -91,6 +91,7 @@ pub fn finish_point(
         crosscheck,
         spec_decode,
         telemetry: None,
+        profile: None,
     }
 }
 

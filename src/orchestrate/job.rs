@@ -64,11 +64,15 @@ pub fn run_job(
     let job = &plan.jobs[index];
     let mut engine_argv = vec![plan.model_path.clone()];
     engine_argv.extend(job.config.args.iter().cloned());
+    // --profile: the first job of each label (in `ab`, each variant's first repeat).
+    let first_of_label = result.jobs[..index].iter().all(|j| j.label != result.jobs[index].label);
+    let profile = crate::profile::select::job_targets(plan.profile.as_ref(), first_of_label, &job.specs, job.config.tp, &files.dir, &result.jobs[index].label)?;
     let request = Job {
         engine_argv,
         points: job.specs.clone(),
         eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
         record_token_ids: job.record_token_ids,
+        profile,
     };
     let suffix = files.suffix(index, plan.jobs.len());
     let log_path = files.dir.join(format!("worker{suffix}.log"));
@@ -195,6 +199,16 @@ pub fn run_job(
                 files.append_point(index, j, j.points.len(), &point, &raw)?;
                 j.points.push(point);
                 points_done += 1;
+                deadline = plan.point_timeout.map(|t| Instant::now() + t);
+            }
+            Message::Profile { raw } => {
+                // --profile: read the trace back, the top-kernels table into the point.
+                let point = job.specs.get(raw.point).map(|s| s.point);
+                match point.map(|p| crate::profile::attach::attach(&raw, &p, j, &files.dir)) {
+                    Some(Ok(text)) => say(ui, &text),
+                    Some(Err(e)) => say(ui, &format!("warning: profile of {}: {e:#}", raw.trace.display())),
+                    None => say(ui, &format!("warning: profile of an unknown point {}", raw.point)),
+                }
                 deadline = plan.point_timeout.map(|t| Instant::now() + t);
             }
             Message::Eval { completions, duration_s, max_tokens } => {

@@ -65,6 +65,9 @@ pub struct RunOptions {
     /// How the jobs are executed (`--parallel-jobs`, `--slurm`).
     #[serde(default)]
     pub exec: super::runner::ExecChoice,
+    /// `--profile`: a torch profiler window per chosen point ([`crate::profile`]).
+    #[serde(default)]
+    pub profile: Option<crate::profile::ProfileOptions>,
 }
 
 /// The eval, prepared before any engine starts.
@@ -110,6 +113,8 @@ pub struct Plan {
     pub point_timeout: Option<std::time::Duration>,
     /// From `--telemetry-interval-ms`.
     pub telemetry_interval: std::time::Duration,
+    /// `--profile`, checked against every job's points.
+    pub profile: Option<crate::profile::ProfileOptions>,
 }
 
 /// Telemetry sampling interval, ms, unless `--telemetry-interval-ms` says
@@ -191,7 +196,12 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let telemetry_interval = opts
         .telemetry_interval
         .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
-    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval })
+    if let Some(p) = &opts.profile {
+        let sweeps: Vec<_> = jobs.iter().map(|j| (j.specs.as_slice(), j.config.tp)).collect();
+        crate::profile::select::check(p, &sweeps)?;
+    }
+    let profile = opts.profile.clone();
+    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval, profile })
 }
 
 /// The GPUs a job's engine uses: tensor x pipeline parallel size (from the

@@ -75,6 +75,9 @@ pub struct Job {
     /// Return each perf request's generated token ids (`RawPoint::token_ids`).
     #[serde(default)]
     pub record_token_ids: bool,
+    /// Points to profile after they are measured (`--profile`, see [`crate::profile`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profile: Vec<crate::profile::ProfileTarget>,
 }
 
 /// One sweep point and how to run it.
@@ -151,6 +154,8 @@ pub enum Message {
     Progress { phase: String, done: u64, total: u64 },
     /// A measured point.
     Point { raw: Box<RawPoint> },
+    /// The profile pass of a point, sent after its `Point` (`--profile`).
+    Profile { raw: Box<crate::profile::ProfileRaw> },
     /// Eval completions, in prompt order, and the generation limit used.
     Eval { completions: Vec<EvalCompletion>, duration_s: f64, max_tokens: u32 },
     /// The worker failed; nothing more follows. `bad_input` when the cause is

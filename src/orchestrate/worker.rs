@@ -163,7 +163,7 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
     if job.record_token_ids {
         engine.record_token_ids(true)?;
     }
-    for spec in &job.points {
+    for (index, spec) in job.points.iter().enumerate() {
         let p = &spec.point;
         let raw = run_point(&mut engine, spec, &mut ids, channel)
             .with_context(|| format!("point isl={} osl={} conc={}", p.isl, p.osl, p.conc))?;
@@ -171,6 +171,15 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
         channel.send(&Message::Point { raw: Box::new(raw) });
         if partial {
             break;
+        }
+        // --profile: the point's profile pass, after its measured requests.
+        for target in job.profile.iter().filter(|t| t.point == index) {
+            let allowed = engine.allowed_token_ids().to_vec();
+            let pass = crate::profile::pass::profile_point(&mut engine, spec, target, &allowed, &mut ids, Some(&STOP))
+                .with_context(|| format!("profile pass of point isl={} osl={} conc={}", p.isl, p.osl, p.conc))?;
+            if let Some(raw) = pass {
+                channel.send(&Message::Profile { raw: Box::new(raw) });
+            }
         }
     }
     let stopped = STOP.load(Ordering::Relaxed);

@@ -276,6 +276,10 @@ pub struct PointResult {
     /// memory, host CPU and the engine's RSS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<crate::telemetry::WindowSummary>,
+    /// The torch profiler window of this point (`--profile`): trace file,
+    /// top-kernels table, profiler overhead; absent when not profiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::profile::PointProfile>,
 }
 
 #[cfg(test)]
@@ -302,6 +306,7 @@ impl PointResult {
             crosscheck: None,
             spec_decode: None,
             telemetry: None,
+            profile: None,
         }
     }
 }

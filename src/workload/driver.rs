@@ -29,7 +29,7 @@ pub struct RequestIds {
 
 impl RequestIds {
     /// Reserves `n` consecutive ids and returns the first.
-    fn reserve(&mut self, n: usize) -> u64 {
+    pub fn reserve(&mut self, n: usize) -> u64 {
         let base = self.next;
         self.next += n as u64;
         base
