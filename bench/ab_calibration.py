@@ -46,7 +46,7 @@ def run(cmd, log):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", required=True, help="the enginebench binary")
+    ap.add_argument("--bin", help="the enginebench binary (needed unless --report-only)")
     ap.add_argument("--runs", type=int, default=8, help="K: ab runs per change (default 8)")
     ap.add_argument("--repeats", type=int, default=3, help="--repeats of each ab run (default 3)")
     ap.add_argument("--conc", default="1,4")
@@ -55,6 +55,8 @@ def main():
     ap.add_argument("--num-prompts", default="8")
     ap.add_argument("--changes", default="inert,large,small", help="which of inert,large,small")
     ap.add_argument("--out", default="/tmp/ab_calibration", help="run folders go here")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: print the tables from the ab.json files already under --out")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -63,6 +65,13 @@ def main():
     wanted = [c for c in CHANGES if c[0] in a.changes.split(",")]
 
     aa = out / "aa"
+    if a.report_only:
+        runs = {name: [json.loads(p.read_text()) for k in range(a.runs)
+                       if (p := out / f"{name}-{k}" / "ab.json").is_file()] for name, _ in wanted}
+        report(a, [c for c in wanted if runs[c[0]]], runs)
+        return
+    if not a.bin:
+        ap.error("--bin is needed to run the comparisons (or pass --report-only)")
     s = run([a.bin, "ab", "--baseline", "base", "--aa", *sweep, "-o", str(aa)], out / "aa.log")
     print(f"A/A noise floor: {aa / 'ab.json'} ({s:.0f} s)", flush=True)
     runs = {}
@@ -73,7 +82,11 @@ def main():
                      "--noise", str(aa / "ab.json"), "-o", str(d)], out / f"{name}-{k}.log")
             runs.setdefault(name, []).append(json.loads((d / "ab.json").read_text()))
             print(f"{name} {k + 1}/{a.runs}: {s:.0f} s", flush=True)
+    report(a, wanted, runs)
 
+
+def report(a, wanted, runs):
+    """Prints both tables from the parsed ab.json of each change's runs."""
     print(f"\nRuns called a change (any point, any figure), K = {a.runs} per change, "
           f"{a.repeats} repeats, conc {a.conc}, ISL/OSL {a.isl}/{a.osl}, {a.num_prompts} prompts:\n")
     print("| change | variant | old: bootstrap CI excludes 0 | new: t CI excludes 0 | new + A/A noise floor |")

@@ -5,7 +5,7 @@
 # by the new interval (paired t over repeats), the new interval with the A/A
 # noise floor, and the old percentile bootstrap recomputed on the same runs.
 # Options go to the script (see --help); e.g.
-#   bench/ab_calibration.sh --runs 8 --repeats 3 --conc 1,4 --isl 64 --osl 32 --num-prompts 8
+#   bench/ab_calibration.sh --runs 8 --repeats 3 --conc 4 --isl 64 --osl 32 --num-prompts 8
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 home=${ENGINEBENCH_HOME:-$repo/.enginebench}

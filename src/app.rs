@@ -36,7 +36,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Import(cli::ImportCommand::Inferencex(a)) => run_import(&a),
         Command::Export(a) => report::export::run_export(&a.result, a.format, a.output.as_deref()).map(|files| {
             for f in files {
-                println!("{}", f.display());
+                outln!("{}", f.display());
             }
             exit::OK
         }),
@@ -69,7 +69,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Doctor(a) => orchestrate::doctor::doctor(a.json),
         Command::Plot(a) => ab::run_plot(&a.result, a.output.as_deref()).map(|files| {
             for f in files {
-                println!("{}", f.display());
+                outln!("{}", f.display());
             }
             exit::OK
         }),
@@ -80,7 +80,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     let code = match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() { exit::USAGE } else { exit::FAILED }
         }
     };
@@ -115,7 +115,7 @@ fn show_recipe(a: &cli::RecipeArgs) -> anyhow::Result<i32> {
     let configs = recipe
         .listed_configs(a.variant.as_deref())
         .map_err(|e| error::usage(format!("{}: {e}", path.display())))?;
-    print!("{}", recipe::show::render(&recipe.name, &recipe.model, &configs));
+    out!("{}", recipe::show::render(&recipe.name, &recipe.model, &configs));
     Ok(exit::OK)
 }
 

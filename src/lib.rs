@@ -3,6 +3,9 @@
 //! and the Python extension module `enginebench_native` (crate `native/`),
 //! which runs the worker inside the user's chosen interpreter.
 
+#[macro_use]
+mod print;
+
 pub mod ab;
 pub mod cli;
 pub mod engine;

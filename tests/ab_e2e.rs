@@ -4,16 +4,14 @@
 
 mod common;
 
-use common::{engine_lock, enginebench, read_json, text};
+use std::path::Path;
 
-const RECIPE: &str = r#"name = "ab-e2e"
-model = "bundled:smollm2-135m-instruct"
-hardware = "cpu"
-[env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-[engine]
-args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "1024"]
-[sweep]
+use common::{bundled_recipe_head, engine_lock, enginebench, read_json, text, write_recipe};
+
+/// One point plus 4 GSM8K questions (greedy-token and accuracy checks); the
+/// questions' prompts need the longer, 1024-token context.
+fn ab_recipe(dir: &Path) -> String {
+    let rest = r#"[sweep]
 isl = 32
 osl = 16
 conc = [4]
@@ -29,19 +27,20 @@ env = { ENGINEBENCH_UNUSED_KNOB = "1" }
 [variants.bf16]
 args_replace = { "--dtype" = "bfloat16" }
 "#;
+    write_recipe(dir, "ab", &(bundled_recipe_head("ab-e2e", 1024, "") + rest))
+}
 
 #[test]
 fn inert_knob_agrees_and_dtype_change_diverges() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let recipe = dir.path().join("ab.toml");
-    std::fs::write(&recipe, RECIPE).unwrap();
+    let recipe = ab_recipe(dir.path());
 
     // Inert knob, two interleaved repeats. This machine is noisy, so the perf
     // gate is given room; the numerics must be exactly the same.
     let out = dir.path().join("knob");
     let o = enginebench(&[
-        "ab", recipe.to_str().unwrap(), "--baseline", "base", "--candidate", "knob", "--repeats", "2",
+        "ab", &recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2",
         "--max-regression", "0.5", "-o", out.to_str().unwrap(),
     ]);
     let log = text(&o);
@@ -69,7 +68,7 @@ fn inert_knob_agrees_and_dtype_change_diverges() {
     // float32 vs bfloat16: greedy tokens diverge on some questions.
     let out = dir.path().join("bf16");
     let o = enginebench(&[
-        "ab", recipe.to_str().unwrap(), "--baseline", "base", "--candidate", "bf16", "--repeats", "1",
+        "ab", &recipe, "--baseline", "base", "--candidate", "bf16", "--repeats", "1",
         "--max-regression", "10", "--max-accuracy-drop", "1", "-o", out.to_str().unwrap(),
     ]);
     let log = text(&o);
@@ -81,14 +80,8 @@ fn inert_knob_agrees_and_dtype_change_diverges() {
 }
 
 /// The tiniest A/A-worthy recipe: one point (ISL/OSL 32/8, conc 2, 4 prompts).
-const TINY: &str = r#"name = "ab-noise-e2e"
-model = "bundled:smollm2-135m-instruct"
-hardware = "cpu"
-[env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-[engine]
-args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512"]
-[sweep]
+fn tiny_recipe(dir: &Path) -> String {
+    let rest = r#"[sweep]
 isl = 32
 osl = 8
 conc = [2]
@@ -97,6 +90,8 @@ warmups = 2
 [variants.knob]
 env = { ENGINEBENCH_UNUSED_KNOB = "1" }
 "#;
+    write_recipe(dir, "tiny", &(bundled_recipe_head("ab-noise-e2e", 512, "") + rest))
+}
 
 /// Every figure follows the verdict rule: faster/slower only when the CI
 /// excludes 0 and |delta| is above the noise floor the figure carries.
@@ -124,9 +119,7 @@ fn check_verdict_rule(c: &serde_json::Value) {
 fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let recipe = dir.path().join("tiny.toml");
-    std::fs::write(&recipe, TINY).unwrap();
-    let recipe = recipe.to_str().unwrap();
+    let recipe = &tiny_recipe(dir.path());
 
     // 1. A/A: base against its copy, two ABBA pairs.
     let aa = dir.path().join("aa");
@@ -192,9 +185,7 @@ fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
 #[test]
 fn bad_noise_and_until_ci_options_are_usage_errors_before_any_run() {
     let dir = tempfile::tempdir().unwrap();
-    let recipe = dir.path().join("tiny.toml");
-    std::fs::write(&recipe, TINY).unwrap();
-    let recipe = recipe.to_str().unwrap();
+    let recipe = &tiny_recipe(dir.path());
     let out = dir.path().join("never");
     let o_arg = out.to_str().unwrap();
     let missing = dir.path().join("missing.json");

@@ -47,3 +47,22 @@ fn telemetry_interval_out_of_range() {
     let log = text(&out);
     assert!(log.contains("--telemetry-interval-ms") && log.contains("10..=60000"), "{log}");
 }
+
+/// A reader that has gone (`enginebench recipe show | head -1`) is not a
+/// crash: before `outln!`, `println!` panicked on EPIPE with exit 101.
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    common::install();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader); // every write to `writer` is now EPIPE (Rust ignores SIGPIPE)
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_enginebench"))
+        .args(["recipe", "show", "recipes/cpu/smollm2-135m.toml"])
+        .current_dir(common::repo())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -8,31 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{engine_lock, enginebench, install, read_json, repo, text};
-
-fn recipe(dir: &Path, name: &str, osl: u32, extra_env: &str, variants: &str) -> String {
-    let body = format!(
-        r#"name = "{name}"
-model = "bundled:smollm2-135m-instruct"
-hardware = "cpu"
-[env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-{extra_env}
-[engine]
-args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512"]
-[sweep]
-isl = 32
-osl = {osl}
-conc = [1, 2]
-num_prompts = 4
-warmups = 0
-{variants}
-"#
-    );
-    let p = dir.join(format!("{name}.toml"));
-    std::fs::write(&p, body).unwrap();
-    p.to_string_lossy().into_owned()
-}
+use common::{engine_lock, enginebench, install, read_json, repo, small_sweep_recipe, text};
 
 fn spawn(args: &[&str]) -> Child {
     install();
@@ -65,7 +41,7 @@ fn wait_for(result: &Path, limit: Duration, ready: impl Fn(&serde_json::Value) -
 fn killed_worker_keeps_earlier_points_next_variant_runs_and_resume_completes() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let r = recipe(dir.path(), "kill", 64, "", "[variants.knob]\nenv = { ENGINEBENCH_UNUSED_KNOB = \"1\" }");
+    let r = small_sweep_recipe(dir.path(), "kill", 64, "", "[variants.knob]\nenv = { ENGINEBENCH_UNUSED_KNOB = \"1\" }");
     let out = dir.path().join("out");
     let child = spawn(&["run", &r, "--variants", "base,knob", "--no-eval", "-o", out.to_str().unwrap()]);
     let result = out.join("result.json");
@@ -111,7 +87,7 @@ fn killed_worker_keeps_earlier_points_next_variant_runs_and_resume_completes() {
     assert_eq!(std::fs::read_to_string(out.join("points.jsonl")).unwrap().lines().count(), 4);
 
     // A changed configuration is refused.
-    let changed = recipe(dir.path(), "kill", 64, "OMP_NUM_THREADS = \"1\"", "[variants.knob]\nenv = { ENGINEBENCH_UNUSED_KNOB = \"1\" }");
+    let changed = small_sweep_recipe(dir.path(), "kill", 64, "OMP_NUM_THREADS = \"1\"", "[variants.knob]\nenv = { ENGINEBENCH_UNUSED_KNOB = \"1\" }");
     let refused = enginebench(&["run", &changed, "--variants", "base,knob", "--no-eval", "--resume", out.to_str().unwrap()]);
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
     assert!(text(&refused).contains("--force"), "{}", text(&refused));
@@ -121,7 +97,7 @@ fn killed_worker_keeps_earlier_points_next_variant_runs_and_resume_completes() {
 fn rejected_flag_in_one_variant_does_not_stop_the_other() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let r = recipe(dir.path(), "badvar", 4, "", "[variants.bad]\nargs_add = [\"--no-such-flag\", \"1\"]");
+    let r = small_sweep_recipe(dir.path(), "badvar", 4, "", "[variants.bad]\nargs_add = [\"--no-such-flag\", \"1\"]");
     let out = dir.path().join("out");
     let o = enginebench(&["run", &r, "--variants", "bad,base", "--no-eval", "-o", out.to_str().unwrap()]);
     let log = text(&o);
@@ -139,7 +115,7 @@ fn hung_engine_is_cut_by_the_point_timeout() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
     // Test-only hook: the shim sleeps in step() after 6 steps.
-    let r = recipe(dir.path(), "hang", 8, "ENGINEBENCH_TEST_HANG_AFTER_STEPS = \"6\"", "");
+    let r = small_sweep_recipe(dir.path(), "hang", 8, "ENGINEBENCH_TEST_HANG_AFTER_STEPS = \"6\"", "");
     let out = dir.path().join("out");
     let started = Instant::now();
     let o = enginebench(&["run", &r, "--no-eval", "--point-timeout", "20", "-o", out.to_str().unwrap()]);
@@ -157,7 +133,7 @@ fn hung_engine_is_cut_by_the_point_timeout() {
 fn ctrl_c_keeps_a_partial_point_and_valid_files() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let r = recipe(dir.path(), "sigint", 256, "", "");
+    let r = small_sweep_recipe(dir.path(), "sigint", 256, "", "");
     let out = dir.path().join("out");
     let child = spawn(&["run", &r, "--no-eval", "-o", out.to_str().unwrap()]);
     let result = out.join("result.json");

@@ -9,17 +9,15 @@ mod common;
 
 use std::io::Read;
 
-use common::{engine_lock, enginebench, read_json, text};
+use common::{bundled_recipe_head, engine_lock, enginebench, read_json, text, write_recipe};
 use serde_json::Value;
 
-const RECIPE: &str = r#"name = "profile-e2e"
-model = "bundled:smollm2-135m-instruct"
-hardware = "cpu"
-[env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-[engine]
-args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512"]
-[sweep]
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn recipe(dir: &std::path::Path) -> String {
+    let rest = r#"[sweep]
 isl = 32
 osl = 16
 conc = [1, 2]
@@ -28,15 +26,7 @@ warmups = 1
 [variants.bf16]
 args_replace = { "--dtype" = "bfloat16" }
 "#;
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-fn recipe(dir: &std::path::Path) -> String {
-    let path = dir.join("profile.toml");
-    std::fs::write(&path, RECIPE).unwrap();
-    path.to_string_lossy().into_owned()
+    write_recipe(dir, "profile", &(bundled_recipe_head("profile-e2e", 512, "") + rest))
 }
 
 /// The trace's events, read back from the gzipped Chrome trace.

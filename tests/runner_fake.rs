@@ -3,9 +3,13 @@
 //! and the local parallel executor. Real worker processes in a real CPython
 //! (the system `python3`, no vLLM needed); only the engine is a stand-in.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{read_json, text, write_recipe};
 
 fn python() -> PathBuf {
     ["/usr/bin/python3", "/usr/local/bin/python3"].iter().map(PathBuf::from).find(|p| p.is_file()).expect("a python3 to run workers in")
@@ -27,9 +31,7 @@ warmups = 0
 {variants}
 "#
     );
-    let p = dir.join("fake.toml");
-    std::fs::write(&p, body).unwrap();
-    p.to_string_lossy().into_owned()
+    write_recipe(dir, "fake", &body)
 }
 
 fn command(fake: &str, args: &[&str]) -> Command {
@@ -40,12 +42,8 @@ fn command(fake: &str, args: &[&str]) -> Command {
 
 fn run(fake: &str, args: &[&str]) -> (Output, String) {
     let o = command(fake, args).output().unwrap();
-    let log = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let log = text(&o);
     (o, log)
-}
-
-fn json(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 #[test]
@@ -55,7 +53,7 @@ fn bad_input_alone_is_exit_2_in_run_and_ab() {
     let out = dir.path().join("run");
     let (o, log) = run("step_ms=0,reject_flag=--bogus", &["run", &r, "--variants", "base,bad", "--no-eval", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{log}");
-    let v = json(&out.join("result.json"));
+    let v = read_json(&out.join("result.json"));
     assert_eq!((v["jobs"][0]["status"].as_str(), v["jobs"][1]["status"].as_str()), (Some("ok"), Some("failed")), "{v}");
     assert_eq!(v["jobs"][1]["error"]["bad_input"], true);
     // ab said 1 for the same failure before the runner was shared.
@@ -71,12 +69,12 @@ fn failed_point_keeps_the_first_and_resume_completes() {
     let out = dir.path().join("out");
     let (o, log) = run("step_ms=0,fail_at_request=4", &["run", &r, "--no-eval", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{log}");
-    let v = json(&out.join("result.json"));
+    let v = read_json(&out.join("result.json"));
     assert_eq!(v["jobs"][0]["points"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["jobs"][0]["unfinished"][0]["status"], "failed");
     let (o, log) = run("step_ms=0", &["run", &r, "--no-eval", "--resume", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{log}");
-    let v = json(&out.join("result.json"));
+    let v = read_json(&out.join("result.json"));
     assert_eq!((v["status"].as_str(), v["resumes"].as_u64()), (Some("ok"), Some(1)));
     assert_eq!(v["jobs"][0]["points"].as_array().unwrap().len(), 2);
     assert_eq!(v["execution"]["executor"], "local");
@@ -103,7 +101,7 @@ fn ctrl_c_is_130_from_the_runner() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
-    let v = json(&out.join("result.json"));
+    let v = read_json(&out.join("result.json"));
     assert_eq!((v["status"].as_str(), v["jobs"][0]["status"].as_str()), (Some("interrupted"), Some("interrupted")));
 }
 
@@ -118,7 +116,7 @@ fn accuracy_gate_fails_the_run() {
     args.extend(common);
     let (o, log) = run("step_ms=0", &args);
     assert_eq!(o.status.code(), Some(1), "{log}");
-    let v = json(&out.join("result.json"));
+    let v = read_json(&out.join("result.json"));
     assert_eq!(v["jobs"][0]["eval"]["gate"]["passed"], false, "{v}");
     let out = dir.path().join("out0");
     let mut args = vec!["run", r.as_str(), "--min-accuracy", "0.0", "-o", out.to_str().unwrap()];
@@ -137,7 +135,7 @@ fn parallel_jobs_refused_on_cpu_unless_asked_then_concurrent() {
     assert!(log.contains("CPU recipe") && log.contains("--share-cpu"), "{log}");
     let (o, log) = run("step_ms=5", &["run", &r, "--variants", "base,knob", "--no-eval", "--parallel-jobs", "2", "--share-cpu", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{log}");
-    let v = json(&out.join("result.json"));
+    let v = read_json(&out.join("result.json"));
     assert_eq!(v["execution"], serde_json::json!({"executor": "local-parallel", "max_concurrent_jobs": 2, "shared_cpu": true}));
     for j in v["jobs"].as_array().unwrap() {
         assert_eq!(j["status"], "ok", "{j}");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{engine_lock, install, read_json, repo, text};
+use common::{engine_lock, install, read_json, repo, small_sweep_recipe, text, write_recipe};
 
 /// The cluster's configuration; panics with the command that starts it.
 fn slurm_conf() -> PathBuf {
@@ -22,29 +22,6 @@ fn slurm_conf() -> PathBuf {
         });
     assert!(up, "no Slurm cluster at {}: run `ci/slurm.sh start` (ci/test.sh does)", conf.display());
     conf
-}
-
-fn recipe(dir: &Path, name: &str, osl: u32, variants: &str) -> String {
-    let body = format!(
-        r#"name = "{name}"
-model = "bundled:smollm2-135m-instruct"
-hardware = "cpu"
-[env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-[engine]
-args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "512"]
-[sweep]
-isl = 32
-osl = {osl}
-conc = [1, 2]
-num_prompts = 4
-warmups = 0
-{variants}
-"#
-    );
-    let p = dir.join(format!("{name}.toml"));
-    std::fs::write(&p, body).unwrap();
-    p.to_string_lossy().into_owned()
 }
 
 fn command(args: &[&str]) -> Command {
@@ -70,7 +47,7 @@ fn keys(v: &serde_json::Value) -> Vec<String> {
 fn two_variants_through_slurm_merge_into_the_shape_of_a_local_run() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let r = recipe(dir.path(), "two", 16, "[variants.knob]\nenv = { ENGINEBENCH_INERT_KNOB = \"1\" }\n");
+    let r = small_sweep_recipe(dir.path(), "two", 16, "", "[variants.knob]\nenv = { ENGINEBENCH_INERT_KNOB = \"1\" }\n");
     let local = dir.path().join("local");
     let (o, log) = run(&["run", &r, "--variants", "base,knob", "--no-eval", "-o", local.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{log}");
@@ -113,7 +90,7 @@ fn scancel_mid_point_keeps_finished_points_and_resume_completes() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
     // conc 1 then conc 2 at 64 output tokens: the second point runs for seconds.
-    let r = recipe(dir.path(), "cancel", 64, "");
+    let r = small_sweep_recipe(dir.path(), "cancel", 64, "", "");
     let out = dir.path().join("out");
     let child = command(&["run", &r, "--no-eval", "--slurm", "-o", out.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -162,7 +139,7 @@ fn scancel_mid_point_keeps_finished_points_and_resume_completes() {
 fn detach_then_status_and_collect() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let r = recipe(dir.path(), "detach", 16, "");
+    let r = small_sweep_recipe(dir.path(), "detach", 16, "", "");
     let out = dir.path().join("out");
     let (o, log) = run(&["run", &r, "--no-eval", "--slurm", "--detach", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{log}");
@@ -188,10 +165,9 @@ fn ctrl_c_on_the_submitter_cancels_the_array() {
     // submitter's Ctrl-C, not the engine. sbatch passes the environment on.
     let dir = tempfile::tempdir().unwrap();
     let body = "name = \"fake\"\nmodel = \"fake/model\"\nhardware = \"cpu\"\n[sweep]\nisl = 16\nosl = 3000\nconc = [1]\nnum_prompts = 2\nwarmups = 0\n";
-    let r = dir.path().join("fake.toml");
-    std::fs::write(&r, body).unwrap();
+    let r = write_recipe(dir.path(), "fake", body);
     let out = dir.path().join("out");
-    let child = command(&["run", r.to_str().unwrap(), "--no-eval", "--slurm", "-o", out.to_str().unwrap()])
+    let child = command(&["run", &r, "--no-eval", "--slurm", "-o", out.to_str().unwrap()])
         .env("ENGINEBENCH_FAKE_ENGINE", "step_ms=20")
         .env("ENGINEBENCH_PYTHON", "/usr/bin/python3")
         .stdout(Stdio::piped())
@@ -220,10 +196,9 @@ fn ab_keeps_each_pair_in_one_task_and_records_the_node_of_every_repeat() {
     // The fake engine: this tests the grouping and the records, not the engine.
     let dir = tempfile::tempdir().unwrap();
     let body = "name = \"fakeab\"\nmodel = \"fake/model\"\nhardware = \"cpu\"\n[sweep]\nisl = 16\nosl = 8\nconc = [1]\nnum_prompts = 4\nwarmups = 0\n[variants.knob]\nenv = { ENGINEBENCH_INERT_KNOB = \"1\" }\n";
-    let r = dir.path().join("fakeab.toml");
-    std::fs::write(&r, body).unwrap();
+    let r = write_recipe(dir.path(), "fakeab", body);
     let out = dir.path().join("out");
-    let o = command(&["ab", r.to_str().unwrap(), "--baseline", "base", "--candidate", "knob", "--repeats", "2", "--no-eval", "--slurm", "-o", out.to_str().unwrap()])
+    let o = command(&["ab", &r, "--baseline", "base", "--candidate", "knob", "--repeats", "2", "--no-eval", "--slurm", "-o", out.to_str().unwrap()])
         .env("ENGINEBENCH_FAKE_ENGINE", "step_ms=2")
         .env("ENGINEBENCH_PYTHON", "/usr/bin/python3")
         .output()

@@ -7,7 +7,7 @@
 //!
 //! ```ignore
 //! let cmp = ab::compare::compare(&baseline_arm, &candidate_arm, context, options)?;
-//! print!("{}", ab::markdown::terminal(&cmp));
+//! out!("{}", ab::markdown::terminal(&cmp));
 //! let files = ab::write_outputs(&cmp, &out_dir)?;   // ab.md, ab.json, changelog.yaml, plots
 //! std::process::exit(cmp.exit_code());
 //! ```
@@ -80,13 +80,13 @@ pub fn run_compare(req: &CompareRequest) -> Result<i32> {
     }
     let context = Context { recipe: cand_result.recipe.clone(), config_key: req.config_key.clone() };
     let cmp = compare(&base, &cand, context, req.options)?;
-    print!("{}", markdown::terminal(&cmp));
+    out!("{}", markdown::terminal(&cmp));
     let dir = match &req.output {
         Some(d) => d.clone(),
         None => req.candidate.parent().map(Path::to_path_buf).unwrap_or_default(),
     };
     for f in write_outputs(&cmp, &dir)? {
-        println!("{}", f.display());
+        outln!("{}", f.display());
     }
     Ok(cmp.exit_code())
 }

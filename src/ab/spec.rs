@@ -154,6 +154,16 @@ fn delta(b: Option<f64>, c: Option<f64>, scale: f64, unit: &str) -> String {
     }
 }
 
+/// "before → after (delta)" of the acceptance rate and of the acceptance
+/// length, as both views print them.
+fn changes(r: &SpecRow) -> (String, String) {
+    let (b, c) = (&r.baseline, &r.candidate);
+    (
+        format!("{} → {} ({})", pct_or_dash(b.rate), pct_or_dash(c.rate), delta(b.rate, c.rate, 100.0, " points")),
+        format!("{} → {} ({})", len_or_dash(b.length), len_or_dash(c.length), delta(b.length, c.length, 1.0, "")),
+    )
+}
+
 /// One sentence on the lossless check, e.g. "Greedy outputs of the perf
 /// requests: the candidate changed 0 of 20." plus where each diverged.
 pub fn outputs_text(s: &SpecComparison) -> Option<String> {
@@ -195,19 +205,8 @@ pub fn markdown(s: &SpecComparison) -> String {
         t.push_str("| ISL/OSL | TP | conc | acceptance rate before → after (delta) | acceptance length before → after (delta) |\n");
         t.push_str("|---|---:|---:|---:|---:|\n");
         for r in &s.rows {
-            t.push_str(&format!(
-                "| {}/{} | {} | {} | {} → {} ({}) | {} → {} ({}) |\n",
-                r.isl,
-                r.osl,
-                r.tp,
-                r.conc,
-                pct_or_dash(r.baseline.rate),
-                pct_or_dash(r.candidate.rate),
-                delta(r.baseline.rate, r.candidate.rate, 100.0, " points"),
-                len_or_dash(r.baseline.length),
-                len_or_dash(r.candidate.length),
-                delta(r.baseline.length, r.candidate.length, 1.0, ""),
-            ));
+            let (rate, length) = changes(r);
+            t.push_str(&format!("| {}/{} | {} | {} | {rate} | {length} |\n", r.isl, r.osl, r.tp, r.conc));
         }
         t.push('\n');
     }
@@ -222,19 +221,8 @@ pub fn markdown(s: &SpecComparison) -> String {
 pub fn terminal(s: &SpecComparison) -> String {
     let mut t = String::new();
     for r in &s.rows {
-        t.push_str(&format!(
-            "spec decode {}/{} TP {} conc {}: acceptance rate {} → {} ({}), length {} → {} ({})\n",
-            r.isl,
-            r.osl,
-            r.tp,
-            r.conc,
-            pct_or_dash(r.baseline.rate),
-            pct_or_dash(r.candidate.rate),
-            delta(r.baseline.rate, r.candidate.rate, 100.0, " points"),
-            len_or_dash(r.baseline.length),
-            len_or_dash(r.candidate.length),
-            delta(r.baseline.length, r.candidate.length, 1.0, ""),
-        ));
+        let (rate, length) = changes(r);
+        t.push_str(&format!("spec decode {}/{} TP {} conc {}: acceptance rate {rate}, length {length}\n", r.isl, r.osl, r.tp, r.conc));
     }
     if let Some(o) = outputs_text(s) {
         t.push_str(&o);

@@ -131,10 +131,10 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result
     std::fs::create_dir_all(&dir).map_err(|e| crate::error::usage(format!("cannot make {}: {e}", dir.display())))?;
     let file = dir.join(format!("{key}{}.toml", scenario.map(|s| format!("-{s}")).unwrap_or_default()));
     std::fs::write(&file, &imported.toml).map_err(|e| crate::error::usage(format!("cannot write {}: {e}", file.display())))?;
-    eprintln!("InferenceX entry {key} ({}): {} job(s)", master.display(), imported.jobs.len());
+    errln!("InferenceX entry {key} ({}): {} job(s)", master.display(), imported.jobs.len());
     for (i, j) in imported.jobs.iter().enumerate() {
         let concs: Vec<String> = j.points.iter().map(|p| format!("{}:{}", super::inferencex::scenario_name(p.isl, p.osl), p.conc)).collect();
-        eprintln!(
+        errln!(
             "  {} ({}): {} line {}; model {}; {} point(s) [{}]",
             j.name,
             if i == 0 { "base" } else { "variant" },
@@ -144,12 +144,12 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result
             j.points.len(),
             concs.join(" ")
         );
-        eprintln!("    vllm serve {} {}", j.engine.model, shell_words::join(&j.engine.args));
+        errln!("    vllm serve {} {}", j.engine.model, shell_words::join(&j.engine.args));
         for (k, v) in &j.engine.env {
-            eprintln!("    env {k}={v}");
+            errln!("    env {k}={v}");
         }
     }
-    eprintln!("  recipe: {}", file.display());
+    errln!("  recipe: {}", file.display());
     let variants = std::iter::once("base".to_string()).chain(imported.jobs[1..].iter().map(|j| j.name.clone())).collect();
     Ok(Prepared { recipe: file, variants })
 }

@@ -514,17 +514,17 @@ pub fn run_import(launcher: &Path, master: (&Path, &str), scenario: Option<&str>
 /// Prints the jobs and notes to stderr and writes the TOML.
 pub fn write_out(imported: &Imported, output: Option<&Path>) -> Result<i32> {
     for j in &imported.jobs {
-        eprintln!("job {}: {} point(s), vllm serve at line {}", j.name, j.points.len(), j.line);
+        errln!("job {}: {} point(s), vllm serve at line {}", j.name, j.points.len(), j.line);
     }
     for n in &imported.notes {
-        eprintln!("note: {n}");
+        errln!("note: {n}");
     }
     match output {
         Some(p) => {
             std::fs::write(p, &imported.toml).map_err(|e| usage(format!("cannot write {}: {e}", p.display())))?;
-            eprintln!("wrote {}", p.display());
+            errln!("wrote {}", p.display());
         }
-        None => print!("{}", imported.toml),
+        None => out!("{}", imported.toml),
     }
     Ok(crate::error::exit::OK)
 }

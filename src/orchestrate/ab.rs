@@ -123,7 +123,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
     let out_dir = output_dir(opts.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
 
     let noise = if req.calibrate {
-        eprintln!("enginebench ab --calibrate: A/A of {} first ({} repeats) -> {}", req.baseline, req.repeats, out_dir.join("aa").display());
+        errln!("enginebench ab --calibrate: A/A of {} first ({} repeats) -> {}", req.baseline, req.repeats, out_dir.join("aa").display());
         let mut aa_opts = opts.clone();
         aa_opts.variants = vec![req.baseline.clone()];
         // The noise floor of the baseline's build: both copies in its interpreter.
@@ -137,7 +137,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
         match run_arms(&aa_opts, &arms, req, None, &out_dir.join("aa"), None)? {
             Finished::Interrupted => return Ok(EXIT_INTERRUPTED),
             Finished::Done { code, .. } if code != exit::OK => {
-                eprintln!("enginebench ab --calibrate: a job of the A/A failed; no A/B run");
+                errln!("enginebench ab --calibrate: a job of the A/A failed; no A/B run");
                 return Ok(code);
             }
             Finished::Done { cmp, .. } => Some(NoiseFloor::from_comparison(&cmp, &out_dir.join("aa").join("ab.json").display().to_string())),
@@ -236,7 +236,7 @@ fn run_arms(
         Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::markdown::pct_unsigned(p)),
         None => format!("{} repeat(s)", req.repeats),
     };
-    eprintln!("enginebench ab: {} vs {}, {plan_text} -> {}", arms.candidate, arms.baseline, out_dir.display());
+    errln!("enginebench ab: {} vs {}, {plan_text} -> {}", arms.candidate, arms.baseline, out_dir.display());
     let per_repeat = one_repeat.len();
     let heading = |r: &crate::report::result::RunResult, i: usize| Some(format!("repeat {}/{}: {}", i / per_repeat + 1, most, r.jobs[i].label));
     let mut next = 0;
@@ -292,11 +292,11 @@ fn run_arms(
             ));
         }
     }
-    print!("{}", ab::markdown::terminal(&cmp));
+    out!("{}", ab::markdown::terminal(&cmp));
     for f in ab::write_outputs(&cmp, out_dir)? {
-        println!("{}", f.display());
+        outln!("{}", f.display());
     }
-    println!("results: {}", path.display());
+    outln!("results: {}", path.display());
     Ok(Finished::Done { cmp, code })
 }
 

@@ -49,7 +49,7 @@ pub fn check(paths: &[PathBuf], variant: Option<&str>) -> Result<i32> {
         errors += report(path, recipe, model, configs, &flags, &host);
     }
     if errors > 0 {
-        eprintln!("error: {errors} problem(s)");
+        errln!("error: {errors} problem(s)");
         Ok(exit::USAGE)
     } else {
         Ok(exit::OK)
@@ -59,23 +59,23 @@ pub fn check(paths: &[PathBuf], variant: Option<&str>) -> Result<i32> {
 /// Prints one recipe's findings; returns the number of errors.
 fn report(path: &Path, recipe: &Recipe, model: &str, configs: &[EngineConfig], checks: &[FlagCheck], host: &Host) -> usize {
     let mut errors = 0;
-    println!("recipe {} ({}): {} engine configuration(s)", recipe.name, path.display(), configs.len());
+    outln!("recipe {} ({}): {} engine configuration(s)", recipe.name, path.display(), configs.len());
     if host.gpus.is_empty() && !recipe.is_cpu() {
-        println!("  note: no GPU on this host: flags are checked with the CPU build's parser (the same `vllm serve` parser), TP is not checked against devices");
+        outln!("  note: no GPU on this host: flags are checked with the CPU build's parser (the same `vllm serve` parser), TP is not checked against devices");
     }
     for (config, flags) in configs.iter().zip(checks) {
         let f = findings(recipe, model, config, flags, host);
         errors += f.errors.len();
         let verdict = if f.errors.is_empty() { "ok" } else { "ERROR" };
-        println!("  {} [{verdict}] {} points", config.label(), config.points.len());
+        outln!("  {} [{verdict}] {} points", config.label(), config.points.len());
         for e in &f.errors {
-            println!("    error: {e}");
+            outln!("    error: {e}");
         }
         for w in &f.warnings {
-            println!("    warning: {w}");
+            outln!("    warning: {w}");
         }
         for n in &f.notes {
-            println!("    note: {n}");
+            outln!("    note: {n}");
         }
     }
     errors
@@ -195,7 +195,7 @@ fn vllm_checks(python: &Interpreter, configs: &[(String, EngineConfig)]) -> Resu
         })
         .collect();
     let task = Task::Check(CheckJob { items });
-    eprintln!("checking flags with vLLM's serve parser (imports vLLM, loads no weights)...");
+    errln!("checking flags with vLLM's serve parser (imports vLLM, loads no weights)...");
     ask_worker(python, &task, "flag check", |msg| match msg {
         Message::Checked { results } => Some(results),
         _ => None,

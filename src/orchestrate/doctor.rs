@@ -27,7 +27,7 @@ pub fn doctor(json: bool) -> Result<i32> {
         Ok(p) => p,
         Err(e) => {
             // Nothing else can be asked without an interpreter.
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             return Ok(exit::USAGE);
         }
     };
@@ -81,7 +81,7 @@ pub fn doctor(json: bool) -> Result<i32> {
     out.insert("can_run".into(), Value::Bool(problems.is_empty()));
 
     if json {
-        println!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
+        outln!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
     } else {
         print_human(&out);
     }
@@ -91,39 +91,39 @@ pub fn doctor(json: bool) -> Result<i32> {
 fn print_human(out: &serde_json::Map<String, Value>) {
     let s = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("-").to_string();
     let py = &out["python"];
-    println!("python      {} ({}, chosen by {})", s(py.get("path")), s(py.get("version")), s(out.get("python_chosen_by")));
-    println!("worker      {}", s(out.get("worker_module")));
+    outln!("python      {} ({}, chosen by {})", s(py.get("path")), s(py.get("version")), s(out.get("python_chosen_by")));
+    outln!("worker      {}", s(out.get("worker_module")));
     if let Some(e) = out.get("engine") {
         let commit = out.get("vllm_git_commit").and_then(Value::as_str).map(|c| format!(" @ {c}")).unwrap_or_default();
-        println!("vllm        {}{commit} from {}", s(e.get("vllm")), s(e.get("vllm_path")));
-        println!("torch       {}", s(e.get("torch")));
-        println!("platform    {}", s(e.get("platform")));
+        outln!("vllm        {}{commit} from {}", s(e.get("vllm")), s(e.get("vllm_path")));
+        outln!("torch       {}", s(e.get("torch")));
+        outln!("platform    {}", s(e.get("platform")));
         if let Some(d) = e.get("devices") {
             let names: Vec<String> = d["names"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(String::from)).collect();
-            println!("devices     {} x {} {}", d["count"], s(d.get("kind")), names.join(", "));
+            outln!("devices     {} x {} {}", d["count"], s(d.get("kind")), names.join(", "));
         }
-        println!("compatibility (vLLM internals the shim uses):");
+        outln!("compatibility (vLLM internals the shim uses):");
         for (name, item) in e.get("compat").and_then(Value::as_object).into_iter().flatten() {
             match item.get("found").and_then(Value::as_str) {
-                Some(path) => println!("  ok       {name:<26} {path}"),
-                None => println!("  MISSING  {name:<26} off: {}", s(item.get("loses"))),
+                Some(path) => outln!("  ok       {name:<26} {path}"),
+                None => outln!("  MISSING  {name:<26} off: {}", s(item.get("loses"))),
             }
         }
         let parser = e.pointer("/compat/make_arg_parser/found").and_then(Value::as_str).unwrap_or("-");
-        println!("recipe check parser: {parser}");
+        outln!("recipe check parser: {parser}");
     }
-    println!("telemetry sources:");
+    outln!("telemetry sources:");
     for src in out["telemetry_sources"].as_array().into_iter().flatten() {
         let used = if src["used"].as_bool() == Some(true) { "used" } else { "not used" };
-        println!("  {:<9} {:<8} {}", s(src.get("name")), used, s(src.get("reason")));
+        outln!("  {:<9} {:<8} {}", s(src.get("name")), used, s(src.get("reason")));
     }
     let problems = out["problems"].as_array().cloned().unwrap_or_default();
     if problems.is_empty() {
-        println!("ok: a run can start");
+        outln!("ok: a run can start");
     } else {
         for p in problems {
-            println!("problem: {}", p.as_str().unwrap_or_default());
+            outln!("problem: {}", p.as_str().unwrap_or_default());
         }
-        println!("not ready: fix the problems above");
+        outln!("not ready: fix the problems above");
     }
 }

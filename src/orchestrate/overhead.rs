@@ -72,7 +72,7 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
 
     let name = format!("{}-overhead", plan.recipe.name);
     let mut runner = Runner::open(plan, &opts, Folder::New { name: &name })?;
-    eprintln!("enginebench overhead: recipe {} -> {}", runner.plan.recipe.name, runner.dir.display());
+    errln!("enginebench overhead: recipe {} -> {}", runner.plan.recipe.name, runner.dir.display());
     let heading = |_: &crate::report::result::RunResult, i: usize| Some(format!("tier {}: {}", i + 1, TIERS[i]));
     // The tiers compare one engine on one machine: they run here, one after another.
     if runner.run_jobs(&mut Sequential, &[vec![0], vec![1]], &heading)? {
@@ -103,8 +103,8 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
     write_json_atomic(&out_dir.join("overhead.json"), &report)?;
     std::fs::write(out_dir.join("overhead.md"), report.markdown())?;
     let code = runner.finish()?;
-    println!("{}", report.table());
-    println!("overhead: {}", out_dir.join("overhead.md").display());
+    outln!("{}", report.table());
+    outln!("overhead: {}", out_dir.join("overhead.md").display());
     Ok(code)
 }
 

@@ -67,7 +67,7 @@ impl<'a> Bar<'a> {
 /// (indicatif draws nothing then, and the line would be lost).
 pub fn say(ui: &MultiProgress, line: &str) {
     if ui.is_hidden() {
-        eprintln!("{line}");
+        errln!("{line}");
     } else {
         let _ = ui.println(line);
     }

@@ -37,9 +37,9 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
 /// The first lines of a run: the folder, the eval, remote code.
 fn announce(runner: &Runner) {
     let plan = &runner.plan;
-    eprintln!("enginebench: recipe {} -> {}", plan.recipe.name, runner.dir.display());
+    errln!("enginebench: recipe {} -> {}", plan.recipe.name, runner.dir.display());
     if let Some(e) = &plan.eval {
-        eprintln!(
+        errln!(
             "eval: {} ({}): {} questions, few-shot {}, data {}",
             e.task.name,
             e.task.description,
@@ -49,6 +49,6 @@ fn announce(runner: &Runner) {
         );
     }
     if runner.result.jobs.iter().any(|j| j.trust_remote_code) {
-        eprintln!("note: --trust-remote-code is ON (the recipe asks for it): the model's own Python code runs");
+        errln!("note: --trust-remote-code is ON (the recipe asks for it): the model's own Python code runs");
     }
 }

@@ -86,12 +86,12 @@ pub fn main() -> i32 {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
     if let Err(e) = signal_hook::flag::register(STOP_SIGNAL, Arc::clone(&STOP)) {
-        eprintln!("enginebench worker: cannot install the stop signal handler: {e}");
+        errln!("enginebench worker: cannot install the stop signal handler: {e}");
     }
     let mut channel = match Channel::take_stdout() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("enginebench worker: {e:#}");
+            errln!("enginebench worker: {e:#}");
             return 1;
         }
     };
@@ -106,7 +106,7 @@ pub fn main() -> i32 {
             let bad_input = py.is_some_and(PythonError::is_flag_error)
                 || e.downcast_ref::<crate::error::UsageError>().is_some();
             let message = format!("{e:#}");
-            eprintln!("enginebench worker failed: {message}");
+            errln!("enginebench worker failed: {message}");
             channel.send(&Message::Error { message, traceback, bad_input });
             1
         }

@@ -59,6 +59,9 @@ pub struct KernelDiff {
     pub note: Option<String>,
 }
 
+/// Kernel or op name -> (group, ms per step), of one side's table.
+type Names<'a> = BTreeMap<&'a str, (&'a str, f64)>;
+
 fn ratio(b: f64, c: f64) -> Option<f64> {
     (b > 0.0).then(|| c / b - 1.0)
 }
@@ -67,20 +70,32 @@ fn change(name: &str, group: &str, b: f64, c: f64) -> KernelChange {
     KernelChange { name: name.into(), group: group.into(), baseline_ms: b, candidate_ms: c, delta_ms: c - b, ratio: ratio(b, c) }
 }
 
+fn names_of(t: &TopKernels) -> Names<'_> {
+    t.rows.iter().map(|r| (r.name.as_str(), (r.group.as_str(), r.ms_per_step))).collect()
+}
+
+/// Largest `key` first (then by name), cut to [`LIST`] rows.
+fn by_time(v: &mut Vec<KernelChange>, key: fn(&KernelChange) -> f64) {
+    v.sort_by(|x, y| key(y).total_cmp(&key(x)).then_with(|| x.name.cmp(&y.name)));
+    v.truncate(LIST);
+}
+
+/// What `one` side ran and `other` did not, with its time on its own side,
+/// largest first.
+fn only_in(one: &Names, other: &Names, one_is_candidate: bool) -> Vec<KernelChange> {
+    let mut v: Vec<KernelChange> = one
+        .iter()
+        .filter(|(n, _)| !other.contains_key(*n))
+        .map(|(n, (g, ms))| if one_is_candidate { change(n, g, 0.0, *ms) } else { change(n, g, *ms, 0.0) })
+        .collect();
+    by_time(&mut v, |k| k.baseline_ms + k.candidate_ms);
+    v
+}
+
 /// The diff of two tables of the same point (`key` = ISL, OSL, TP, conc).
 pub fn diff(key: (u32, u32, u32, u32), base: &TopKernels, cand: &TopKernels) -> KernelDiff {
-    let b: BTreeMap<&str, (&str, f64)> = base.rows.iter().map(|r| (r.name.as_str(), (r.group.as_str(), r.ms_per_step))).collect();
-    let c: BTreeMap<&str, (&str, f64)> = cand.rows.iter().map(|r| (r.name.as_str(), (r.group.as_str(), r.ms_per_step))).collect();
-    let by_time = |v: &mut Vec<KernelChange>, key: fn(&KernelChange) -> f64| {
-        v.sort_by(|x, y| key(y).total_cmp(&key(x)).then_with(|| x.name.cmp(&y.name)));
-        v.truncate(LIST);
-    };
-    let mut only_c: Vec<KernelChange> =
-        c.iter().filter(|(n, _)| !b.contains_key(*n)).map(|(n, (g, ms))| change(n, g, 0.0, *ms)).collect();
-    by_time(&mut only_c, |k| k.candidate_ms);
-    let mut only_b: Vec<KernelChange> =
-        b.iter().filter(|(n, _)| !c.contains_key(*n)).map(|(n, (g, ms))| change(n, g, *ms, 0.0)).collect();
-    by_time(&mut only_b, |k| k.baseline_ms);
+    let (b, c) = (names_of(base), names_of(cand));
+    let (only_c, only_b) = (only_in(&c, &b, true), only_in(&b, &c, false));
     let mut changed: Vec<KernelChange> =
         b.iter().filter_map(|(n, (g, bms))| c.get(n).map(|(_, cms)| change(n, g, *bms, *cms))).collect();
     by_time(&mut changed, |k| k.delta_ms.abs());

@@ -23,11 +23,11 @@ pub fn cli_main_opts(seconds: f64, interval_ms: u64, json: bool) -> anyhow::Resu
         gpu_count_hint: None,
     });
     if !json {
-        println!("sources:");
+        outln!("sources:");
         for s in tel.sources() {
-            println!("  {:<9} {:<8} {}", s.name, if s.used { "used" } else { "not used" }, s.reason);
+            outln!("  {:<9} {:<8} {}", s.name, if s.used { "used" } else { "not used" }, s.reason);
         }
-        eprintln!("sampling for {seconds} s every {interval_ms} ms ...");
+        errln!("sampling for {seconds} s every {interval_ms} ms ...");
     }
     let t0 = mono_now_s();
     std::thread::sleep(Duration::from_secs_f64(seconds));
@@ -45,10 +45,10 @@ pub fn cli_main_opts(seconds: f64, interval_ms: u64, json: bool) -> anyhow::Resu
             "sampler_wall_seconds": report.sampler_wall_seconds,
             "summary": window,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "sampled {:.1} s: {} samples, sampler thread CPU {:.4} s ({:.3} % of one CPU)",
         report.sampler_wall_seconds,
         report.samples.len(),
@@ -61,52 +61,52 @@ pub fn cli_main_opts(seconds: f64, interval_ms: u64, json: bool) -> anyhow::Resu
     };
     for g in &window.gpus {
         let name = report.gpus.iter().find(|i| i.gpu == g.gpu).and_then(|i| i.name.clone()).unwrap_or_default();
-        println!("GPU {} {name} ({}), mean/min/max:", g.gpu, g.source);
-        println!("  power        {}", f(&g.power_w, 1.0, "W"));
-        println!(
+        outln!("GPU {} {name} ({}), mean/min/max:", g.gpu, g.source);
+        outln!("  power        {}", f(&g.power_w, 1.0, "W"));
+        outln!(
             "  energy       {}",
             match (g.energy_j, &g.energy_method) {
                 (Some(e), Some(m)) => format!("{e:.1} J ({m}), {:.1} W average", g.avg_power_w.unwrap_or(0.0)),
                 _ => "N/A".into(),
             }
         );
-        println!(
+        outln!(
             "  temperature  {} (hotspot {}, memory {})",
             f(&g.temp_c, 1.0, "°C"),
             f(&g.temp_hotspot_c, 1.0, "°C"),
             f(&g.temp_mem_c, 1.0, "°C")
         );
-        println!(
+        outln!(
             "  clocks       gfx/SM {}, memory {}",
             f(&g.gfx_clock_mhz, 1.0, "MHz"),
             f(&g.mem_clock_mhz, 1.0, "MHz")
         );
-        println!("  utilisation  {} (memory {})", f(&g.util_pct, 1.0, "%"), f(&g.mem_util_pct, 1.0, "%"));
-        println!(
+        outln!("  utilisation  {} (memory {})", f(&g.util_pct, 1.0, "%"), f(&g.mem_util_pct, 1.0, "%"));
+        outln!(
             "  memory       {} of {}",
             f(&g.mem_used_bytes, (1u64 << 30) as f64, "GiB"),
             g.mem_total_bytes.map(|b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)).unwrap_or("N/A".into())
         );
         if let Some(l) = g.power_limit_w {
-            println!("  power limit  {l:.0} W");
+            outln!("  power limit  {l:.0} W");
         }
         if !g.throttle_reasons.is_empty() {
-            println!("  throttle     {}", g.throttle_reasons.join(", "));
+            outln!("  throttle     {}", g.throttle_reasons.join(", "));
         }
         for n in &g.notes {
-            println!("  note         {n}");
+            outln!("  note         {n}");
         }
     }
     if window.gpus.is_empty() {
-        println!("GPUs: none sampled");
+        outln!("GPUs: none sampled");
     }
     let h = &window.host;
-    println!("host, mean/min/max:");
-    println!("  CPU          {}", f(&h.cpu_pct, 1.0, "%"));
-    println!("  memory used  {}", f(&h.mem_used_bytes, (1u64 << 30) as f64, "GiB"));
+    outln!("host, mean/min/max:");
+    outln!("  CPU          {}", f(&h.cpu_pct, 1.0, "%"));
+    outln!("  memory used  {}", f(&h.mem_used_bytes, (1u64 << 30) as f64, "GiB"));
     match (h.cpu_energy_j, h.cpu_avg_power_w) {
-        (Some(e), Some(p)) => println!("  CPU packages {e:.1} J, {p:.1} W average (RAPL)"),
-        _ => println!("  CPU packages N/A ({})", h.cpu_energy_note.as_deref().unwrap_or("")),
+        (Some(e), Some(p)) => outln!("  CPU packages {e:.1} J, {p:.1} W average (RAPL)"),
+        _ => outln!("  CPU packages N/A ({})", h.cpu_energy_note.as_deref().unwrap_or("")),
     }
     Ok(())
 }

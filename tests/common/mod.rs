@@ -47,3 +47,37 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// The start every engine test's recipe shares: the bundled model on the CPU
+/// engine in float32 (bf16 has no native support on these CPUs: ~4x slower),
+/// eager (no compile time), a `max_model_len`-token context and 1 GiB of KV
+/// cache. `extra_env` adds `KEY = "value"` lines to `[env]`; the caller adds
+/// `[sweep]` and anything after it.
+pub fn bundled_recipe_head(name: &str, max_model_len: u32, extra_env: &str) -> String {
+    format!(
+        r#"name = "{name}"
+model = "bundled:smollm2-135m-instruct"
+hardware = "cpu"
+[env]
+VLLM_CPU_KVCACHE_SPACE = "1"
+{extra_env}
+[engine]
+args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "{max_model_len}"]
+"#
+    )
+}
+
+/// The short sweep the runner and fault tests use: ISL 32, OSL `osl`, conc 1
+/// and 2, 4 prompts, no warm-ups, after [`bundled_recipe_head`]; `variants`
+/// follows. Written to DIR/NAME.toml; returns that path.
+pub fn small_sweep_recipe(dir: &Path, name: &str, osl: u32, extra_env: &str, variants: &str) -> String {
+    let sweep = format!("[sweep]\nisl = 32\nosl = {osl}\nconc = [1, 2]\nnum_prompts = 4\nwarmups = 0\n{variants}\n");
+    write_recipe(dir, name, &(bundled_recipe_head(name, 512, extra_env) + &sweep))
+}
+
+/// Writes `body` to DIR/NAME.toml and returns the path, as the tests pass it.
+pub fn write_recipe(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, body).unwrap();
+    path.to_string_lossy().into_owned()
+}

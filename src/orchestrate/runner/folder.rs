@@ -109,7 +109,7 @@ pub fn resume(dir: &Path, plan: &mut Plan, force: bool, step_trace: bool) -> Res
         jobs.push(prior);
     }
     let todo: usize = plan.jobs.iter().map(|j| j.specs.len()).sum();
-    eprintln!("resuming {}: {todo} point(s) left to run", dir.display());
+    errln!("resuming {}: {todo} point(s) left to run", dir.display());
     old.jobs = jobs;
     old.resumes += 1;
     old.status = Status::Running;
@@ -144,41 +144,41 @@ pub fn print_summary(result: &RunResult, out_dir: &Path, verbose: bool) {
     for job in &result.jobs {
         if multi {
             let node = job.placement.as_ref().map(|p| format!(" on {}", p.node)).unwrap_or_default();
-            println!("== {} ({}{node})", job.label, job.status);
+            outln!("== {} ({}{node})", job.label, job.status);
         }
         if !job.points.is_empty() {
-            println!("{}", table::points_table(&job.points));
+            outln!("{}", table::points_table(&job.points));
         }
         for u in &job.unfinished {
-            println!("  {}/{} conc {}: {} ({})", u.point.isl, u.point.osl, u.point.conc, u.status, u.reason);
+            outln!("  {}/{} conc {}: {} ({})", u.point.isl, u.point.osl, u.point.conc, u.status, u.reason);
         }
         if let Some(e) = &job.eval {
-            println!("{}", table::gsm8k_line(&e.gsm8k));
+            outln!("{}", table::gsm8k_line(&e.gsm8k));
             if let Some(g) = &e.gate {
-                println!("{}", table::gate_line(g));
+                outln!("{}", table::gate_line(g));
             }
         }
         if let Some(err) = &job.error {
-            eprintln!("error{}: {}", if multi { format!(" in {}", job.label) } else { String::new() }, err.message);
+            errln!("error{}: {}", if multi { format!(" in {}", job.label) } else { String::new() }, err.message);
             if verbose {
                 if let Some(tb) = &err.traceback {
-                    eprintln!("{tb}");
+                    errln!("{tb}");
                 }
             } else if err.traceback.is_some() {
-                eprintln!("(run with -v for the Python traceback)");
+                errln!("(run with -v for the Python traceback)");
             }
             if !err.log_tail.is_empty() {
-                eprintln!("last lines of the engine log in {}:", out_dir.display());
+                errln!("last lines of the engine log in {}:", out_dir.display());
                 for l in err.log_tail.iter().rev().take(10).rev() {
-                    eprintln!("  | {l}");
+                    errln!("  | {l}");
                 }
             }
         }
     }
     if result.status == Status::Interrupted {
-        eprintln!("interrupted: continue with `enginebench run ... --resume {}`", out_dir.display());
+        errln!("interrupted: continue with `enginebench run ... --resume {}`", out_dir.display());
     }
-    println!("results: {}", out_dir.join("result.json").display());
+    outln!("results: {}", out_dir.join("result.json").display());
 }
 
 /// Now, RFC 3339 UTC to the second.

@@ -148,7 +148,7 @@ impl Runner {
         if self.detached {
             self.files.write_result(&self.result)?;
             let dir = self.dir.display();
-            println!("submitted: `enginebench status {dir}` shows the tasks, `enginebench collect {dir}` waits for them and merges the result");
+            outln!("submitted: `enginebench status {dir}` shows the tasks, `enginebench collect {dir}` waits for them and merges the result");
             return Ok(exit::OK);
         }
         self.result.status = run_status(&self.result, self.interrupted);

@@ -126,7 +126,7 @@ pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<i32> {
         if let Ok(n) = std::env::var("SLURMD_NODENAME") {
             placement.node = n;
         }
-        eprintln!("enginebench task {key}: job {index} ({}) on {}", result.jobs[index].label, placement.node);
+        errln!("enginebench task {key}: job {index} ({}) on {}", result.jobs[index].label, placement.node);
         result.jobs[index].placement = Some(placement);
         let session = Session { ui: &ui, interrupts: &interrupts, verbose: saved.options.verbose };
         if run_job(&plan, index, &mut result, &mut files, &session)? == JobOutcome::Interrupted {

@@ -301,7 +301,7 @@ pub fn status(dir: &Path) -> Result<i32> {
     let tools = Tools { bin: slurm_options(&saved, dir)?.bin };
     let records = tools.tasks(sub.array_job_id)?;
     let result = crate::report::export::read_result(&dir.join("result.json"))?;
-    println!("Slurm array {} submitted {} ({}), run {}", sub.array_job_id, sub.submitted_at, sub.slurm_version, result.status);
+    outln!("Slurm array {} submitted {} ({}), run {}", sub.array_job_id, sub.submitted_at, sub.slurm_version, result.status);
     for (key, jobs) in &sub.tasks {
         let rec = records.iter().find(|r| r.keys.contains(key));
         let state = rec.map_or_else(|| "unknown to Slurm now".to_string(), TaskRecord::describe);
@@ -313,7 +313,7 @@ pub fn status(dir: &Path) -> Result<i32> {
             let n: usize = jobs.iter().map(|&i| result.jobs[i].points.len()).sum();
             format!("{n} point(s) merged")
         };
-        println!("  task {}_{key}: {state} on {node}: {} - {points}", sub.array_job_id, labels.join(", "));
+        outln!("  task {}_{key}: {state} on {node}: {} - {points}", sub.array_job_id, labels.join(", "));
     }
     Ok(crate::error::exit::OK)
 }
@@ -330,7 +330,7 @@ pub fn collect(dir: &Path) -> Result<i32> {
     plan.jobs = saved.jobs.clone();
     let slurm = Slurm::new(&plan, opts)?;
     let mut runner = Runner::open(plan, &saved.options, Folder::Existing(dir))?;
-    eprintln!("enginebench collect: Slurm array {} -> {}", sub.array_job_id, dir.display());
+    errln!("enginebench collect: Slurm array {} -> {}", sub.array_job_id, dir.display());
     slurm.follow(&mut runner, &sub)?;
     runner.finish()
 }
