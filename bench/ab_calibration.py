@@ -49,6 +49,8 @@ def main():
     ap.add_argument("--bin", help="the enginebench binary (needed unless --report-only)")
     ap.add_argument("--runs", type=int, default=8, help="K: ab runs per change (default 8)")
     ap.add_argument("--repeats", type=int, default=3, help="--repeats of each ab run (default 3)")
+    ap.add_argument("--aa-repeats", type=int, help="--repeats of the A/A that gives the noise floor "
+                    "(default: --repeats; more repeats give a finer floor)")
     ap.add_argument("--conc", default="1,4")
     ap.add_argument("--isl", default="64")
     ap.add_argument("--osl", default="32")
@@ -60,8 +62,9 @@ def main():
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    sweep = ["--conc", a.conc, "--isl", a.isl, "--osl", a.osl, "--num-prompts", a.num_prompts, "--no-eval",
-             "--repeats", str(a.repeats), "--max-regression", "10"]
+    common = ["--conc", a.conc, "--isl", a.isl, "--osl", a.osl, "--num-prompts", a.num_prompts, "--no-eval",
+              "--max-regression", "10"]
+    sweep = common + ["--repeats", str(a.repeats)]
     wanted = [c for c in CHANGES if c[0] in a.changes.split(",")]
 
     aa = out / "aa"
@@ -72,7 +75,8 @@ def main():
         return
     if not a.bin:
         ap.error("--bin is needed to run the comparisons (or pass --report-only)")
-    s = run([a.bin, "ab", "--baseline", "base", "--aa", *sweep, "-o", str(aa)], out / "aa.log")
+    aa_sweep = common + ["--repeats", str(a.aa_repeats or a.repeats)]
+    s = run([a.bin, "ab", "--baseline", "base", "--aa", *aa_sweep, "-o", str(aa)], out / "aa.log")
     print(f"A/A noise floor: {aa / 'ab.json'} ({s:.0f} s)", flush=True)
     runs = {}
     for name, variant in wanted:
