@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::recipe::sweep;
-use crate::workload::lengths::LengthConvention;
+use crate::protocol::LengthConvention;
 
 #[derive(Debug, Parser)]
 #[command(

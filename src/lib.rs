@@ -15,6 +15,7 @@ pub mod import;
 pub mod install;
 pub mod metrics;
 pub mod orchestrate;
+pub mod protocol;
 pub mod profile;
 pub mod recipe;
 pub mod report;

@@ -2,29 +2,8 @@
 //! model) on 127.0.0.1, driven by the Rust streaming client for a tiny sweep;
 //! and the server (every process of its group) gone afterwards, also when
 //! the test body panics.
-//!
-//! The package has only a bin target, so integration tests cannot import its
-//! modules. Rather than a hidden subcommand, this test compiles the
-//! self-contained `src/serve/` module (and `RequestRecord`, the one crate
-//! item it uses) into the test crate with `#[path]`: the test then holds the
-//! server guard itself, sees its pids, and can panic with it alive.
-//! (A side effect: `serve`'s unit tests run again in this binary; they take
-//! about a second.)
 
 mod common;
-
-#[path = "../src/metrics/request.rs"]
-mod request_record;
-
-/// What `crate::metrics` is to `src/serve/`.
-mod metrics {
-    pub use crate::request_record::RequestRecord;
-}
-
-// Not every item of the module is needed by this test.
-#[allow(dead_code)]
-#[path = "../src/serve/mod.rs"]
-mod serve;
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -32,10 +11,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{engine_lock, install};
-use metrics::RequestRecord;
-use serve::process::{group_members, pid_alive};
-use serve::client::ServeOutcome;
-use serve::{ClientConfig, ServerSpec, VllmServer, run_benchmark};
+use enginebench::protocol::RequestRecord;
+use enginebench::serve::client::ServeOutcome;
+use enginebench::serve::process::{group_members, pid_alive};
+use enginebench::serve::{ClientConfig, ServerSpec, VllmServer, run_benchmark};
 
 const ISL: usize = 32;
 const OSL: u32 = 8;

@@ -513,7 +513,8 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         );
     }
     let accuracy = compare_accuracy(baseline, candidate, &options, &mut notes)?;
-    notes.extend(crate::profile::diff::one_sided(baseline, candidate));
+    let (b_tables, c_tables) = (baseline.kernel_tables(), candidate.kernel_tables());
+    notes.extend(crate::profile::diff::one_sided(&b_tables, &c_tables));
     let gate = gate(&rows, accuracy.as_ref(), &options);
     Ok(Comparison {
         baseline_label: baseline.label.clone(),
@@ -528,7 +529,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         spec: super::spec::compare_spec(baseline, candidate),
         noise: None,
         aa: false,
-        kernels: crate::profile::diff::compare_arms(baseline, candidate),
+        kernels: crate::profile::diff::compare(&b_tables, &c_tables),
     })
 }
 

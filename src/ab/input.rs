@@ -64,9 +64,7 @@ impl Repeat {
     pub fn tp(&self) -> u32 {
         self.job
             .tp
-            .or_else(|| {
-                self.job.engine.as_ref()?.get("tensor_parallel_size")?.as_u64().map(|v| v as u32)
-            })
+            .or_else(|| self.job.engine.as_ref()?.tensor_parallel_size)
             .unwrap_or(1)
     }
 }
@@ -85,6 +83,20 @@ impl Arm {
     /// makes later repeats' samples the same questions again).
     pub fn samples(&self) -> &[Sample] {
         self.repeats.iter().map(|r| r.samples.as_slice()).find(|s| !s.is_empty()).unwrap_or(&[])
+    }
+
+    /// The first profiled kernel table of each point (ISL, OSL, TP, conc).
+    pub fn kernel_tables(&self) -> crate::profile::diff::Tables<'_> {
+        let mut out = crate::profile::diff::Tables::new();
+        for r in &self.repeats {
+            let tp = r.tp();
+            for p in &r.job.points {
+                if let Some(prof) = &p.profile {
+                    out.entry((p.isl, p.osl, tp, p.conc)).or_insert(&prof.kernels);
+                }
+            }
+        }
+        out
     }
 }
 

@@ -7,9 +7,10 @@ use super::input::{Arm, Repeat, RequestRow, load_arm};
 use super::stats::Verdict;
 use crate::error::UsageError;
 use crate::eval::score::Sample;
-use crate::metrics::{FigureSpec, RequestRecord, point_figures};
+use crate::metrics::{FigureSpec, point_figures};
+use crate::protocol::RequestRecord;
 use crate::report::result::{Evals, Gsm8kResult, JobResult, PointResult, RecipeInfo, RunResult};
-use crate::workload::lengths::LengthConvention;
+use crate::protocol::LengthConvention;
 
 const SWEEP: &str = r#"{"space":[{"pairs":[[64,16]],"concs":[1,4]}],"inferencex":false,"length_convention":"vllm",
     "range_ratio":0.0,"prefix_len":0,"request_rate":null,"burstiness":1.0,"ignore_eos":true,"percentiles":[99.0],

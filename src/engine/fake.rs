@@ -19,9 +19,8 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
-use super::{Completion, Delta, Prompt, StepEngine, StepOutput, StepStats, WorkerEngine};
+use super::{Completion, Delta, EngineInfo, Prompt, SpecCounts, StepEngine, StepOutput, StepStats, WorkerEngine};
 use crate::error::usage;
-use crate::metrics::spec::SpecCounts;
 
 /// The variable that selects the fake engine.
 pub const FAKE_VAR: &str = "ENGINEBENCH_FAKE_ENGINE";
@@ -69,7 +68,7 @@ impl FakeConfig {
 /// The stand-in engine.
 pub struct FakeEngine {
     cfg: FakeConfig,
-    info: serde_json::Value,
+    info: EngineInfo,
     allowed: Vec<u32>,
     /// rid -> (max tokens, generated, text request)
     running: BTreeMap<u64, (u32, u32, bool)>,
@@ -86,11 +85,17 @@ impl FakeEngine {
             return Err(usage(format!("vllm serve: error: unrecognized arguments: {f} (fake engine)")));
         }
         std::thread::sleep(cfg.start);
-        let info = serde_json::json!({
-            "vllm": "0.0.0+fake", "torch": null, "python": null, "model": argv.first(),
-            "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "max_model_len": 4096,
-            "vocab_size": 1000, "special_token_ids": [0], "fake_engine": true,
-        });
+        let mut info = EngineInfo {
+            vllm: Some("0.0.0+fake".into()),
+            model: argv.first().cloned(),
+            tensor_parallel_size: Some(1),
+            pipeline_parallel_size: Some(1),
+            max_model_len: Some(4096),
+            vocab_size: Some(1000),
+            special_token_ids: vec![0],
+            ..EngineInfo::default()
+        };
+        info.extra.insert("fake_engine".into(), true.into());
         Ok(FakeEngine { cfg, info, allowed: (1..1000).collect(), running: BTreeMap::new(), added: 0 })
     }
 }
@@ -141,7 +146,7 @@ impl StepEngine for FakeEngine {
 }
 
 impl WorkerEngine for FakeEngine {
-    fn info(&self) -> &serde_json::Value {
+    fn info(&self) -> &EngineInfo {
         &self.info
     }
     fn allowed_token_ids(&self) -> &[u32] {
@@ -190,7 +195,7 @@ mod tests {
 }
 
 /// The stand-in runs no torch: `--profile` on it is an error, not an empty table.
-impl crate::profile::pass::Profiler for FakeEngine {
+impl super::Profiler for FakeEngine {
     fn profile_start(&mut self) -> Result<Vec<String>> {
         bail!("the fake engine (${FAKE_VAR}) has no profiler: --profile needs vLLM")
     }

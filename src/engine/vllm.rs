@@ -8,8 +8,7 @@ use pyo3::types::{PyList, PyString, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
-use super::{Completion, Delta, EngineTiming, Prompt, StepEngine, StepOutput, StepStats};
-use crate::metrics::spec::SpecCounts;
+use super::{Completion, Delta, EngineInfo, EngineTiming, Prompt, SpecCounts, StepEngine, StepOutput, StepStats};
 
 /// The shim's source, compiled into the worker module so it can never go missing.
 const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engine.py");
@@ -20,7 +19,7 @@ const COMPAT_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/com
 pub struct VllmEngine {
     engine: Py<PyAny>,
     /// Facts about the built engine (versions, model, dtype, parallel sizes), JSON.
-    pub info: serde_json::Value,
+    pub info: EngineInfo,
     /// Token ids a random prompt may use (vocabulary minus special tokens).
     pub allowed_token_ids: Vec<u32>,
 }
@@ -242,7 +241,7 @@ fn delta(item: &Bound<'_, PyAny>) -> PyResult<Delta> {
 }
 
 impl super::WorkerEngine for VllmEngine {
-    fn info(&self) -> &serde_json::Value {
+    fn info(&self) -> &EngineInfo {
         &self.info
     }
     fn allowed_token_ids(&self) -> &[u32] {
@@ -259,7 +258,7 @@ impl super::WorkerEngine for VllmEngine {
     }
 }
 
-impl crate::profile::pass::Profiler for VllmEngine {
+impl super::Profiler for VllmEngine {
     fn profile_start(&mut self) -> Result<Vec<String>> {
         Python::attach(|py| self.engine.call_method0(py, "profile_start").and_then(|v| v.extract(py)).py_context(py))
     }

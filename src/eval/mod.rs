@@ -16,6 +16,7 @@ pub mod tasks;
 
 // The API the runner calls (not all of it is wired in yet).
 pub use data::load_data;
-pub use prompt::{EvalPlan, Prompt, build_requests};
+pub use prompt::{EvalPlan, build_requests};
+pub use crate::protocol::Prompt;
 pub use score::{Sample, aggregate, score_sample};
 pub use tasks::{TaskDef, TaskOverrides, load_task};

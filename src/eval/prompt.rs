@@ -13,44 +13,13 @@
 use std::fmt;
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::data::{DataKind, Dataset, SplitSizes};
 use super::pyrandom::PyRandom;
-use super::tasks::{FewshotSource, MaxTokensPolicy, TaskDef, WithoutTrain};
+use super::tasks::{FewshotSource, TaskDef, WithoutTrain};
+use crate::protocol::{ChatMessage as Message, MaxTokensPolicy, Prompt};
 use crate::error::usage;
-
-/// One chat message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: String,
-    pub content: String,
-}
-
-impl Message {
-    fn new(role: &str, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into() }
-    }
-}
-
-/// A prompt: plain text, or chat messages for the tokenizer's chat template.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Prompt {
-    Text(String),
-    Chat(Vec<Message>),
-}
-
-impl Prompt {
-    /// What the prompt hash is taken of: the text, or the messages as compact
-    /// JSON (`[{"role":..,"content":..},..]`).
-    pub fn hash_input(&self) -> String {
-        match self {
-            Prompt::Text(t) => t.clone(),
-            Prompt::Chat(m) => serde_json::to_string(m).expect("messages serialize"),
-        }
-    }
-}
 
 /// How the few-shot examples were chosen; recorded with every score so that
 /// numbers made in different modes are never compared silently.

@@ -28,7 +28,7 @@ pub struct Sample {
 }
 
 /// Scores one completion with the task's filters and exact_match.
-/// `prompt_hash_input` is [`super::prompt::Prompt::hash_input`].
+/// `prompt_hash_input` is [`crate::protocol::Prompt::hash_input`].
 pub fn score_sample(
     task: &TaskDef,
     doc_id: usize,

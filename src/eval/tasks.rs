@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::data::Doc;
 use super::filters::{Normalizer, RegexFilter, py_strip};
 use crate::error::usage;
+pub use crate::protocol::MaxTokensPolicy;
 
 /// The built-in tasks: name and TOML text.
 pub const BUILTIN_TASKS: [(&str, &str); 3] = [
@@ -57,34 +58,6 @@ pub enum WithoutTrain {
     Samples,
     /// Refuse.
     Error,
-}
-
-/// How `max_tokens` is set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum MaxTokensPolicy {
-    /// `max_tokens` as written.
-    #[default]
-    Fixed,
-    /// InferenceX's `run_lm_eval`: context - 4096 when the context exceeds
-    /// 4096, else context / 2, at most 16384; context = the engine's
-    /// max_model_len (16384 when unknown, InferenceX's default).
-    Inferencex,
-}
-
-impl MaxTokensPolicy {
-    /// The generation limit: `fixed` as written, or InferenceX's rule on the
-    /// engine's `max_model_len`.
-    pub fn resolve(self, fixed: u32, max_model_len: Option<u32>) -> u32 {
-        match self {
-            MaxTokensPolicy::Fixed => fixed,
-            MaxTokensPolicy::Inferencex => {
-                let ctx = max_model_len.unwrap_or(16384);
-                let v = if ctx > 4096 { ctx - 4096 } else { ctx / 2 };
-                v.min(16384)
-            }
-        }
-    }
 }
 
 /// A fixed few-shot exemplar (`[[fewshot.samples]]`).

@@ -20,9 +20,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::request::RequestRecord;
 use super::stats::{mean, percentile_sorted};
-use crate::engine::EngineTiming;
+use crate::protocol::{EngineTiming, RequestRecord};
 
 /// Absolute part of the tolerance, ms.
 pub const TOLERANCE_MS: f64 = 2.0;

@@ -3,10 +3,9 @@
 
 pub mod crosscheck;
 pub mod point;
-pub mod request;
 pub mod spec;
 pub mod stats;
 pub mod steps;
 
 pub use point::{FigureSpec, PointFigures, point_figures};
-pub use request::RequestRecord;
+

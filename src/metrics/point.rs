@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::request::RequestRecord;
+use crate::protocol::RequestRecord;
 use super::stats::Summary;
 use crate::recipe::sweep::Goodput;
 

@@ -18,49 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// vLLM's speculative counters over some steps (one step, or a point).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpecCounts {
-    /// Requests that had draft tokens verified.
-    pub drafts: u64,
-    /// Draft tokens proposed (verified by the target model).
-    pub draft_tokens: u64,
-    /// Draft tokens accepted.
-    pub accepted_tokens: u64,
-    /// Accepted tokens by draft position 0..k (a draft whose first j tokens
-    /// were accepted counts once at each of positions 0..j).
-    pub accepted_per_pos: Vec<u64>,
-}
-
-impl SpecCounts {
-    /// Adds `other` (per-position lists of different lengths are aligned at 0).
-    pub fn add(&mut self, other: &SpecCounts) {
-        self.drafts += other.drafts;
-        self.draft_tokens += other.draft_tokens;
-        self.accepted_tokens += other.accepted_tokens;
-        if self.accepted_per_pos.len() < other.accepted_per_pos.len() {
-            self.accepted_per_pos.resize(other.accepted_per_pos.len(), 0);
-        }
-        for (a, b) in self.accepted_per_pos.iter_mut().zip(&other.accepted_per_pos) {
-            *a += b;
-        }
-    }
-
-    /// `self - before` (two snapshots of running totals); saturates at 0.
-    pub fn since(&self, before: &SpecCounts) -> SpecCounts {
-        SpecCounts {
-            drafts: self.drafts.saturating_sub(before.drafts),
-            draft_tokens: self.draft_tokens.saturating_sub(before.draft_tokens),
-            accepted_tokens: self.accepted_tokens.saturating_sub(before.accepted_tokens),
-            accepted_per_pos: self
-                .accepted_per_pos
-                .iter()
-                .enumerate()
-                .map(|(i, a)| a.saturating_sub(before.accepted_per_pos.get(i).copied().unwrap_or(0)))
-                .collect(),
-        }
-    }
-}
+use crate::protocol::SpecCounts;
 
 /// The speculative-decoding figures of one point. Present in a point result
 /// only when the engine speculates.

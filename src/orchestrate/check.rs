@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::protocol::{CheckItem, CheckJob, FlagCheck, Message, Task};
+use crate::protocol::{CheckItem, CheckJob, FlagCheck, Message, Task};
 use super::spawn::ask_worker;
 use crate::error::{exit, usage};
 use crate::install::{Install, resolve_model};

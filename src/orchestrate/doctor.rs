@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde_json::Value;
 
-use super::protocol::{Message, Task};
+use crate::protocol::{Message, Task};
 use super::spawn::ask_worker;
 use crate::error::exit;
 use crate::python::{self, native};

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::outputs::OutputFiles;
 use super::plan::EvalPlan;
-use super::protocol::{EvalCompletion, RawPoint};
+use crate::protocol::{EvalCompletion, RawPoint};
 use crate::eval::tasks::TaskDef;
 use crate::eval::{Sample, aggregate, score_sample};
 use crate::metrics::crosscheck::cross_check;

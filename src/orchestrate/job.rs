@@ -14,9 +14,9 @@ use super::interrupt::Interrupts;
 use super::outputs::OutputFiles;
 use super::plan::Plan;
 use super::progress::{Bar, say};
-use super::protocol::{Job, Message, Task};
+use crate::protocol::{Job, Message, Task};
 use super::spawn::spawn_worker;
-use super::protocol::STOP_SIGNAL;
+use crate::protocol::STOP_SIGNAL;
 use crate::report::result::{Evals, JobResult, RunError, RunResult, Status, TelemetryInfo, Unfinished};
 use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
 
@@ -159,26 +159,22 @@ pub fn run_job(
             Message::Ready { engine, engine_start_s } => {
                 telemetry.mark("engine ready");
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
-                let get = |k: &str| engine.get(k).and_then(|v| v.as_str()).map(String::from);
-                let size = |k: &str| engine.get(k).and_then(|v| v.as_u64()).unwrap_or(1).max(1) as u32;
-                gpus = size("tensor_parallel_size") * size("pipeline_parallel_size");
-                j.fingerprint = Some(j.compute_fingerprint(&plan.model_path, get("vllm").as_deref().unwrap_or("")));
+                gpus = engine.gpus();
+                j.fingerprint = Some(j.compute_fingerprint(&plan.model_path, engine.vllm.as_deref().unwrap_or("")));
                 if let Some(info) = j.python.as_mut() {
-                    info.vllm = get("vllm");
-                    info.vllm_path = get("vllm_path");
+                    info.vllm = engine.vllm.clone();
+                    info.vllm_path = engine.vllm_path.clone();
                     info.vllm_git_commit = info.vllm_path.as_deref().and_then(crate::python::git_commit);
                 }
-                if let Some(lost) = engine.get("degraded").and_then(|d| d.as_array()).filter(|d| !d.is_empty()) {
-                    for item in lost.iter().filter_map(|v| v.as_str()) {
-                        say(ui, &format!("  warning: off on this vLLM: {item}"));
-                    }
+                for item in &engine.degraded {
+                    say(ui, &format!("  warning: off on this vLLM: {item}"));
                 }
-                j.engine = Some(engine.clone());
+                j.engine = Some((*engine).clone());
                 j.engine_start_s = Some(engine_start_s);
                 if result.versions.vllm.is_none() {
-                    result.versions.vllm = get("vllm");
-                    result.versions.torch = get("torch");
-                    result.versions.python = get("python");
+                    result.versions.vllm = engine.vllm.clone();
+                    result.versions.torch = engine.torch.clone();
+                    result.versions.python = engine.python.clone();
                 }
                 deadline = plan.point_timeout.map(|t| Instant::now() + t);
             }
@@ -189,7 +185,7 @@ pub fn run_job(
                 bar.progress(&phase, done, total)
             }
             Message::Point { raw } => {
-                let k = j.engine.as_ref().and_then(|e| e["num_speculative_tokens"].as_u64()).map(|k| k as u32);
+                let k = j.engine.as_ref().and_then(|e| e.num_speculative_tokens);
                 let mut point = finish_point(&raw, &j.sweep, gpus, super::plan::in_process(&j.env), k);
                 let f = &point.figures;
                 let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);

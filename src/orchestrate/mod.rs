@@ -16,7 +16,6 @@ pub mod outputs;
 pub mod overhead;
 pub mod plan;
 pub mod progress;
-pub mod protocol;
 pub mod run;
 pub mod runner;
 pub mod spawn;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use super::protocol::RawPoint;
+use crate::protocol::RawPoint;
 use crate::report::files::{JsonLines, write_json_atomic};
 use crate::report::result::{JobResult, PointResult, RunResult};
 

@@ -25,7 +25,7 @@ use super::finish::point_line;
 use super::outputs::OutputFiles;
 use super::plan::{MP_VAR, PlannedJob, RunOptions, plan};
 use super::progress::say;
-use super::protocol::{PointSpec, RawPoint};
+use crate::protocol::{PointSpec, RawPoint};
 use super::runner::local::Sequential;
 use super::runner::{ExecChoice, Folder, Runner, pending_job};
 use crate::error::usage;
@@ -111,15 +111,7 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
 /// The token ids random prompts draw from, rebuilt from tier 1's engine facts
 /// (vocabulary size minus special tokens, as the shim computes them).
 fn allowed_token_ids(job: &JobResult) -> Option<Vec<u32>> {
-    let engine = job.engine.as_ref()?;
-    let vocab = engine.get("vocab_size")?.as_u64()? as u32;
-    let special: Vec<u32> = engine
-        .get("special_token_ids")?
-        .as_array()?
-        .iter()
-        .filter_map(|v| v.as_u64().map(|x| x as u32))
-        .collect();
-    Some((0..vocab).filter(|t| !special.contains(t)).collect())
+    job.engine.as_ref()?.allowed_token_ids()
 }
 
 /// Runs every point of the job through a real `vllm serve`.

@@ -8,15 +8,15 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::protocol::{EvalJob, PointSpec};
+use crate::protocol::{EvalJob, PointSpec};
 use crate::error::usage;
 use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
 use crate::recipe::sweep::{Goodput, Sweep};
 use crate::recipe::{EngineConfig, EvalSection, Recipe, default_recipe_path};
-use crate::workload::lengths::LengthConvention;
-use crate::workload::prompts::RandomDataset;
+use crate::protocol::LengthConvention;
+use crate::protocol::RandomDataset;
 
 /// Options of `enginebench run` that override the recipe (see the CLI).
 /// Saved in a run folder's `plan.json` for the tasks of a parallel or Slurm run.

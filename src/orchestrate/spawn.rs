@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use indicatif::MultiProgress;
 
-use super::protocol::Task;
+use crate::protocol::Task;
 use crate::python::Interpreter;
 use crate::python::native::worker_command;
 
@@ -96,9 +96,9 @@ pub fn ask_worker<T>(
     python: &Interpreter,
     task: &Task,
     what: &str,
-    mut pick: impl FnMut(super::protocol::Message) -> Option<T>,
+    mut pick: impl FnMut(crate::protocol::Message) -> Option<T>,
 ) -> Result<T> {
-    use super::protocol::Message;
+    use crate::protocol::Message;
     let log = std::env::temp_dir().join(format!("enginebench-{what}-{}.log", std::process::id()));
     let mut worker = spawn_worker(python, task, &Default::default(), &[], &log, false, &MultiProgress::new())?;
     let mut found = None;

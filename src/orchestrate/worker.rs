@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message, PointSpec, RawPoint, Task};
+use crate::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message, PointSpec, RawPoint, Task};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
 use crate::engine::fake::{FakeConfig, FakeEngine};
 use crate::engine::{StepEngine, WorkerEngine};
-use super::protocol::STOP_SIGNAL;
+use crate::protocol::STOP_SIGNAL;
 use crate::telemetry::mono_now_s;
 use crate::workload::arrivals::arrival_times;
 use crate::workload::{Pacing, Request, RequestIds, drive};
@@ -154,11 +154,11 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
 
 fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, started: Instant) -> Result<()> {
     channel.send(&Message::Ready {
-        engine: engine.info().clone(),
+        engine: Box::new(engine.info().clone()),
         engine_start_s: started.elapsed().as_secs_f64(),
     });
 
-    check_lengths(&job.points, engine.info().get("max_model_len").and_then(|v| v.as_u64()))?;
+    check_lengths(&job.points, engine.info().max_model_len)?;
     let mut ids = RequestIds::default();
     if job.record_token_ids {
         engine.record_token_ids(true)?;
@@ -187,7 +187,7 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
         if job.record_token_ids {
             engine.record_token_ids(false)?; // eval completions carry their ids anyway
         }
-        let max_len = engine.info().get("max_model_len").and_then(|v| v.as_u64());
+        let max_len = engine.info().max_model_len;
         run_eval(&mut engine, max_len, eval, &mut ids, channel).context("running the eval")?;
     }
     engine.shutdown()?;

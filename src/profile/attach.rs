@@ -6,9 +6,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::table::{SHOWN, TopKernels};
-use super::{Overhead, PLACEMENT, PointProfile, ProfileRaw};
-use crate::recipe::sweep::Point;
+use super::table::top_kernels;
+use super::{PLACEMENT, overhead};
+use crate::report::kernels::{PointProfile, SHOWN};
+use crate::protocol::ProfileRaw;
+use crate::protocol::Point;
 use crate::report::result::JobResult;
 
 /// Attaches the profile pass `raw` of `point` to the job's latest result of
@@ -19,8 +21,8 @@ use crate::report::result::JobResult;
 /// read back, or a table file cannot be written.
 pub fn attach(raw: &ProfileRaw, point: &Point, job: &mut JobResult, result_dir: &Path) -> Result<String> {
     let totals = super::trace::read(&raw.trace)?;
-    let overhead = Overhead::of(raw);
-    let kernels = TopKernels::build(&totals, raw.window.profiled, overhead.profiled_step_ms, super::groups::builtin());
+    let overhead = overhead(raw);
+    let kernels = top_kernels(&totals, raw.window.profiled, overhead.profiled_step_ms, super::groups::builtin());
     let trace_name = raw.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stem = trace_name.trim_start_matches("trace-").trim_end_matches(".json.gz").to_string();
     let dir = raw.trace.parent().unwrap_or(result_dir);

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::table::TopKernels;
-use crate::ab::input::Arm;
+use crate::report::kernels::TopKernels;
 
 /// Rows per list in the terminal, Markdown and JSON.
 pub const LIST: usize = 10;
@@ -93,7 +92,7 @@ fn only_in(one: &Names, other: &Names, one_is_candidate: bool) -> Vec<KernelChan
 }
 
 /// The diff of two tables of the same point (`key` = ISL, OSL, TP, conc).
-pub fn diff(key: (u32, u32, u32, u32), base: &TopKernels, cand: &TopKernels) -> KernelDiff {
+pub fn diff(key: PointKey, base: &TopKernels, cand: &TopKernels) -> KernelDiff {
     let (b, c) = (names_of(base), names_of(cand));
     let (only_c, only_b) = (only_in(&c, &b, true), only_in(&b, &c, false));
     let mut changed: Vec<KernelChange> =
@@ -129,30 +128,20 @@ pub fn diff(key: (u32, u32, u32, u32), base: &TopKernels, cand: &TopKernels) -> 
     }
 }
 
-/// The first profiled table of each point (ISL, OSL, TP, conc) of an arm.
-fn tables(arm: &Arm) -> BTreeMap<(u32, u32, u32, u32), &TopKernels> {
-    let mut out = BTreeMap::new();
-    for r in &arm.repeats {
-        let tp = r.tp();
-        for p in &r.job.points {
-            if let Some(prof) = &p.profile {
-                out.entry((p.isl, p.osl, tp, p.conc)).or_insert(&prof.kernels);
-            }
-        }
-    }
-    out
-}
+/// A point of a comparison: (ISL, OSL, TP, conc).
+pub type PointKey = (u32, u32, u32, u32);
+
+/// One side's profiled tables, by point (the first profiled repeat of each).
+pub type Tables<'a> = BTreeMap<PointKey, &'a TopKernels>;
 
 /// The diffs of every point profiled on both sides, sorted by point.
-pub fn compare_arms(baseline: &Arm, candidate: &Arm) -> Vec<KernelDiff> {
-    let (b, c) = (tables(baseline), tables(candidate));
+pub fn compare(b: &Tables, c: &Tables) -> Vec<KernelDiff> {
     b.iter().filter_map(|(k, bt)| c.get(k).map(|ct| diff(*k, bt, ct))).collect()
 }
 
 /// Notes for points profiled on one side only (the comparison's notes).
-pub fn one_sided(baseline: &Arm, candidate: &Arm) -> Vec<String> {
-    let (b, c) = (tables(baseline), tables(candidate));
-    let text = |k: &(u32, u32, u32, u32)| format!("ISL/OSL {}/{} TP {} conc {}", k.0, k.1, k.2, k.3);
+pub fn one_sided(b: &Tables, c: &Tables) -> Vec<String> {
+    let text = |k: &PointKey| format!("ISL/OSL {}/{} TP {} conc {}", k.0, k.1, k.2, k.3);
     let mut out: Vec<String> = b.keys().filter(|k| !c.contains_key(*k)).map(|k| format!("{}: profiled in the baseline only: no kernel diff", text(k))).collect();
     out.extend(c.keys().filter(|k| !b.contains_key(*k)).map(|k| format!("{}: profiled in the candidate only: no kernel diff", text(k))));
     out
@@ -253,7 +242,8 @@ impl KernelDiff {
 mod tests {
     use super::*;
     use crate::profile::groups::builtin;
-    use crate::profile::trace::{NameTotal, Source, TraceTotals};
+    use crate::profile::trace::{NameTotal, TraceTotals};
+    use crate::report::kernels::Source;
 
     fn table(names: &[(&str, f64)], step_ms: f64) -> TopKernels {
         let t = TraceTotals {
@@ -261,7 +251,7 @@ mod tests {
             names: names.iter().map(|&(n, ms)| NameTotal { name: n.into(), calls: 2, total_us: ms * 1000.0 }).collect(),
             events: names.len(),
         };
-        TopKernels::build(&t, 1, step_ms, builtin())
+        crate::profile::table::top_kernels(&t, 1, step_ms, builtin())
     }
 
     #[test]

@@ -41,7 +41,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use select::{PointFilter, Window};
+pub use select::PointFilter;
+pub use crate::protocol::{ProfileRaw, ProfileTarget, Window};
+use crate::report::kernels::Overhead;
 
 /// Default `--profile-steps`: profiled decode steps per point.
 pub const DEFAULT_STEPS: u32 = 8;
@@ -60,101 +62,26 @@ pub struct ProfileOptions {
     pub dir: Option<PathBuf>,
 }
 
-/// The profile window of one point of a job, as sent to the worker.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProfileTarget {
-    /// Index of the point in the job's `points`.
-    pub point: usize,
-    pub window: Window,
-    /// Where the worker writes the trace (absolute, `.json.gz`).
-    pub trace: PathBuf,
-}
-
-/// What the worker measured in one profile pass.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProfileRaw {
-    /// Index of the point in the job's `points`.
-    pub point: usize,
-    pub trace: PathBuf,
-    pub window: Window,
-    /// Requests decoding together in the window.
-    pub batch: u32,
-    /// Steps before steady state (prefill, and steps mixing prefill and decode).
-    pub prefill_steps: u32,
-    /// Wall time of each unprofiled reference step, ms (harness clock).
-    pub reference_ms: Vec<f64>,
-    /// Wall time of each profiled step, ms (harness clock).
-    pub profiled_ms: Vec<f64>,
-    /// Profiler activities used (`CPU`, `CUDA`).
-    pub activities: Vec<String>,
-    /// Profiler start, stop and trace export, s (outside the steps).
-    pub start_s: f64,
-    pub stop_s: f64,
-    pub export_s: f64,
-}
-
-/// The profiler's cost, measured on the pass's own steps: the wall time of
-/// the profiled steps against the unprofiled reference steps around them
-/// (half before, half after; same requests, same batch).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Overhead {
-    /// Mean wall time of a profiled step, ms.
-    pub profiled_step_ms: f64,
-    /// Mean wall time of an unprofiled reference step, ms.
-    pub reference_step_ms: f64,
-    /// Median wall time of a profiled / a reference step, ms (0 in results
-    /// written before the medians were kept).
-    #[serde(default)]
-    pub profiled_median_ms: f64,
-    #[serde(default)]
-    pub reference_median_ms: f64,
-    /// Of the medians (less moved by a neighbour's burst on a shared
-    /// machine): profiled / reference - 1 (0.05 = profiled steps took 5% longer).
-    pub fraction: f64,
-    /// Profiler start, stop and trace export, s: paid outside any step.
-    pub start_s: f64,
-    pub stop_s: f64,
-    pub export_s: f64,
-}
-
-impl Overhead {
-    pub fn of(raw: &ProfileRaw) -> Overhead {
-        let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
-        let median = |v: &[f64]| {
-            let mut s = v.to_vec();
-            s.sort_by(f64::total_cmp);
-            crate::metrics::stats::percentile_sorted(&s, 50.0)
-        };
-        let (pm, rm) = (median(&raw.profiled_ms), median(&raw.reference_ms));
-        Overhead {
-            profiled_step_ms: mean(&raw.profiled_ms),
-            reference_step_ms: mean(&raw.reference_ms),
-            profiled_median_ms: pm,
-            reference_median_ms: rm,
-            fraction: if rm > 0.0 { pm / rm - 1.0 } else { 0.0 },
-            start_s: raw.start_s,
-            stop_s: raw.stop_s,
-            export_s: raw.export_s,
-        }
+/// The profiler's cost in one pass: its profiled steps against the
+/// unprofiled reference steps around them.
+pub fn overhead(raw: &ProfileRaw) -> Overhead {
+    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let median = |v: &[f64]| {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        crate::metrics::stats::percentile_sorted(&s, 50.0)
+    };
+    let (pm, rm) = (median(&raw.profiled_ms), median(&raw.reference_ms));
+    Overhead {
+        profiled_step_ms: mean(&raw.profiled_ms),
+        reference_step_ms: mean(&raw.reference_ms),
+        profiled_median_ms: pm,
+        reference_median_ms: rm,
+        fraction: if rm > 0.0 { pm / rm - 1.0 } else { 0.0 },
+        start_s: raw.start_s,
+        stop_s: raw.stop_s,
+        export_s: raw.export_s,
     }
-}
-
-/// A profiled point, as `result.json` holds it (`points[i].profile`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PointProfile {
-    /// The trace file (relative to the result folder when it is inside it).
-    pub trace: String,
-    /// Where the profiled steps were: [`PLACEMENT`].
-    pub placement: String,
-    pub window: Window,
-    pub batch: u32,
-    pub prefill_steps: u32,
-    pub activities: Vec<String>,
-    pub overhead: Overhead,
-    /// The top-kernels table (every name, largest first).
-    pub kernels: table::TopKernels,
-    /// The table's Markdown and JSON files.
-    pub files: Vec<String>,
 }
 
 #[cfg(test)]
@@ -164,7 +91,7 @@ mod tests {
     #[test]
     fn overhead_is_of_the_medians_and_reads_older_results() {
         let raw = ProfileRaw { reference_ms: vec![10.0, 11.0, 30.0], profiled_ms: vec![12.0, 12.1, 11.0], ..ProfileRaw::default() };
-        let o = Overhead::of(&raw);
+        let o = overhead(&raw);
         assert_eq!((o.reference_median_ms, o.profiled_median_ms), (11.0, 12.0));
         assert!((o.fraction - (12.0 / 11.0 - 1.0)).abs() < 1e-12, "a slow outlier does not decide it");
         assert!((o.reference_step_ms - 17.0).abs() < 1e-12);

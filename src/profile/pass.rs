@@ -4,24 +4,15 @@
 //! them. The pass ends by aborting what is left of its requests, so nothing
 //! of it reaches into the next point.
 
-use std::path::Path;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Result, bail};
 
-use super::{ProfileRaw, ProfileTarget};
-use crate::engine::{StepEngine, StepOutput};
+use crate::protocol::{ProfileRaw, ProfileTarget};
+use crate::engine::{Profiler, StepEngine, StepOutput};
 use crate::workload::RequestIds;
-
-/// An engine that can open a profiler window around some of its steps.
-pub trait Profiler {
-    /// Starts the profiler; returns the activities it records (`CPU`, `CUDA`).
-    fn profile_start(&mut self) -> Result<Vec<String>>;
-    /// Stops it and writes the Chrome trace to `trace`; returns the stop and
-    /// export times, s.
-    fn profile_stop(&mut self, trace: &Path) -> Result<(f64, f64)>;
-}
 
 /// Most steps a pass may take to get every request its first token.
 const MAX_PREFILL_STEPS: u32 = 100_000;
@@ -151,9 +142,11 @@ impl Pass {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::engine::{Delta, Prompt};
-    use crate::profile::Window;
+    use crate::protocol::Window;
 
     /// A fake engine: a request's prefill takes `prefill_steps[i]` steps
     /// (its first token comes with the last), then one token per step. It
@@ -273,7 +266,7 @@ mod tests {
 /// Errors: as [`run_pass`].
 pub fn profile_point<E: StepEngine + Profiler>(
     engine: &mut E,
-    spec: &crate::orchestrate::protocol::PointSpec,
+    spec: &crate::protocol::PointSpec,
     target: &ProfileTarget,
     allowed_token_ids: &[u32],
     ids: &mut RequestIds,

@@ -5,12 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
-use super::{ProfileOptions, ProfileTarget};
+
+use super::ProfileOptions;
+use crate::protocol::{ProfileTarget, Window};
 use crate::error::usage;
-use crate::orchestrate::protocol::PointSpec;
-use crate::recipe::sweep::Point;
+use crate::protocol::PointSpec;
+use crate::protocol::Point;
 
 /// Unprofiled steady-state decode steps before the reference steps: the
 /// first decode steps after the last prefill still settle (allocator,
@@ -56,31 +57,6 @@ impl PointFilter {
     pub fn matches(&self, p: &Point, tp: Option<u32>) -> bool {
         let ok = |want: Option<u32>, have: u32| want.is_none_or(|w| w == have);
         ok(self.conc, p.conc) && ok(self.isl, p.isl) && ok(self.osl, p.osl) && ok(self.tp, p.tp.or(tp).unwrap_or(1))
-    }
-}
-
-/// Where the profiler window sits in a point's profile pass, in
-/// steady-state decode steps counted from the first step after every
-/// request of the pass has its first token: `warm` unprofiled steps, then
-/// the `reference` unprofiled timed steps split around the `profiled` steps
-/// (half, rounded up, before them; the rest after).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Window {
-    pub warm: u32,
-    pub reference: u32,
-    pub profiled: u32,
-}
-
-impl Window {
-    /// Decode steps the pass needs.
-    pub fn decode_steps(&self) -> u32 {
-        self.warm + self.reference + self.profiled
-    }
-
-    /// Output tokens each request of the pass asks for: its first token
-    /// (prefill) plus one per decode step of the window.
-    pub fn max_tokens(&self) -> u32 {
-        self.decode_steps() + 1
     }
 }
 
@@ -218,8 +194,8 @@ pub fn job_targets(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::lengths::LengthConvention;
-    use crate::workload::prompts::RandomDataset;
+    use crate::protocol::LengthConvention;
+    use crate::protocol::RandomDataset;
 
     fn spec(isl: u32, osl: u32, conc: u32, range_ratio: f64) -> PointSpec {
         PointSpec {

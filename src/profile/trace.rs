@@ -14,26 +14,9 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-/// What a trace's times are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// Device kernels (and memcpy/memset), each its own duration.
-    DeviceKernels,
-    /// CPU ops, self time (no device activity in the trace).
-    CpuOpsSelfTime,
-}
-
-impl Source {
-    pub fn text(self) -> &'static str {
-        match self {
-            Source::DeviceKernels => "device kernels",
-            Source::CpuOpsSelfTime => "CPU ops, self time",
-        }
-    }
-}
+use crate::report::kernels::Source;
 
 /// Calls and total time of one name over the whole trace.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::args::{has_flag, remove_flag, set_flag, substitute};
-use super::sweep::{Point, ResolvedSweep, Sweep};
+use super::sweep::{ResolvedSweep, Sweep};
+use crate::protocol::Point;
 use super::variant::merge_tables;
 use super::Recipe;
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::workload::lengths::LengthConvention;
+use crate::protocol::{LengthConvention, Point};
 
 /// What `[sweep]` may hold. Every key is optional except the lengths and
 /// concurrencies; see [`Sweep::resolve`] for the defaults.
@@ -137,19 +137,6 @@ struct Count {
     num_prompts: Option<u32>,
     warmups_per_conc: Option<u32>,
     warmups: Option<u32>,
-}
-
-/// One point of the matrix: an ISL/OSL pair at one concurrency (and TP).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Point {
-    /// Tensor-parallel size of the engine this point runs on, when the sweep sets it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tp: Option<u32>,
-    pub isl: u32,
-    pub osl: u32,
-    pub conc: u32,
-    pub num_prompts: u32,
-    pub warmups: u32,
 }
 
 /// InferenceX's client settings (benchmark_serving.py as their launchers call it).

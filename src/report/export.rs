@@ -23,6 +23,7 @@ use serde_json::{Map, Value, json};
 
 use super::result::{JobResult, PointResult, RunResult};
 use crate::error::usage;
+use crate::protocol::EngineInfo;
 
 /// Target shape of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -67,8 +68,9 @@ pub fn export(result: &RunResult, requests: &[Value], format: Format) -> Vec<(St
     out
 }
 
-fn engine_size(job: &JobResult, key: &str) -> u64 {
-    job.engine.as_ref().and_then(|e| e.get(key)).and_then(Value::as_u64).unwrap_or(1)
+/// One of the engine's parallel sizes (1 when the engine did not say).
+fn engine_size(job: &JobResult, size: impl Fn(&EngineInfo) -> Option<u32>) -> u64 {
+    job.engine.as_ref().and_then(size).map_or(1, u64::from)
 }
 
 /// The `*_ms` figures (and their keys) of a point, as bench serve names them.
@@ -97,9 +99,9 @@ fn spec_decode_fields(p: &PointResult) -> Vec<(&'static str, Value)> {
 
 fn inferencex(result: &RunResult, job: &JobResult, p: &PointResult) -> Value {
     let args = &job.engine_args;
-    let tp = engine_size(job, "tensor_parallel_size");
-    let pp = engine_size(job, "pipeline_parallel_size");
-    let dp = engine_size(job, "data_parallel_size");
+    let tp = engine_size(job, |e| e.tensor_parallel_size);
+    let pp = engine_size(job, |e| e.pipeline_parallel_size);
+    let dp = engine_size(job, |e| e.data_parallel_size);
     let ep = if args.iter().any(|a| a == "--enable-expert-parallel" || a == "-ep") { tp * dp } else { 1 };
     let dp_attention = args.iter().any(|a| a == "--data-parallel-size" || a == "-dp") && dp > 1;
     let mut m = Map::new();
@@ -319,7 +321,8 @@ mod tests {
 
     #[test]
     fn spec_decode_keys_as_bench_serve_names_them() {
-        use crate::metrics::spec::{SpecCounts, summarize_spec};
+        use crate::metrics::spec::summarize_spec;
+        use crate::protocol::SpecCounts;
         let mut result = fixture();
         let step = SpecCounts { drafts: 4, draft_tokens: 12, accepted_tokens: 6, accepted_per_pos: vec![3, 2, 1] };
         result.jobs[0].points[0].spec_decode = summarize_spec([Some(&step)], Some(3), None);

@@ -4,6 +4,7 @@
 pub mod export;
 pub mod files;
 pub mod host;
+pub mod kernels;
 pub mod placement;
 pub mod result;
 pub mod table;

@@ -14,7 +14,7 @@ use crate::metrics::crosscheck::CrossCheck;
 use crate::metrics::spec::SpecDecodeSummary;
 use crate::metrics::steps::StepSummary;
 use crate::recipe::sweep::ResolvedSweep;
-use crate::workload::lengths::LengthConvention;
+use crate::protocol::LengthConvention;
 
 /// Bumped whenever a key changes meaning or disappears.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -86,7 +86,7 @@ pub struct JobResult {
     pub sweep: ResolvedSweep,
     /// Facts the engine reported once built (versions, model, dtype, max_model_len, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine: Option<serde_json::Value>,
+    pub engine: Option<crate::protocol::EngineInfo>,
     /// Engine construction time (import + load + KV cache allocation), s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_start_s: Option<f64>,
@@ -160,7 +160,7 @@ impl PythonInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Unfinished {
     #[serde(flatten)]
-    pub point: crate::recipe::sweep::Point,
+    pub point: crate::protocol::Point,
     pub status: String,
     pub reason: String,
 }
@@ -279,7 +279,7 @@ pub struct PointResult {
     /// The torch profiler window of this point (`--profile`): trace file,
     /// top-kernels table, profiler overhead; absent when not profiled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<crate::profile::PointProfile>,
+    pub profile: Option<super::kernels::PointProfile>,
 }
 
 #[cfg(test)]

@@ -130,7 +130,8 @@ fn fmt(ms: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{FigureSpec, RequestRecord, point_figures};
+    use crate::metrics::{FigureSpec, point_figures};
+    use crate::protocol::RequestRecord;
 
     #[test]
     fn table_has_a_row_per_point() {
@@ -149,7 +150,8 @@ mod tests {
 
     #[test]
     fn speculative_columns_when_a_point_speculates() {
-        use crate::metrics::spec::{SpecCounts, summarize_spec};
+        use crate::metrics::spec::summarize_spec;
+        use crate::protocol::SpecCounts;
         let spec = FigureSpec { percentiles: &[99.0], gpus: 1, goodput: None };
         let p = PointResult::fixture(1, 1, point_figures(&[], 1.0, spec));
         let step = SpecCounts { drafts: 4, draft_tokens: 12, accepted_tokens: 6, accepted_per_pos: vec![3, 2, 1] };

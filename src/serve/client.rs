@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 use super::sse::{SseParser, StreamMessage, Usage, clip, error_text};
-use crate::metrics::RequestRecord;
+use crate::protocol::RequestRecord;
 
 /// Where and how to send requests.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@
 //!   ready, stop its whole process group on every exit path.
 //! - [`sse`]: incremental server-sent-events parsing of OpenAI streams.
 //! - [`client`]: the closed-loop (or request-rate) benchmark client producing
-//!   one [`crate::metrics::RequestRecord`] per request.
+//!   one [`crate::protocol::RequestRecord`] per request.
 //!
 //! Linux only (process groups, `/proc`, `PR_SET_PDEATHSIG`).
 

@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::engine::{EngineTiming, Prompt, StepEngine, StepOutput};
-use crate::metrics::RequestRecord;
-use crate::metrics::steps::StepRecord;
+use crate::engine::StepEngine;
+use crate::protocol::{EngineTiming, Prompt, RequestRecord, StepOutput, StepRecord};
 
 /// One request to submit.
 #[derive(Debug, Clone, Copy)]

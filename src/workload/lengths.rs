@@ -14,59 +14,9 @@
 //! requests of a point) comes before each prompt.
 
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 
-/// Which range a range ratio describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LengthConvention {
-    /// [floor(L(1-r)), ceil(L(1+r))], r in [0, 1).
-    #[default]
-    Vllm,
-    /// [floor(rL), L], r in [0, 1].
-    Inferencex,
-}
+use crate::protocol::LengthConvention;
 
-impl LengthConvention {
-    /// The default ratio: fixed lengths (vllm 0.0, inferencex 1.0).
-    pub fn fixed_ratio(self) -> f64 {
-        match self {
-            LengthConvention::Vllm => 0.0,
-            LengthConvention::Inferencex => 1.0,
-        }
-    }
-
-    /// Checks a ratio; the error says what range is valid.
-    pub fn check_ratio(self, r: f64) -> Result<(), String> {
-        let ok = match self {
-            LengthConvention::Vllm => (0.0..1.0).contains(&r),
-            LengthConvention::Inferencex => (0.0..=1.0).contains(&r),
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(match self {
-                LengthConvention::Vllm => format!("range_ratio {r} is outside [0, 1) (vllm convention)"),
-                LengthConvention::Inferencex => {
-                    format!("range_ratio {r} is outside [0, 1] (inferencex convention)")
-                }
-            })
-        }
-    }
-
-    /// Inclusive bounds for a mean length `len` (tokens). `at_least_one` keeps
-    /// the lower bound >= 1 (vLLM does so for output lengths; enginebench also
-    /// for inputs, since a prompt cannot be empty).
-    pub fn bounds(self, len: u32, r: f64) -> (u32, u32) {
-        let l = f64::from(len);
-        let (lo, hi) = match self {
-            LengthConvention::Vllm => ((l * (1.0 - r)).floor(), (l * (1.0 + r)).ceil()),
-            LengthConvention::Inferencex => ((l * r).floor(), l),
-        };
-        let hi = (hi as u32).max(1);
-        ((lo as u32).clamp(1, hi), hi)
-    }
-}
 
 /// Draws `count` lengths uniformly from the convention's bounds around `len`.
 pub fn sample_lengths(

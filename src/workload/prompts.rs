@@ -2,23 +2,10 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
-use super::lengths::{LengthConvention, sample_lengths};
 
-/// The random dataset of one point.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RandomDataset {
-    /// Mean input length, tokens (without the prefix).
-    pub isl: u32,
-    /// Mean output length, tokens.
-    pub osl: u32,
-    pub convention: LengthConvention,
-    pub range_ratio: f64,
-    /// A random prefix of this many tokens, the same for every request.
-    pub prefix_len: u32,
-    pub seed: u64,
-}
+use super::lengths::sample_lengths;
+use crate::protocol::RandomDataset;
 
 /// Requests drawn from a [`RandomDataset`].
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +44,7 @@ impl RandomDataset {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::LengthConvention;
 
     fn dataset(convention: LengthConvention, ratio: f64, prefix_len: u32) -> RandomDataset {
         RandomDataset { isl: 100, osl: 20, convention, range_ratio: ratio, prefix_len, seed: 5 }

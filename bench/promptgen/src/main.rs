@@ -1,13 +1,21 @@
 //! Prints the token-id prompts enginebench draws for one sweep point, so that
 //! another harness (python-shim/enginebench_shim/pyloop.py) can run exactly the
-//! same requests. It compiles enginebench's own dataset code (the two modules
-//! below are src/workload/lengths.rs and src/workload/prompts.rs, not copies),
+//! same requests. It compiles enginebench's own dataset code (the modules
+//! below are src/protocol/point.rs, src/workload/lengths.rs and
+//! src/workload/prompts.rs, not copies),
 //! with the versions of rand/rand_chacha pinned by enginebench's Cargo.lock.
 //!
 //! stdin: JSON list of allowed token ids (the shim's `Engine.allowed_token_ids`).
 //! args:  ISL OSL COUNT SEED   (SEED: the point seed, see `Sweep::point_seed`)
 //! stdout: {"prompts": [[...], ...], "output_lens": [...]}
 
+#[allow(dead_code)]
+#[path = "../../../src/protocol/point.rs"]
+mod point;
+/// What `crate::protocol` is to the two workload modules.
+mod protocol {
+    pub use crate::point::{LengthConvention, RandomDataset};
+}
 #[allow(dead_code)]
 #[path = "../../../src/workload/lengths.rs"]
 mod lengths;
@@ -29,10 +37,10 @@ fn main() {
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).expect("reading stdin");
     let allowed: Vec<u32> = serde_json::from_str(&input).expect("stdin: a JSON list of token ids");
-    let dataset = prompts::RandomDataset {
+    let dataset = protocol::RandomDataset {
         isl: isl as u32,
         osl: osl as u32,
-        convention: lengths::LengthConvention::Vllm,
+        convention: protocol::LengthConvention::Vllm,
         range_ratio: 0.0,
         prefix_len: 0,
         seed,

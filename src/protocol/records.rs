@@ -1,6 +1,9 @@
-//! One request's timeline, on the harness's monotonic clock.
+//! What the harness records per request ([`RequestRecord`], its timeline on
+//! the harness's monotonic clock) and per engine step ([`StepRecord`]).
 
 use serde::{Deserialize, Serialize};
+
+use super::step::{SpecCounts, StepStats};
 
 /// A request as the closed loop saw it. Times are seconds since the start of
 /// the point. In-process, a token "arrives" when the `step()` that produced it
@@ -86,6 +89,70 @@ impl RequestRecord {
         }
         self.last_token_s = Some(now_s);
         self.output_tokens += new_tokens;
+    }
+}
+
+/// One engine step, as the harness saw it (a line of the `--step-trace` file).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Step start, s since the point started (the clock of the request records).
+    pub t_s: f64,
+    /// Wall time of the `step()` call on the harness's clock, ms.
+    pub dur_ms: f64,
+    /// Requests / tokens scheduled in the prefill (context) phase; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_reqs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_tokens: Option<u32>,
+    /// Requests / tokens scheduled in the decode phase; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_reqs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_tokens: Option<u32>,
+    /// Requests running / waiting in the scheduler.
+    pub running: u32,
+    pub waiting: u32,
+    /// KV-cache usage, 0..1; null when this vLLM does not report it.
+    pub kv_cache_usage: Option<f64>,
+    pub prefix_cache_queries: u64,
+    pub prefix_cache_hits: u64,
+    pub preempted: u32,
+    /// Output tokens this step delivered to the harness.
+    pub output_tokens: u32,
+    /// Requests that finished in this step.
+    pub finished: u32,
+    /// vLLM's speculative-decoding counters of this step (drafts, draft
+    /// tokens, accepted tokens, accepted per position); absent when the
+    /// engine does not speculate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SpecCounts>,
+}
+
+impl StepRecord {
+    /// Builds a record from the engine's step statistics.
+    pub fn new(t_s: f64, dur_s: f64, stats: &StepStats, output_tokens: u32, finished: u32) -> Self {
+        StepRecord {
+            t_s,
+            dur_ms: dur_s * 1000.0,
+            prefill_reqs: stats.prefill.map(|p| p.0),
+            prefill_tokens: stats.prefill.map(|p| p.1),
+            decode_reqs: stats.decode.map(|d| d.0),
+            decode_tokens: stats.decode.map(|d| d.1),
+            running: stats.running,
+            waiting: stats.waiting,
+            kv_cache_usage: stats.kv_cache_usage,
+            prefix_cache_queries: stats.prefix_queries,
+            prefix_cache_hits: stats.prefix_hits,
+            preempted: stats.preempted,
+            output_tokens,
+            finished,
+            spec: None,
+        }
+    }
+
+    /// A step that only decoded (no prefill work).
+    pub fn decode_only(&self) -> bool {
+        self.prefill_tokens == Some(0) && self.decode_tokens.is_some_and(|d| d > 0)
     }
 }
 

@@ -1,15 +1,14 @@
-//! The messages between orchestrator and worker.
+//! The messages between orchestrator and worker: a [`Task`] on the worker's
+//! stdin (one JSON document), [`Message`]s back on its channel (JSON lines).
 
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{EngineTiming, Prompt};
-use crate::eval::tasks::MaxTokensPolicy;
-use crate::metrics::RequestRecord;
-use crate::metrics::spec::SpecCounts;
-use crate::metrics::steps::StepRecord;
-use crate::recipe::sweep::Point;
-use crate::workload::prompts::RandomDataset;
+use super::engine_info::EngineInfo;
+use super::point::{Point, RandomDataset};
+use super::profile::{ProfileRaw, ProfileTarget};
+use super::records::{RequestRecord, StepRecord};
+use super::step::{EngineTiming, Prompt, SpecCounts};
 
 /// The signal the orchestrator sends a worker for a graceful stop. Python
 /// leaves it alone (it only handles SIGINT), so the worker's Rust flag sees it.
@@ -75,9 +74,9 @@ pub struct Job {
     /// Return each perf request's generated token ids (`RawPoint::token_ids`).
     #[serde(default)]
     pub record_token_ids: bool,
-    /// Points to profile after they are measured (`--profile`, see [`crate::profile`]).
+    /// Points to profile after they are measured (`--profile`, the profile pass).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub profile: Vec<crate::profile::ProfileTarget>,
+    pub profile: Vec<ProfileTarget>,
 }
 
 /// One sweep point and how to run it.
@@ -119,6 +118,34 @@ pub struct RawPoint {
     pub partial: bool,
 }
 
+/// How `max_tokens` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensPolicy {
+    /// `max_tokens` as written.
+    #[default]
+    Fixed,
+    /// InferenceX's `run_lm_eval`: context - 4096 when the context exceeds
+    /// 4096, else context / 2, at most 16384; context = the engine's
+    /// max_model_len (16384 when unknown, InferenceX's default).
+    Inferencex,
+}
+
+impl MaxTokensPolicy {
+    /// The generation limit: `fixed` as written, or InferenceX's rule on the
+    /// engine's `max_model_len`.
+    pub fn resolve(self, fixed: u32, max_model_len: Option<u32>) -> u32 {
+        match self {
+            MaxTokensPolicy::Fixed => fixed,
+            MaxTokensPolicy::Inferencex => {
+                let ctx = max_model_len.unwrap_or(16384);
+                let v = if ctx > 4096 { ctx - 4096 } else { ctx / 2 };
+                v.min(16384)
+            }
+        }
+    }
+}
+
 /// Prompts to complete greedily (the eval's generation step).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EvalJob {
@@ -149,13 +176,13 @@ pub enum Message {
     /// `doctor`'s report: the shim's JSON (see `doctor()` in the shim).
     Doctor { report: String },
     /// The engine is built.
-    Ready { engine: serde_json::Value, engine_start_s: f64 },
+    Ready { engine: Box<EngineInfo>, engine_start_s: f64 },
     /// `done` of `total` requests of `phase` finished.
     Progress { phase: String, done: u64, total: u64 },
     /// A measured point.
     Point { raw: Box<RawPoint> },
     /// The profile pass of a point, sent after its `Point` (`--profile`).
-    Profile { raw: Box<crate::profile::ProfileRaw> },
+    Profile { raw: Box<ProfileRaw> },
     /// Eval completions, in prompt order, and the generation limit used.
     Eval { completions: Vec<EvalCompletion>, duration_s: f64, max_tokens: u32 },
     /// The worker failed; nothing more follows. `bad_input` when the cause is

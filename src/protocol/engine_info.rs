@@ -1,0 +1,104 @@
+//! Facts about a built engine, as the worker reports them once (the shim's
+//! `Engine.info()`, python-shim/enginebench_shim/engine.py) and as
+//! `result.json` keeps them under each job's `engine`.
+//!
+//! Every field is optional: an older vLLM, the fake engine or an older
+//! result file may lack any of them. Keys the worker sends that this build
+//! does not know are kept in `extra` and written back unchanged.
+
+use serde::{Deserialize, Serialize};
+
+/// What the engine is and how it is laid out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineInfo {
+    /// `vllm.__version__`, `torch.__version__`, the interpreter's version.
+    #[serde(default)]
+    pub vllm: Option<String>,
+    #[serde(default)]
+    pub torch: Option<String>,
+    #[serde(default)]
+    pub python: Option<String>,
+    /// The model as vLLM resolved it (path or hub id).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Model dtype, e.g. `float32`, `bfloat16`.
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// Longest prompt + output one request may have, tokens.
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
+    /// vLLM's parallel layout (`ParallelConfig`).
+    #[serde(default)]
+    pub tensor_parallel_size: Option<u32>,
+    #[serde(default)]
+    pub pipeline_parallel_size: Option<u32>,
+    #[serde(default)]
+    pub data_parallel_size: Option<u32>,
+    /// Tokenizer vocabulary size and its special token ids: random prompts
+    /// draw from the ids in `0..vocab_size` that are not special.
+    #[serde(default)]
+    pub vocab_size: Option<u32>,
+    #[serde(default)]
+    pub special_token_ids: Vec<u32>,
+    /// vLLM's device type (`cpu`, `cuda`, `rocm`, ...).
+    #[serde(default)]
+    pub device: Option<String>,
+    /// The in-process scheduler is reachable (per-step prefill/decode counts).
+    #[serde(default)]
+    pub scheduler_details: Option<bool>,
+    /// The interpreter and the folder vLLM was imported from.
+    #[serde(default)]
+    pub python_executable: Option<String>,
+    #[serde(default)]
+    pub vllm_path: Option<String>,
+    /// The shim's compatibility report (`compat.report()`): per vLLM internal,
+    /// where it was found or what is off without it.
+    #[serde(default)]
+    pub compat: Option<serde_json::Value>,
+    /// Features off on this vLLM, each with the reason.
+    #[serde(default)]
+    pub degraded: Vec<String>,
+    /// Speculative decoding: tokens proposed per step and the method; `None`
+    /// when the engine does not speculate.
+    #[serde(default)]
+    pub num_speculative_tokens: Option<u32>,
+    #[serde(default)]
+    pub speculative_method: Option<String>,
+    /// Keys this build does not know, kept as sent.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl EngineInfo {
+    /// GPUs one engine spans: TP x PP (1 for a missing size), the per-GPU divisor.
+    pub fn gpus(&self) -> u32 {
+        self.tensor_parallel_size.unwrap_or(1).max(1) * self.pipeline_parallel_size.unwrap_or(1).max(1)
+    }
+
+    /// The token ids a random prompt may use (vocabulary minus special
+    /// tokens, as the shim computes them); `None` without a vocabulary size.
+    pub fn allowed_token_ids(&self) -> Option<Vec<u32>> {
+        let vocab = self.vocab_size?;
+        Some((0..vocab).filter(|t| !self.special_token_ids.contains(t)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_shim_report_and_keeps_unknown_keys() {
+        let text = r#"{"vllm": "0.32.0", "torch": null, "max_model_len": 2048,
+            "tensor_parallel_size": 2, "pipeline_parallel_size": 2, "vocab_size": 5,
+            "special_token_ids": [0, 4], "degraded": [], "fake_engine": true}"#;
+        let info: EngineInfo = serde_json::from_str(text).unwrap();
+        assert_eq!(info.vllm.as_deref(), Some("0.32.0"));
+        assert_eq!(info.max_model_len, Some(2048));
+        assert_eq!(info.gpus(), 4);
+        assert_eq!(info.allowed_token_ids(), Some(vec![1, 2, 3]));
+        let back = serde_json::to_value(&info).unwrap();
+        assert_eq!(back["fake_engine"], true, "unknown keys survive a round trip");
+        assert_eq!(EngineInfo::default().gpus(), 1);
+    }
+}

@@ -1,0 +1,29 @@
+//! The vocabulary the orchestrator and the worker share, at the bottom of
+//! the crate: it imports no other module of enginebench, and every other
+//! module may import it.
+//!
+//! - [`step`]: what one engine step is asked and gives back ([`Prompt`],
+//!   [`Delta`], [`Completion`], [`StepStats`], [`EngineTiming`],
+//!   [`SpecCounts`], [`StepOutput`]).
+//! - [`records`]: what the harness records per request and per step
+//!   ([`RequestRecord`], [`StepRecord`]).
+//! - [`engine_info`]: facts about a built engine ([`EngineInfo`]).
+//! - [`point`]: a sweep point and its random dataset ([`Point`],
+//!   [`RandomDataset`], [`LengthConvention`]).
+//! - [`profile`]: a point's profiler window ([`ProfileTarget`], [`ProfileRaw`]).
+//! - [`wire`]: the messages on the pipe ([`Task`] in, [`Message`] out, one
+//!   JSON document / JSON lines).
+
+pub mod engine_info;
+pub mod point;
+pub mod profile;
+pub mod records;
+pub mod step;
+pub mod wire;
+
+pub use engine_info::EngineInfo;
+pub use point::{LengthConvention, Point, RandomDataset};
+pub use profile::{ProfileRaw, ProfileTarget, Window};
+pub use records::{RequestRecord, StepRecord};
+pub use step::{ChatMessage, Completion, Delta, EngineTiming, Prompt, SpecCounts, StepOutput, StepStats};
+pub use wire::*;
