@@ -171,7 +171,7 @@ fn serve_point(server: &VllmServer, spec: &PointSpec, allowed: &[u32]) -> Result
     let out = run_benchmark(&cfg, &w.prompts[split..], &w.output_lens[split..], arrivals.as_deref())?;
     let n = out.records.len();
     Ok(RawPoint {
-        spec: *spec,
+        spec: spec.clone(),
         records: out.records,
         engine_timings: vec![None; n],
         requested_output_lens: w.output_lens[split..].to_vec(),

@@ -252,7 +252,7 @@ fn run_point(
     let outcome = drive(engine, measured, pacing, ids, &mut |done| progress.on_done(channel, done))?;
     let vllm_spec = spec_before.zip(engine.spec_counters()).map(|(before, after)| after.since(&before));
     Ok(RawPoint {
-        spec: *spec,
+        spec: spec.clone(),
         records: outcome.records,
         engine_timings: outcome.engine_timings,
         requested_output_lens: workload.output_lens[p.warmups as usize..].to_vec(),

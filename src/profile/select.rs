@@ -201,6 +201,8 @@ mod tests {
         PointSpec {
             point: Point { tp: None, isl, osl, conc, num_prompts: 4, warmups: 1 },
             dataset: RandomDataset { isl, osl, convention: LengthConvention::Vllm, range_ratio, prefix_len: 0, seed: 0 },
+            workload: Default::default(),
+            reset_prefix_cache: false,
             request_rate: None,
             burstiness: 1.0,
             ignore_eos: true,

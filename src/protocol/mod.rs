@@ -11,6 +11,7 @@
 //! - [`point`]: a sweep point and its random dataset ([`Point`],
 //!   [`RandomDataset`], [`LengthConvention`]).
 //! - [`profile`]: a point's profiler window ([`ProfileTarget`], [`ProfileRaw`]).
+//! - [`workload`]: what kind of requests a point sends ([`Workload`]).
 //! - [`wire`]: the messages on the pipe ([`Task`] in, [`Message`] out, one
 //!   JSON document / JSON lines).
 
@@ -20,6 +21,7 @@ pub mod profile;
 pub mod records;
 pub mod step;
 pub mod wire;
+pub mod workload;
 
 pub use engine_info::EngineInfo;
 pub use point::{LengthConvention, Point, RandomDataset};
@@ -27,3 +29,4 @@ pub use profile::{ProfileRaw, ProfileTarget, Window};
 pub use records::{RequestRecord, StepRecord};
 pub use step::{ChatMessage, Completion, Delta, EngineTiming, Prompt, SpecCounts, StepOutput, StepStats};
 pub use wire::*;
+pub use workload::{ConversationSpec, TraceFormat, TraceSpec, Workload};

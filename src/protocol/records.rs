@@ -30,6 +30,10 @@ pub struct RequestRecord {
     pub chunk_tokens: Vec<u32>,
     /// Set when the request did not finish normally.
     pub error: Option<String>,
+    /// Prompt tokens the engine served from its prefix cache (vLLM's
+    /// `num_cached_tokens`); absent where the engine does not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
 }
 
 impl RequestRecord {

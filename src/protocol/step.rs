@@ -107,6 +107,11 @@ pub struct StepOutput {
     /// The new token ids of each delta, parallel to `deltas`; empty unless
     /// token ids were asked for (`VllmEngine::record_token_ids`).
     pub token_ids: Vec<Vec<u32>>,
+    /// (request id, prompt tokens served from the prefix cache) of each
+    /// request that finished in this step, where the engine reports it
+    /// (vLLM's `RequestOutput.num_cached_tokens`: local prefix cache plus
+    /// any KV connector such as CPU offload).
+    pub cached: Vec<(u64, u32)>,
 }
 
 impl StepOutput {
@@ -117,6 +122,7 @@ impl StepOutput {
         self.timings.clear();
         self.spec = None;
         self.token_ids.clear();
+        self.cached.clear();
     }
 }
 

@@ -9,6 +9,7 @@ use super::point::{Point, RandomDataset};
 use super::profile::{ProfileRaw, ProfileTarget};
 use super::records::{RequestRecord, StepRecord};
 use super::step::{EngineTiming, Prompt, SpecCounts};
+use super::workload::Workload;
 
 /// The signal the orchestrator sends a worker for a graceful stop. Python
 /// leaves it alone (it only handles SIGINT), so the worker's Rust flag sees it.
@@ -80,15 +81,27 @@ pub struct Job {
 }
 
 /// One sweep point and how to run it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PointSpec {
     pub point: Point,
-    /// The prompts (warm-ups and measured ones are drawn together, warm-ups first).
+    /// The prompts (warm-ups and measured ones are drawn together, warm-ups
+    /// first) of the random workloads; the seed of every workload.
     pub dataset: RandomDataset,
+    /// What kind of requests the point sends (default: random token ids).
+    #[serde(default, skip_serializing_if = "is_random")]
+    pub workload: Workload,
+    /// Empty the engine's prefix cache before the point (its warm-ups
+    /// included), so nothing cached by an earlier point helps it.
+    #[serde(default)]
+    pub reset_prefix_cache: bool,
     /// Request-rate mode (req/s) and burstiness; `None`: all at once.
     pub request_rate: Option<f64>,
     pub burstiness: f64,
     pub ignore_eos: bool,
+}
+
+fn is_random(w: &Workload) -> bool {
+    *w == Workload::Random
 }
 
 /// What the worker measured for one point; the orchestrator computes the figures.

@@ -1,7 +1,9 @@
-//! The request driver: keep up to `max_in_flight` requests in the engine
-//! (closed loop), optionally releasing them on a schedule of arrival times
-//! (request-rate mode), step the engine, and timestamp every step's return on
-//! Rust's monotonic clock.
+//! The request driver: the one loop that sends requests when a
+//! [`Schedule`] says they are due, steps the engine while any is in flight,
+//! and timestamps every step's return on Rust's monotonic clock.
+//! [`ListSchedule`] is a fixed list (closed loop at a concurrency, or
+//! released on arrival times: request-rate mode); the replay of multi-turn
+//! sessions is another schedule (`super::replay`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -70,14 +72,81 @@ pub struct LoopOutcome {
     pub stopped: bool,
 }
 
+/// Decides which requests the driver sends and when: the seam between the
+/// one driver loop and the workloads (a fixed list of prompts, a replay of
+/// multi-turn sessions). The driver owns the clock (seconds since the loop
+/// started) and the engine; a schedule only says what is due.
+pub trait Schedule {
+    /// Sends, through `send`, every request due at `now_s` that may go now
+    /// (`in_flight` requests are in the engine). `send` returns the new
+    /// request's record index (send order, from 0 in this loop).
+    ///
+    /// Errors: whatever `send` or building a prompt returned.
+    fn poll(&mut self, now_s: f64, in_flight: usize, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()>;
+    /// Request `record` finished at `now_s` (`ok`: normally, with tokens).
+    fn finished(&mut self, record: usize, now_s: f64, ok: bool);
+    /// When the next unsent request becomes due if nothing else finishes, s;
+    /// `None`: nothing is waiting on the clock (only on finishes, or nothing left).
+    fn next_due(&self) -> Option<f64>;
+    /// Nothing more will be sent.
+    fn done(&self) -> bool;
+    /// Requests known but not sent yet (recorded as "not sent" on a stop);
+    /// 0 for schedules that make requests as they go.
+    fn unsent(&self) -> usize {
+        0
+    }
+}
+
+/// A fixed list of requests, closed loop at `max_in_flight`, optionally
+/// released on arrival times (request-rate mode).
+pub struct ListSchedule<'a> {
+    requests: &'a [Request<'a>],
+    arrivals: Option<&'a [f64]>,
+    max_in_flight: usize,
+    next: usize,
+}
+
+impl<'a> ListSchedule<'a> {
+    pub fn new(requests: &'a [Request<'a>], max_in_flight: usize, arrivals: Option<&'a [f64]>) -> Self {
+        ListSchedule { requests, arrivals, max_in_flight: max_in_flight.max(1), next: 0 }
+    }
+}
+
+impl Schedule for ListSchedule<'_> {
+    fn poll(&mut self, now_s: f64, mut in_flight: usize, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()> {
+        while in_flight < self.max_in_flight
+            && self.next < self.requests.len()
+            && self.arrivals.is_none_or(|a| a[self.next] <= now_s)
+        {
+            send(self.requests[self.next])?;
+            self.next += 1;
+            in_flight += 1;
+        }
+        Ok(())
+    }
+
+    fn finished(&mut self, _record: usize, _now_s: f64, _ok: bool) {}
+
+    fn next_due(&self) -> Option<f64> {
+        self.arrivals.and_then(|a| a.get(self.next).copied())
+    }
+
+    fn done(&self) -> bool {
+        self.next == self.requests.len()
+    }
+
+    fn unsent(&self) -> usize {
+        self.requests.len() - self.next
+    }
+}
+
 /// Runs `requests` through `engine`. A request is added as soon as fewer than
 /// `max_in_flight` are running and its arrival time (if any) has come: the
 /// closed loop of `vllm bench serve --max-concurrency` (a semaphore), or its
 /// request-rate mode. `on_done(n)` is called with the number finished so far
 /// after each step that finished some.
 ///
-/// Errors: the engine failed (a Python exception), or the engine reported a
-/// request id it was never given.
+/// Errors: see [`drive_schedule`].
 pub fn drive<E: StepEngine>(
     engine: &mut E,
     requests: &[Request<'_>],
@@ -85,25 +154,38 @@ pub fn drive<E: StepEngine>(
     ids: &mut RequestIds,
     on_done: &mut dyn FnMut(usize),
 ) -> Result<LoopOutcome> {
-    let n = requests.len();
-    let base = ids.reserve(n);
-    let mut out = LoopOutcome {
-        records: vec![RequestRecord::default(); n],
-        completions: vec![None; n],
-        engine_timings: vec![None; n],
-        duration_s: 0.0,
-        steps: Vec::new(),
-        token_ids: Vec::new(),
-        stopped: false,
-    };
+    let mut schedule = ListSchedule::new(requests, pacing.max_in_flight, pacing.arrivals);
+    drive_schedule(engine, &mut schedule, pacing.stop, ids, on_done)
+}
+
+/// Longest single sleep while every request waits on the clock, so a stop
+/// is seen within this time.
+const MAX_IDLE_SLEEP: Duration = Duration::from_millis(100);
+
+/// The driver loop: sends what `schedule` says is due, steps the engine
+/// while anything is in flight, timestamps every step's return on the
+/// harness's monotonic clock, and tells the schedule what finished. When
+/// nothing is in flight and the next request is due later, it sleeps (never
+/// spins, never adds work to a step). With `stop` set, in-flight requests
+/// are aborted and the loop returns what it has.
+///
+/// Errors: the engine failed (a Python exception), the engine reported a
+/// request id it was never given, or the schedule has nothing in flight,
+/// nothing due and is not done (a schedule bug: it would wait forever).
+pub fn drive_schedule<E: StepEngine>(
+    engine: &mut E,
+    schedule: &mut dyn Schedule,
+    stop: Option<&AtomicBool>,
+    ids: &mut RequestIds,
+    on_done: &mut dyn FnMut(usize),
+) -> Result<LoopOutcome> {
+    let mut out = LoopOutcome::default();
+    let base = ids.next;
     let origin = Instant::now();
-    let mut next = 0usize;
     let mut in_flight = 0usize;
     let mut finished = 0usize;
     let mut step = StepOutput::default();
-    let mut finished_flags = vec![false; n];
-    let max_in_flight = pacing.max_in_flight.max(1);
-    let arrived = |i: usize, now: f64| pacing.arrivals.is_none_or(|a| a[i] <= now);
+    let mut finished_flags: Vec<bool> = Vec::new();
     // Token arrivals go to one sequential log and reach the per-request
     // records after the loop: writing each request's record (and its ITL
     // list) in the loop touched one cold cache line per request per step,
@@ -111,10 +193,10 @@ pub fn drive<E: StepEngine>(
     // caches (bench/harness_overhead.py --null-engine --evict-mb).
     let mut arrivals: Vec<Arrival> = Vec::new();
 
-    while finished < n {
-        if pacing.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+    loop {
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
             out.stopped = true;
-            let aborted: Vec<u64> = (0..next)
+            let aborted: Vec<u64> = (0..out.records.len())
                 .filter(|&i| out.records[i].error.is_none() && !finished_flags[i])
                 .map(|i| base + i as u64)
                 .collect();
@@ -122,41 +204,55 @@ pub fn drive<E: StepEngine>(
             for rid in aborted {
                 out.records[(rid - base) as usize].error = Some("aborted: interrupted".into());
             }
-            for r in &mut out.records[next..] {
-                r.error = Some("not sent: interrupted".into());
-            }
+            let unsent = RequestRecord { error: Some("not sent: interrupted".into()), ..RequestRecord::default() };
+            out.records.extend(std::iter::repeat_n(unsent, schedule.unsent()));
             break;
         }
-        if in_flight == 0 && next < n {
-            // Nothing to step: wait for the next arrival.
-            if let Some(at) = pacing.arrivals.map(|a| a[next]) {
-                let wait = at - origin.elapsed().as_secs_f64();
-                if wait > 0.0 {
-                    std::thread::sleep(Duration::from_secs_f64(wait));
+        {
+            let now = origin.elapsed().as_secs_f64();
+            let running = in_flight;
+            let mut send = |req: Request<'_>| -> Result<usize> {
+                let idx = out.records.len();
+                let rid = ids.reserve(1);
+                let mut record = RequestRecord { send_s: origin.elapsed().as_secs_f64(), ..RequestRecord::default() };
+                match req {
+                    Request::Tokens { prompt, max_tokens, ignore_eos } => {
+                        record.input_tokens = prompt.len() as u32;
+                        engine.add_tokens(rid, prompt, max_tokens, ignore_eos)?;
+                    }
+                    Request::Text { prompt, max_tokens, stop } => {
+                        engine.add_text(rid, prompt, max_tokens, stop)?;
+                    }
                 }
-            }
+                out.records.push(record);
+                out.completions.push(None);
+                out.engine_timings.push(None);
+                finished_flags.push(false);
+                in_flight += 1;
+                Ok(idx)
+            };
+            schedule.poll(now, running, &mut send)?;
         }
-        while in_flight < max_in_flight && next < n && arrived(next, origin.elapsed().as_secs_f64()) {
-            let rid = base + next as u64;
-            let record = &mut out.records[next];
-            record.send_s = origin.elapsed().as_secs_f64();
-            match requests[next] {
-                Request::Tokens { prompt, max_tokens, ignore_eos } => {
-                    record.input_tokens = prompt.len() as u32;
-                    engine.add_tokens(rid, prompt, max_tokens, ignore_eos)?;
-                }
-                Request::Text { prompt, max_tokens, stop } => {
-                    engine.add_text(rid, prompt, max_tokens, stop)?;
-                }
+        if in_flight == 0 {
+            if schedule.done() {
+                break;
             }
-            next += 1;
-            in_flight += 1;
+            // Every request waits on the clock: sleep until the next is due.
+            let Some(at) = schedule.next_due() else {
+                bail!("the request schedule has nothing in flight, nothing due and is not done");
+            };
+            let wait = at - origin.elapsed().as_secs_f64();
+            if wait > 0.0 {
+                std::thread::sleep(Duration::from_secs_f64(wait).min(MAX_IDLE_SLEEP));
+            }
+            continue;
         }
 
         let started = origin.elapsed().as_secs_f64();
         engine.step(&mut step)?;
         let now = origin.elapsed().as_secs_f64();
 
+        let n = out.records.len();
         let before = finished;
         let mut delivered = 0u32;
         for (di, d) in step.deltas.iter().enumerate() {
@@ -164,8 +260,8 @@ pub fn drive<E: StepEngine>(
                 bail!("engine returned unknown request id {}", d.rid);
             };
             if let Some(ids) = step.token_ids.get(di) {
-                if out.token_ids.is_empty() {
-                    out.token_ids = vec![Vec::new(); n];
+                if out.token_ids.len() < n {
+                    out.token_ids.resize(n, Vec::new());
                 }
                 out.token_ids[idx].extend_from_slice(ids);
             }
@@ -175,6 +271,10 @@ pub fn drive<E: StepEngine>(
                 finished_flags[idx] = true;
                 finished += 1;
                 in_flight -= 1;
+                // Tokens reach the records after the loop: a request that
+                // finishes with none at all failed, for the schedule too.
+                let got = d.new_tokens > 0 || arrivals_have(&arrivals, idx);
+                schedule.finished(idx, now, got);
             }
         }
         for c in step.completions.drain(..) {
@@ -185,6 +285,11 @@ pub fn drive<E: StepEngine>(
         for t in &step.timings {
             if let Some(idx) = index_of(t.rid, base, n) {
                 out.engine_timings[idx] = Some(*t);
+            }
+        }
+        for &(rid, cached) in &step.cached {
+            if let Some(idx) = index_of(rid, base, n) {
+                out.records[idx].cached_tokens = Some(cached);
             }
         }
         let done_now = (finished - before) as u32;
@@ -203,12 +308,21 @@ pub fn drive<E: StepEngine>(
             r.error = Some("finished without output tokens".into());
         }
     }
+    if !out.token_ids.is_empty() {
+        out.token_ids.resize(out.records.len(), Vec::new());
+    }
     out.duration_s = out
         .records
         .iter()
         .filter_map(|r| r.last_token_s)
         .fold(0.0, f64::max);
     Ok(out)
+}
+
+/// Whether request `idx` got any token in an earlier step (scanned only when
+/// a request finishes with no token in its last step: rare).
+fn arrivals_have(arrivals: &[Arrival], idx: usize) -> bool {
+    arrivals.iter().rev().any(|a| a.idx as usize == idx && a.new_tokens > 0)
 }
 
 /// `new_tokens` of request `idx` arrived when the step that returned at `now_s` did.
