@@ -10,9 +10,28 @@ use std::sync::{Mutex, MutexGuard};
 /// One engine at a time: an engine holds ~4 GB and the machine has 2 cores.
 static ENGINE_LOCK: Mutex<()> = Mutex::new(());
 
-/// Serialises tests that start an engine (poisoning from a failed test is ignored).
-pub fn engine_lock() -> MutexGuard<'static, ()> {
-    ENGINE_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+/// The file that serialises engine tests across test processes too (two
+/// `cargo test` runs, or clones of the repository, on one machine).
+const ENGINE_LOCK_FILE: &str = "/tmp/enginebench-engine-tests.lock";
+
+/// Held while a test's engines run: the in-process lock and the file lock.
+pub struct EngineGuard {
+    _thread: MutexGuard<'static, ()>,
+    _file: Option<std::fs::File>,
+}
+
+/// Serialises tests that start an engine, within this test binary and with
+/// other processes that take the same lock (poisoning from a failed test is
+/// ignored; a lock file that cannot be opened only loses the second part).
+pub fn engine_lock() -> EngineGuard {
+    use std::os::fd::AsRawFd;
+    let thread = ENGINE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(ENGINE_LOCK_FILE).ok();
+    if let Some(f) = &file {
+        // SAFETY: flock on an fd this function owns; released when the file closes.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    }
+    EngineGuard { _thread: thread, _file: file }
 }
 
 pub fn repo() -> PathBuf {
