@@ -352,6 +352,7 @@ class Engine:
 
         mc = self.model_config
         pc = self.engine.vllm_config.parallel_config
+        cc = self.engine.vllm_config.cache_config
         return {
             "vllm": vllm.__version__,
             "torch": torch.__version__,
@@ -374,6 +375,9 @@ class Engine:
             "degraded": self.degraded(),
             "num_speculative_tokens": self.num_speculative_tokens,
             "speculative_method": self._spec_method(),
+            "enable_prefix_caching": bool(getattr(cc, "enable_prefix_caching", False)),
+            "block_size": getattr(cc, "block_size", None),
+            "kv_connector": getattr(getattr(self.engine.vllm_config, "kv_transfer_config", None), "kv_connector", None),
         }
 
     def degraded(self):
@@ -474,15 +478,54 @@ class Engine:
         self._add_eval(rid, prompt, max_tokens, stop)
 
     def add_chat(self, rid, messages, max_tokens, stop):
-        """Adds an eval request from chat messages [(role, content), ...]: the
-        tokenizer's chat template with the generation prompt, tokenized without
-        adding special tokens again (as vLLM's chat endpoint does)."""
+        """Adds an eval request from chat messages [(role, content), ...]."""
+        ids = self.tokenize_chat(messages)
+        self._add_eval(rid, self._TokensPrompt(prompt_token_ids=ids), max_tokens, stop)
+
+    def tokenize_chat(self, messages):
+        """Token ids of chat messages [(role, content), ...] through the
+        tokenizer's chat template with the generation prompt, tokenized
+        without adding special tokens again (the template emits them), as
+        vLLM's chat endpoint and `LLM.preprocess_chat` do."""
         conversation = [{"role": r, "content": c} for r, c in messages]
         text = self.tokenizer.apply_chat_template(
             conversation, tokenize=False, add_generation_prompt=True
         )
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        self._add_eval(rid, self._TokensPrompt(prompt_token_ids=ids), max_tokens, stop)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def count_tokens(self, text):
+        """How many tokens `text` is, without special tokens."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def chat_frame(self):
+        """(prefix ids, suffix ids): what the chat template puts before and
+        after the content of one user message (with the generation prompt).
+        A prompt of random ids framed by them is a templated prompt of an
+        exact length: the template is rendered around a marker, split there,
+        and each side tokenized on its own (no merge across the boundary)."""
+        marker = "<<enginebench-content>>"
+        text = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True
+        )
+        before, found, after = text.partition(marker)
+        if not found:
+            raise ValueError("the chat template dropped the message content: no frame to put prompts in")
+        enc = self.tokenizer.encode
+        return (enc(before, add_special_tokens=False), enc(after, add_special_tokens=False))
+
+    def reset_prefix_cache(self):
+        """Empties the prefix cache, and a KV connector's (CPU offload) where
+        this vLLM can (`LLMEngine.reset_prefix_cache(reset_connector=True)`).
+        Only valid with no request in the engine. Returns True when reset,
+        False when vLLM refused (blocks still held), None when this vLLM has
+        no reset."""
+        reset = getattr(self.engine, "reset_prefix_cache", None)
+        if reset is None:
+            return None
+        try:
+            return bool(reset(reset_connector=True))
+        except TypeError:  # a vLLM without the connector argument
+            return bool(reset())
 
     def step(self):
         """Runs one engine step.
@@ -498,6 +541,11 @@ class Engine:
                    [accepted per position]) when the engine speculates, else None
           timings: flat [rid, ttft_s, decode_s, queued_s, gen_tokens, ...] from
                    vLLM's RequestStateStats of requests finished in this step, or None
+          cached:  flat [rid, num_cached_tokens, ...] of requests finished in
+                   this step (prompt tokens served from the prefix cache,
+                   KV connector hits included), or None
+          connector: (queries, hits) of the KV connector's prefix cache
+                   (CPU offload) this step, or None without a connector
 
         This runs once per step for every request in flight: one comprehension
         over the outputs, the rest only for finished requests.
@@ -516,10 +564,16 @@ class Engine:
             deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished) for o in outputs]
         texts = None
         timings = None
+        cached = None
         for out in outputs:
             if not out.finished:
                 continue
             rid = int(out.request_id)
+            n_cached = getattr(out, "num_cached_tokens", None)
+            if n_cached is not None:
+                if cached is None:
+                    cached = []
+                cached.extend((rid, n_cached))
             if rid in self._text_rids:
                 self._text_rids.discard(rid)
                 if texts is None:
@@ -561,6 +615,7 @@ class Engine:
             spec = tuple(spec)
         elif self.num_speculative_tokens:
             spec = self._zero_spec
+        connector = None
         if st is None:
             stats = (p_r, p_t, d_r, d_t, 0, 0, None, 0, 0, sink[1], spec)
         else:
@@ -568,7 +623,10 @@ class Engine:
             stats = (p_r, p_t, d_r, d_t, st.num_running_reqs, st.num_waiting_reqs,
                      compat.kv_cache_usage(st), pc.queries if pc is not None else 0,
                      pc.hits if pc is not None else 0, sink[1], spec)
-        return deltas, texts, stats, timings
+            cpc = getattr(st, "connector_prefix_cache_stats", None)
+            if cpc is not None:
+                connector = (cpc.queries, cpc.hits)
+        return deltas, texts, stats, timings, cached, connector
 
     def profile_start(self):
         """Opens a torch profiler window (CPU, plus CUDA/ROCm when torch has a

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
-use super::{Completion, Delta, EngineInfo, Prompt, SpecCounts, StepEngine, StepOutput, StepStats, WorkerEngine};
+use super::{ChatMessage, Completion, Delta, EngineInfo, Prompt, SpecCounts, StepEngine, StepOutput, StepStats, WorkerEngine};
 use crate::error::usage;
 
 /// The variable that selects the fake engine.
@@ -160,6 +160,25 @@ impl WorkerEngine for FakeEngine {
     }
     fn shutdown(&mut self) -> Result<()> {
         Ok(())
+    }
+    fn reset_prefix_cache(&mut self) -> Result<Option<bool>> {
+        Ok(Some(self.running.is_empty()))
+    }
+    /// Three ids before the content, two after: a stand-in chat template.
+    fn chat_frame(&mut self) -> Result<(Vec<u32>, Vec<u32>)> {
+        Ok((vec![1, 2, 3], vec![4, 5]))
+    }
+    /// One id per byte of each message's content, framed like `chat_frame`.
+    fn tokenize_chat(&mut self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let mut ids = vec![1, 2, 3];
+        for m in messages {
+            ids.extend(m.content.bytes().map(|b| u32::from(b).max(1)));
+        }
+        ids.extend([4, 5]);
+        Ok(ids)
+    }
+    fn count_tokens(&mut self, text: &str) -> Result<u32> {
+        Ok(text.len() as u32)
     }
 }
 

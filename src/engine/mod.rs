@@ -12,7 +12,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-pub use crate::protocol::{Completion, Delta, EngineInfo, EngineTiming, Prompt, SpecCounts, StepOutput, StepStats};
+pub use crate::protocol::{ChatMessage, Completion, Delta, EngineInfo, EngineTiming, Prompt, SpecCounts, StepOutput, StepStats};
 
 /// An engine that Rust drives one step at a time. Request ids must be unique
 /// among requests in flight.
@@ -54,4 +54,16 @@ pub trait WorkerEngine: StepEngine + Profiler {
     fn spec_counters(&self) -> Option<SpecCounts>;
     /// Shuts the engine down.
     fn shutdown(&mut self) -> Result<()>;
+    /// Empties the prefix cache (and a KV connector's cache) between points;
+    /// only with no request in the engine. `Some(false)`: the engine refused
+    /// (blocks still held); `None`: this engine has no reset.
+    fn reset_prefix_cache(&mut self) -> Result<Option<bool>>;
+    /// (prefix, suffix) token ids the tokenizer's chat template puts around
+    /// one user message's content (with the generation prompt).
+    fn chat_frame(&mut self) -> Result<(Vec<u32>, Vec<u32>)>;
+    /// Token ids of chat messages through the chat template (with the
+    /// generation prompt), as the engine's chat endpoint tokenizes them.
+    fn tokenize_chat(&mut self, messages: &[ChatMessage]) -> Result<Vec<u32>>;
+    /// How many tokens a text is (no special tokens added).
+    fn count_tokens(&mut self, text: &str) -> Result<u32>;
 }

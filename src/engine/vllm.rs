@@ -8,7 +8,7 @@ use pyo3::types::{PyList, PyString, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
-use super::{Completion, Delta, EngineInfo, EngineTiming, Prompt, SpecCounts, StepEngine, StepOutput, StepStats};
+use super::{ChatMessage, Completion, Delta, EngineInfo, EngineTiming, Prompt, SpecCounts, StepEngine, StepOutput, StepStats};
 
 /// The shim's source, compiled into the worker module so it can never go missing.
 const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engine.py");
@@ -186,6 +186,15 @@ impl StepEngine for VllmEngine {
                     generation_tokens: c[4] as u32,
                 }));
             }
+            // Older shims return four items; the rest is then unknown.
+            if result.len() > 4 {
+                let cached = result.get_item(4).py_context(py)?;
+                if !cached.is_none() {
+                    let flat: Vec<u64> = cached.extract().py_context(py)?;
+                    out.cached.extend(flat.chunks_exact(2).map(|c| (c[0], c[1] as u32)));
+                }
+                out.stats.connector = result.get_item(5).and_then(|c| c.extract()).py_context(py)?;
+            }
             Ok(())
         })
     }
@@ -255,6 +264,19 @@ impl super::WorkerEngine for VllmEngine {
     }
     fn shutdown(&mut self) -> Result<()> {
         VllmEngine::shutdown(self)
+    }
+    fn reset_prefix_cache(&mut self) -> Result<Option<bool>> {
+        Python::attach(|py| self.engine.call_method0(py, "reset_prefix_cache").and_then(|v| v.extract(py)).py_context(py))
+    }
+    fn chat_frame(&mut self) -> Result<(Vec<u32>, Vec<u32>)> {
+        Python::attach(|py| self.engine.call_method0(py, "chat_frame").and_then(|v| v.extract(py)).py_context(py))
+    }
+    fn tokenize_chat(&mut self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let pairs: Vec<(&str, &str)> = messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+        Python::attach(|py| self.engine.call_method1(py, "tokenize_chat", (pairs,)).and_then(|v| v.extract(py)).py_context(py))
+    }
+    fn count_tokens(&mut self, text: &str) -> Result<u32> {
+        Python::attach(|py| self.engine.call_method1(py, "count_tokens", (text,)).and_then(|v| v.extract(py)).py_context(py))
     }
 }
 

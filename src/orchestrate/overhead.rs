@@ -181,6 +181,7 @@ fn serve_point(server: &VllmServer, spec: &PointSpec, allowed: &[u32]) -> Result
         vllm_spec: None,
         token_ids: Vec::new(),
         partial: false,
+        prefix_cache_reset: None,
     })
 }
 

@@ -15,7 +15,7 @@ use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
 use crate::recipe::sweep::{Goodput, Sweep};
 use crate::recipe::{EngineConfig, EvalSection, Recipe, default_recipe_path};
-use crate::protocol::{LengthConvention, RandomDataset, Workload};
+use crate::protocol::{LengthConvention, RandomDataset, TraceSpec, Workload};
 
 /// Options of `enginebench run` that override the recipe (see the CLI).
 /// Saved in a run folder's `plan.json` for the tasks of a parallel or Slurm run.
@@ -264,8 +264,12 @@ fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {
                 prefix_len: sweep.prefix_len,
                 seed: sweep.point_seed(&point),
             },
-            workload: Workload::Random,
-            reset_prefix_cache: false,
+            workload: match &sweep.workload {
+                // The point's measured-request budget.
+                Workload::Trace(t) => Workload::Trace(TraceSpec { max_requests: Some(point.num_prompts), ..t.clone() }),
+                w => w.clone(),
+            },
+            reset_prefix_cache: sweep.reset_prefix_cache,
             request_rate: sweep.request_rate,
             burstiness: sweep.burstiness,
             ignore_eos: sweep.ignore_eos,

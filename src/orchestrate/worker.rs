@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message, PointSpec, RawPoint, Task};
+use crate::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message, PointSpec, RawPoint, Task, Workload};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
 use crate::engine::fake::{FakeConfig, FakeEngine};
@@ -220,8 +220,13 @@ fn run_point(
     channel: &mut Channel,
 ) -> Result<RawPoint> {
     let p = &spec.point;
+    let prefix_cache_reset = if spec.reset_prefix_cache { reset_prefix_cache(engine)? } else { None };
     let total = (p.warmups + p.num_prompts) as usize;
-    let workload = spec.dataset.draw(total, engine.allowed_token_ids());
+    let mut workload = spec.dataset.draw(total, engine.allowed_token_ids());
+    if spec.workload == Workload::ChatRandom {
+        let (prefix, suffix) = engine.chat_frame().context("the chat template's frame of a user message")?;
+        crate::workload::chat::frame_prompts(&mut workload.prompts, &prefix, &suffix)?;
+    }
     let requests: Vec<Request> = workload
         .prompts
         .iter()
@@ -262,7 +267,19 @@ fn run_point(
         vllm_spec,
         token_ids: outcome.token_ids,
         partial: outcome.stopped || STOP.load(Ordering::Relaxed),
+        prefix_cache_reset,
     })
+}
+
+/// Empties the engine's prefix cache before a point. `Some(true)`: reset;
+/// `None`: this engine has no reset (recorded, not an error).
+///
+/// Errors: the engine refused (blocks still held: a request left behind).
+fn reset_prefix_cache(engine: &mut impl WorkerEngine) -> Result<Option<bool>> {
+    match engine.reset_prefix_cache().context("resetting the prefix cache")? {
+        Some(false) => anyhow::bail!("vLLM refused to reset the prefix cache before the point (KV blocks still held)"),
+        other => Ok(other),
+    }
 }
 
 fn run_eval(

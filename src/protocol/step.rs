@@ -77,6 +77,9 @@ pub struct StepStats {
     pub prefix_hits: u64,
     /// Requests preempted this step.
     pub preempted: u32,
+    /// Prompt tokens looked up in / found in a KV connector's cache (CPU
+    /// offload) this step; `None` without a connector.
+    pub connector: Option<(u64, u64)>,
 }
 
 /// vLLM's own timing of a finished request (`RequestOutput.metrics`, a

@@ -129,6 +129,10 @@ pub struct RawPoint {
     /// Cut short by a graceful stop (Ctrl-C): in-flight requests were aborted.
     #[serde(default)]
     pub partial: bool,
+    /// The prefix cache was emptied before the point (`Some(true)`); `None`:
+    /// not asked, or this engine has no reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache_reset: Option<bool>,
 }
 
 /// How `max_tokens` is set.

@@ -31,6 +31,7 @@ pub mod config;
 pub mod show;
 pub mod sweep;
 pub mod variant;
+pub mod workload;
 
 pub use config::EngineConfig;
 pub use sweep::Sweep;

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{LengthConvention, Point};
+use super::workload::{ConversationSettings, TraceSettings, WorkloadName};
+use crate::protocol::{LengthConvention, Point, Workload};
 
 /// What `[sweep]` may hold. Every key is optional except the lengths and
 /// concurrencies; see [`Sweep::resolve`] for the defaults.
@@ -74,6 +75,19 @@ pub struct Sweep {
     pub goodput: Option<Goodput>,
     #[serde(default)]
     pub seed: u64,
+    /// What the requests are (default random); see [`super::workload`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadName>,
+    /// `[sweep.trace]`: the trace replay's file and rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSettings>,
+    /// `[sweep.conversation]`: the conversations file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationSettings>,
+    /// Empty the engine's prefix cache before each point (default true), so
+    /// no point is helped by what an earlier one cached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_prefix_cache: Option<bool>,
 }
 
 /// One entry of a search space: a TP size with its concurrencies, optionally
@@ -128,7 +142,17 @@ pub struct ResolvedSweep {
     pub percentiles: Vec<f64>,
     pub goodput: Option<Goodput>,
     pub seed: u64,
+    /// What every point sends (the measured-request budget of session
+    /// workloads is each point's `num_prompts`).
+    #[serde(default)]
+    pub workload: Workload,
+    #[serde(default = "yes")]
+    pub reset_prefix_cache: bool,
     count: Count,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -179,7 +203,13 @@ impl Sweep {
         macro_rules! take {
             ($($f:ident),*) => { $( if over.$f.is_some() { s.$f = over.$f.clone(); } )* };
         }
-        take!(length_convention, range_ratio, request_rate, burstiness, ignore_eos, percentiles, goodput);
+        take!(length_convention, range_ratio, request_rate, burstiness, ignore_eos, percentiles, goodput, workload, reset_prefix_cache);
+        if let Some(t) = &over.trace {
+            s.trace = Some(s.trace.unwrap_or_default().overlay(t));
+        }
+        if let Some(c) = &over.conversation {
+            s.conversation = Some(s.conversation.unwrap_or_default().overlay(c));
+        }
         if over.prefix_len != 0 {
             s.prefix_len = over.prefix_len;
         }
@@ -191,14 +221,23 @@ impl Sweep {
 
     /// Fills defaults and checks values. Errors name the key and the valid range.
     pub fn resolve(&self) -> Result<ResolvedSweep, String> {
+        let workload = super::workload::resolve(
+            self.workload.unwrap_or_default(),
+            self.trace.as_ref(),
+            self.conversation.as_ref(),
+            self.seed,
+        )?;
+        // Session workloads take their lengths from the file: no ISL/OSL.
+        let sessions = workload.is_sessions();
         let pairs = match (&self.isl_osl, self.isl, self.osl) {
+            _ if sessions => vec![(0, 0)],
             (Some(p), None, None) => p.iter().map(|[i, o]| (*i, *o)).collect(),
             (None, Some(i), Some(o)) => vec![(i, o)],
             (Some(_), _, _) => return Err("give either isl/osl or isl_osl, not both".into()),
             (None, _, _) => return Err("give isl and osl (tokens), or isl_osl = [[isl, osl], ...]".into()),
         };
         let pairs: Vec<(u32, u32)> = pairs;
-        if pairs.is_empty() || pairs.iter().any(|&(i, o)| i == 0 || o == 0) {
+        if !sessions && (pairs.is_empty() || pairs.iter().any(|&(i, o)| i == 0 || o == 0)) {
             return Err(format!("isl/osl must be at least 1 token, got {pairs:?}"));
         }
         let space = match &self.search_space {
@@ -297,6 +336,8 @@ impl Sweep {
             percentiles,
             goodput: self.goodput,
             seed: self.seed,
+            workload,
+            reset_prefix_cache: self.reset_prefix_cache.unwrap_or(true),
             count,
         })
     }

@@ -3,6 +3,7 @@
 //! keeps `conc` requests in flight and times every token.
 
 pub mod arrivals;
+pub mod chat;
 pub mod driver;
 pub mod lengths;
 pub mod prompts;

@@ -1,0 +1,222 @@
+//! The sweep's workload keys: which kind of requests every point sends
+//! (`workload = "random" | "chat_random" | "conversation" | "trace"`) and
+//! the settings of the session workloads (`[sweep.trace]`,
+//! `[sweep.conversation]`), resolved into the worker's [`Workload`].
+//!
+//! Trace defaults are InferenceX's AgentX replay settings
+//! (benchmarks/benchmark_lib.sh `build_replay_cmd` and the
+//! `inferencex-agentx-mvp` scenario): 64-token hash blocks, lanes start at a
+//! seeded point 25-75% into their trace, 10 warm-up requests per lane, a
+//! 300 s idle cap per session tree, 10 s for the whole replay, a
+//! per-replay cache-bust marker. AgentX runs 3600 s per point; here the
+//! measured-request budget (`num_prompts` / `prompts_per_conc`) ends a point
+//! unless `duration_s` ends it first.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{ConversationSpec, TraceFormat, TraceSpec, Workload};
+
+/// The workload's name in a recipe and on the command line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum WorkloadName {
+    /// Random token ids of the sweep's ISL/OSL (vLLM's random dataset).
+    #[default]
+    Random,
+    /// Random token ids as one user message through the chat template.
+    ChatRandom,
+    /// Multi-turn conversations from a ShareGPT-shaped file.
+    Conversation,
+    /// A replay of recorded agentic sessions (AgentX) or a timed trace.
+    Trace,
+}
+
+/// `[sweep.trace]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSettings {
+    /// A `.jsonl` file, or a folder holding `traces.jsonl` (relative paths
+    /// are relative to the recipe's folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<TraceFormat>,
+    /// Tokens per hash id (default 64 for AgentX traces, 512 for timed ones,
+    /// as Mooncake's traces are cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u32>,
+    /// Seconds of measurement per point (AgentX: 3600); the measured-request
+    /// budget still ends a point when it comes first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// Where each lane starts in its trace, as fractions of the trace's span
+    /// (default [0.25, 0.75]; [0, 0] starts every trace at its first turn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ratio: Option<[f64; 2]>,
+    /// Warm-up requests per lane after the primers (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_requests_per_lane: Option<u32>,
+    /// Idle caps, s (defaults 300 per session tree, 10 for the whole replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree_idle_cap_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_idle_cap_s: Option<f64>,
+    /// Timed traces: seconds per timestamp unit (default 1; 0.001 for ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_scale: Option<f64>,
+    /// A per-replay marker before each session (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_bust: Option<bool>,
+}
+
+/// `[sweep.conversation]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationSettings {
+    /// A ShareGPT-shaped JSON or JSON-lines file (relative: to the recipe's folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// At most this many user turns per conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Output tokens per turn: the recorded reply's length, at most this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+}
+
+impl TraceSettings {
+    /// `over`'s keys win.
+    pub fn overlay(&self, over: &TraceSettings) -> TraceSettings {
+        TraceSettings {
+            file: over.file.clone().or_else(|| self.file.clone()),
+            format: over.format.or(self.format),
+            block_size: over.block_size.or(self.block_size),
+            duration_s: over.duration_s.or(self.duration_s),
+            start_ratio: over.start_ratio.or(self.start_ratio),
+            warmup_requests_per_lane: over.warmup_requests_per_lane.or(self.warmup_requests_per_lane),
+            tree_idle_cap_s: over.tree_idle_cap_s.or(self.tree_idle_cap_s),
+            system_idle_cap_s: over.system_idle_cap_s.or(self.system_idle_cap_s),
+            time_scale: over.time_scale.or(self.time_scale),
+            cache_bust: over.cache_bust.or(self.cache_bust),
+        }
+    }
+}
+
+impl ConversationSettings {
+    /// `over`'s keys win.
+    pub fn overlay(&self, over: &ConversationSettings) -> ConversationSettings {
+        ConversationSettings {
+            file: over.file.clone().or_else(|| self.file.clone()),
+            max_turns: over.max_turns.or(self.max_turns),
+            max_output_tokens: over.max_output_tokens.or(self.max_output_tokens),
+        }
+    }
+}
+
+/// AgentX's replay defaults (see the module overview).
+pub const AGENTX_BLOCK_SIZE: u32 = 64;
+pub const TIMED_BLOCK_SIZE: u32 = 512;
+pub const AGENTX_START_RATIO: [f64; 2] = [0.25, 0.75];
+pub const AGENTX_WARMUP_REQUESTS_PER_LANE: u32 = 10;
+pub const AGENTX_TREE_IDLE_CAP_S: f64 = 300.0;
+pub const AGENTX_SYSTEM_IDLE_CAP_S: f64 = 10.0;
+
+/// The worker's workload for `name` with these settings; `seed` is the
+/// sweep's. The measured-request budget is set per point later.
+///
+/// Errors: a missing file key, or a value outside its range (the message
+/// names the key and the range).
+pub fn resolve(
+    name: WorkloadName,
+    trace: Option<&TraceSettings>,
+    conversation: Option<&ConversationSettings>,
+    seed: u64,
+) -> Result<Workload, String> {
+    match name {
+        WorkloadName::Random => Ok(Workload::Random),
+        WorkloadName::ChatRandom => Ok(Workload::ChatRandom),
+        WorkloadName::Conversation => {
+            let c = conversation.cloned().unwrap_or_default();
+            let path = c.file.ok_or("workload = \"conversation\" needs [sweep.conversation] file = \"path.json\" (or --conversation-file)")?;
+            if c.max_turns == Some(0) || c.max_output_tokens == Some(0) {
+                return Err("[sweep.conversation] max_turns and max_output_tokens must be at least 1".into());
+            }
+            Ok(Workload::Conversation(ConversationSpec { path, max_turns: c.max_turns, max_output_tokens: c.max_output_tokens }))
+        }
+        WorkloadName::Trace => {
+            let t = trace.cloned().unwrap_or_default();
+            let path = t.file.ok_or("workload = \"trace\" needs [sweep.trace] file = \"traces.jsonl\" (or --trace-file)")?;
+            let format = t.format.unwrap_or_default();
+            let default_block = if format == TraceFormat::Timed { TIMED_BLOCK_SIZE } else { AGENTX_BLOCK_SIZE };
+            let block_size = t.block_size.unwrap_or(default_block);
+            if block_size == 0 {
+                return Err("[sweep.trace] block_size must be at least 1 token".into());
+            }
+            if let Some(d) = t.duration_s.filter(|d| !(*d > 0.0)) {
+                return Err(format!("[sweep.trace] duration_s = {d}: give seconds > 0"));
+            }
+            let [lo, hi] = t.start_ratio.unwrap_or(AGENTX_START_RATIO);
+            if !(0.0..=1.0).contains(&lo) || !(0.0..=1.0).contains(&hi) || lo > hi {
+                return Err(format!("[sweep.trace] start_ratio = [{lo}, {hi}]: give [min, max] with 0 <= min <= max <= 1"));
+            }
+            let cap = |key: &str, v: Option<f64>, default: f64| match v.unwrap_or(default) {
+                c if c > 0.0 => Ok(Some(c)),
+                c => Err(format!("[sweep.trace] {key} = {c}: give seconds > 0")),
+            };
+            let time_scale = t.time_scale.unwrap_or(1.0);
+            if !(time_scale > 0.0) {
+                return Err(format!("[sweep.trace] time_scale = {time_scale}: give seconds per timestamp unit > 0"));
+            }
+            Ok(Workload::Trace(TraceSpec {
+                path,
+                format,
+                block_size,
+                seed,
+                duration_s: t.duration_s,
+                max_requests: None,
+                start_min_ratio: lo,
+                start_max_ratio: hi,
+                warmup_requests_per_lane: t.warmup_requests_per_lane.unwrap_or(AGENTX_WARMUP_REQUESTS_PER_LANE),
+                tree_idle_cap_s: cap("tree_idle_cap_s", t.tree_idle_cap_s, AGENTX_TREE_IDLE_CAP_S)?,
+                system_idle_cap_s: cap("system_idle_cap_s", t.system_idle_cap_s, AGENTX_SYSTEM_IDLE_CAP_S)?,
+                time_scale,
+                cache_bust: t.cache_bust.unwrap_or(true),
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_defaults_are_agentx_and_bad_values_name_the_key() {
+        let t = TraceSettings { file: Some("t.jsonl".into()), ..Default::default() };
+        let Workload::Trace(spec) = resolve(WorkloadName::Trace, Some(&t), None, 7).unwrap() else { panic!() };
+        assert_eq!((spec.block_size, spec.start_min_ratio, spec.start_max_ratio), (64, 0.25, 0.75));
+        assert_eq!((spec.warmup_requests_per_lane, spec.tree_idle_cap_s, spec.system_idle_cap_s), (10, Some(300.0), Some(10.0)));
+        assert_eq!((spec.seed, spec.cache_bust), (7, true));
+        let timed = TraceSettings { format: Some(TraceFormat::Timed), ..t.clone() };
+        let Workload::Trace(spec) = resolve(WorkloadName::Trace, Some(&timed), None, 0).unwrap() else { panic!() };
+        assert_eq!(spec.block_size, 512);
+        assert!(resolve(WorkloadName::Trace, None, None, 0).unwrap_err().contains("--trace-file"));
+        let bad = TraceSettings { start_ratio: Some([0.8, 0.2]), ..t.clone() };
+        assert!(resolve(WorkloadName::Trace, Some(&bad), None, 0).unwrap_err().contains("start_ratio"));
+        let bad = TraceSettings { duration_s: Some(0.0), ..t };
+        assert!(resolve(WorkloadName::Trace, Some(&bad), None, 0).unwrap_err().contains("duration_s = 0"));
+        assert!(resolve(WorkloadName::Conversation, None, None, 0).unwrap_err().contains("--conversation-file"));
+        assert_eq!(resolve(WorkloadName::ChatRandom, None, None, 0).unwrap(), Workload::ChatRandom);
+    }
+
+    #[test]
+    fn overlays_keep_what_the_top_does_not_set() {
+        let base = TraceSettings { file: Some("a".into()), duration_s: Some(5.0), ..Default::default() };
+        let top = TraceSettings { file: Some("b".into()), ..Default::default() };
+        let o = base.overlay(&top);
+        assert_eq!((o.file, o.duration_s), (Some("b".into()), Some(5.0)));
+    }
+}
