@@ -174,6 +174,7 @@ impl StepEngine for VllmEngine {
                 prefix_queries: queries,
                 prefix_hits: hits,
                 preempted,
+                connector: None,
             };
             let timings = result.get_item(3).py_context(py)?;
             if !timings.is_none() {
