@@ -3,6 +3,7 @@
 
 pub mod crosscheck;
 pub mod point;
+pub mod prefix_cache;
 pub mod spec;
 pub mod stats;
 pub mod steps;

@@ -10,6 +10,7 @@ use crate::protocol::{EvalCompletion, RawPoint};
 use crate::eval::tasks::TaskDef;
 use crate::eval::{Sample, aggregate, score_sample};
 use crate::metrics::crosscheck::cross_check;
+use crate::metrics::prefix_cache::{CacheInput, summarize_prefix_cache};
 use crate::metrics::spec::summarize_spec;
 use crate::metrics::steps::summarize_steps;
 use crate::metrics::{FigureSpec, point_figures};
@@ -65,6 +66,16 @@ pub fn finish_point(
             p.isl, p.osl, p.conc, c.ttft.median_ms, c.e2el.median_ms, c.ttft.tolerance_ms, c.e2el.tolerance_ms
         );
     }
+    // Without engine steps (the HTTP tier of `overhead`) there is nothing to say.
+    let prefix_cache = (!raw.steps.is_empty()).then(|| {
+        summarize_prefix_cache(&CacheInput {
+            records: &raw.records,
+            measured: None,
+            steps: &raw.steps,
+            theoretical_hit_tokens: None,
+            reset_before_point: raw.prefix_cache_reset == Some(true),
+        })
+    });
     PointResult {
         conc: p.conc,
         isl: p.isl,
@@ -90,6 +101,7 @@ pub fn finish_point(
         step_stats,
         crosscheck,
         spec_decode,
+        prefix_cache,
         telemetry: None,
         profile: None,
     }

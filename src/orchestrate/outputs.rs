@@ -38,6 +38,9 @@ struct RequestLine<'a> {
     /// Generated token ids (only in `ab`, for the lossless check).
     #[serde(skip_serializing_if = "Option::is_none")]
     token_ids: Option<&'a [u32]>,
+    /// Prompt tokens served from the prefix cache (vLLM's num_cached_tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cached_tokens: Option<u32>,
 }
 
 /// The files of a run folder (see the README's "Output files").
@@ -129,6 +132,7 @@ impl OutputFiles {
                 vllm_queued_ms: vllm.map(|t| t.queued_s * 1000.0),
                 itl_chunk_tokens: (!r.chunk_tokens.is_empty()).then_some(r.chunk_tokens.as_slice()),
                 token_ids: raw.token_ids.get(i).map(Vec::as_slice),
+                cached_tokens: r.cached_tokens,
             })?;
         }
         if let Some(steps) = self.steps.as_mut() {

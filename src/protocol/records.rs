@@ -118,8 +118,15 @@ pub struct StepRecord {
     pub waiting: u32,
     /// KV-cache usage, 0..1; null when this vLLM does not report it.
     pub kv_cache_usage: Option<f64>,
+    /// Prompt tokens looked up in / found in the prefix cache this step
+    /// (requests admitted for the first time).
     pub prefix_cache_queries: u64,
     pub prefix_cache_hits: u64,
+    /// The same for a KV connector's cache (CPU offload); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connector_prefix_cache_queries: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connector_prefix_cache_hits: Option<u64>,
     pub preempted: u32,
     /// Output tokens this step delivered to the harness.
     pub output_tokens: u32,
@@ -147,6 +154,8 @@ impl StepRecord {
             kv_cache_usage: stats.kv_cache_usage,
             prefix_cache_queries: stats.prefix_queries,
             prefix_cache_hits: stats.prefix_hits,
+            connector_prefix_cache_queries: stats.connector.map(|c| c.0),
+            connector_prefix_cache_hits: stats.connector.map(|c| c.1),
             preempted: stats.preempted,
             output_tokens,
             finished,

@@ -270,6 +270,12 @@ pub struct PointResult {
     /// rates; see `metrics::spec`); absent when the engine does not speculate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_decode: Option<SpecDecodeSummary>,
+    /// Prefix-cache figures from the engine (cached / computed prompt
+    /// tokens, hit rates, the scheduler's and a KV connector's counters, the
+    /// theoretical rate of trace workloads, a cross-check); absent in
+    /// results written before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<crate::metrics::prefix_cache::PrefixCacheSummary>,
     /// GPU and host telemetry over the measured window: power, energy,
     /// J/token (InferenceX's `avg_power_w`, `total_gpu_energy_j`,
     /// `joules_per_*_token`, `power_valid`), temperatures, clocks, utilisation,
@@ -305,6 +311,7 @@ impl PointResult {
             step_stats: Default::default(),
             crosscheck: None,
             spec_decode: None,
+            prefix_cache: None,
             telemetry: None,
             profile: None,
         }
