@@ -89,6 +89,7 @@ pub fn finish_point(
         burstiness: raw.spec.request_rate.map(|_| raw.spec.burstiness),
         ignore_eos: raw.spec.ignore_eos,
         gpus,
+        workload: raw.spec.workload.clone(),
         status: if raw.partial {
             "partial"
         } else if figures.failed == 0 {

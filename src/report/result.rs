@@ -14,7 +14,7 @@ use crate::metrics::crosscheck::CrossCheck;
 use crate::metrics::spec::SpecDecodeSummary;
 use crate::metrics::steps::StepSummary;
 use crate::recipe::sweep::ResolvedSweep;
-use crate::protocol::LengthConvention;
+use crate::protocol::{LengthConvention, Workload};
 
 /// Bumped whenever a key changes meaning or disappears.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -255,6 +255,10 @@ pub struct PointResult {
     pub ignore_eos: bool,
     /// GPUs the engine spans (TP x PP); the per-GPU divisor.
     pub gpus: u32,
+    /// What the point sent (absent: random token ids); session workloads
+    /// have no ISL/OSL (0/0) and take their lengths from the file.
+    #[serde(default, skip_serializing_if = "is_random")]
+    pub workload: Workload,
     /// "ok", "failed" when any request failed, or "partial" when Ctrl-C cut
     /// it short (its figures cover the requests that finished).
     pub status: String,
@@ -306,6 +310,7 @@ impl PointResult {
             burstiness: None,
             ignore_eos: true,
             gpus: 1,
+            workload: Workload::Random,
             status: "ok".into(),
             figures,
             step_stats: Default::default(),
@@ -316,6 +321,10 @@ impl PointResult {
             profile: None,
         }
     }
+}
+
+fn is_random(w: &Workload) -> bool {
+    *w == Workload::Random
 }
 
 /// Accuracy results.
