@@ -145,6 +145,14 @@ fn ab_of_two_vllm_builds_on_the_base_recipe() {
     assert!(base["python"]["vllm"].as_str().unwrap().starts_with("0.32"), "{}", base["python"]);
     assert!(cand["python"]["vllm"].as_str().unwrap().starts_with("0.23"), "{}", cand["python"]);
     assert_eq!(cand["python"]["path"], py.to_str().unwrap());
+    // No one build stands for the run: each is listed with its jobs.
+    let v = &r["versions"];
+    assert!(v["vllm"].is_null() && v["python"].is_null(), "{v}");
+    let builds = v["builds"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(builds.len(), 2, "{v}");
+    assert!(builds[0]["vllm"].as_str().unwrap().starts_with("0.32") && builds[0]["jobs"] == serde_json::json!(["base"]), "{v}");
+    assert!(builds[1]["vllm"].as_str().unwrap().starts_with("0.23") && builds[1]["jobs"] == serde_json::json!(["base@candidate"]), "{v}");
+    assert!(builds[1]["python"].as_str().unwrap().starts_with("3.12"), "{v}");
     for j in [base, cand] {
         assert_eq!(j["points"][0]["completed"], 2, "{j}");
     }
