@@ -217,3 +217,21 @@ fn ab_of_two_interpreters_lists_each_build_not_one() {
     ]);
     assert_eq!(v["builds"], want, "{v}");
 }
+
+#[test]
+fn one_repeat_ab_makes_no_performance_gate() {
+    // The candidate's engine steps 10 ms slower: a clear slowdown, one repeat a side.
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "[variants.slow]\nenv = { ENGINEBENCH_FAKE_ENGINE = \"step_ms=10\" }\n");
+    let out = dir.path().join("ab");
+    let (o, log) = run("step_ms=0", &["ab", &r, "--baseline", "base", "--candidate", "slow", "--repeats", "1", "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let c = read_json(&out.join("ab.json"));
+    assert!(c["rows"][0]["figures"][0]["delta"].as_f64().unwrap() < -0.5, "the candidate is slower: {}", c["rows"][0]);
+    assert_eq!(c["gate"]["passed"], true, "{}", c["gate"]);
+    let why = c["gate"]["perf_not_gated"].as_str().unwrap_or_else(|| panic!("{}", c["gate"]));
+    assert!(why.starts_with("performance not gated at any point: one repeat"), "{why}");
+    assert!(log.contains("PASS (nothing gated)\nNote: performance not gated at any point"), "{log}");
+    let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
+    assert!(md.contains("Note: performance not gated at any point") && md.contains("--repeats 3 or more"), "{md}");
+}
