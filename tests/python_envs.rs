@@ -79,13 +79,13 @@ fn wrong_python_is_exit_2_naming_it() {
         assert!(text(&out).contains("too old") && text(&out).contains("3.9"), "{}", text(&out));
     }
 
-    // A real CPython 3.12 without vLLM: doctor names the failed import.
+    // A real CPython 3.12 without vLLM: doctor names both missing packages.
     // (The venv's python is a symlink to the Python it was made from.)
     let bare = python_023().canonicalize().unwrap();
     assert!(!bare.starts_with(install()), "{}", bare.display());
     let out = enginebench(&["doctor", "--python", bare.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("does not import"), "{}", text(&out));
+    assert!(text(&out).contains("vllm cannot be imported") && text(&out).contains("torch cannot be imported"), "{}", text(&out));
 }
 
 #[test]
@@ -115,8 +115,8 @@ fn wheel_installs_into_a_clean_python312_venv() {
     assert_eq!(d["python"]["origin"], "host", "{}", d["python"]);
     assert!(d["worker_module"].as_str().unwrap().contains("site-packages/enginebench"), "{}", d["worker_module"]);
     assert_eq!(own.status.code(), Some(2), "a Python without vLLM cannot run:\n{}", text(&own));
-    // torch is imported first (vLLM needs it): that is what this venv lacks.
-    assert!(text(&own).contains("torch does not import"), "{}", text(&own));
+    // Both packages this venv lacks are problems, each named.
+    assert!(text(&own).contains("vllm cannot be imported") && text(&own).contains("torch cannot be imported"), "{}", text(&own));
 
     // The same installed command on the vLLM 0.23 environment.
     let other = run(&["doctor", "--python", python_023().to_str().unwrap()]);
@@ -145,6 +145,14 @@ fn ab_of_two_vllm_builds_on_the_base_recipe() {
     assert!(base["python"]["vllm"].as_str().unwrap().starts_with("0.32"), "{}", base["python"]);
     assert!(cand["python"]["vllm"].as_str().unwrap().starts_with("0.23"), "{}", cand["python"]);
     assert_eq!(cand["python"]["path"], py.to_str().unwrap());
+    // No one build stands for the run: each is listed with its jobs.
+    let v = &r["versions"];
+    assert!(v["vllm"].is_null() && v["python"].is_null(), "{v}");
+    let builds = v["builds"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(builds.len(), 2, "{v}");
+    assert!(builds[0]["vllm"].as_str().unwrap().starts_with("0.32") && builds[0]["jobs"] == serde_json::json!(["base"]), "{v}");
+    assert!(builds[1]["vllm"].as_str().unwrap().starts_with("0.23") && builds[1]["jobs"] == serde_json::json!(["base@candidate"]), "{v}");
+    assert!(builds[1]["python"].as_str().unwrap().starts_with("3.12"), "{v}");
     for j in [base, cand] {
         assert_eq!(j["points"][0]["completed"], 2, "{j}");
     }

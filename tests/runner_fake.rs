@@ -166,3 +166,72 @@ fn cluster_flag_errors_are_exit_2_naming_the_flag() {
         assert!(log.contains(needle), "{args:?}: {log}");
     }
 }
+
+/// "3.11.2": the version of `python`.
+fn version_of(python: &Path) -> String {
+    let o = Command::new(python).args(["-c", "import platform; print(platform.python_version())"]).output().unwrap();
+    String::from_utf8(o.stdout).unwrap().trim().to_string()
+}
+
+/// A CPython 3.10+ of another minor version than [`python`]'s (pyenv's,
+/// where this machine has it).
+fn other_python() -> Option<PathBuf> {
+    let minor = |v: &str| v.rsplit_once('.').map(|(m, _)| m.to_string()).unwrap_or_default();
+    let ours = minor(&version_of(&python()));
+    let pyenv = PathBuf::from(std::env::var_os("HOME")?).join(".pyenv/versions");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(pyenv).ok()?.flatten().map(|e| e.path().join("bin/python3")).filter(|p| p.is_file()).collect();
+    found.sort();
+    found.into_iter().find(|p| {
+        let v = minor(&version_of(p));
+        v != ours && ["3.10", "3.11", "3.12", "3.13"].contains(&v.as_str())
+    })
+}
+
+#[test]
+fn ab_of_two_interpreters_lists_each_build_not_one() {
+    let Some(other) = other_python() else {
+        eprintln!("skipped: no second CPython 3.10+ of another minor version under ~/.pyenv/versions");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    // One interpreter: its versions at the top, no per-build list.
+    let out = dir.path().join("run");
+    let (o, log) = run("step_ms=0", &["run", &r, "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let v = &read_json(&out.join("result.json"))["versions"];
+    assert_eq!((v["vllm"].as_str(), v["python"].as_str()), (Some("0.0.0+fake"), Some(version_of(&python()).as_str())), "{v}");
+    assert!(v.get("builds").is_none(), "{v}");
+    // Two interpreters: no one side at the top; each build with its jobs.
+    let out = dir.path().join("ab");
+    let (o, log) = run("step_ms=0", &[
+        "ab", &r, "--baseline", "base", "--candidate", "base", "--candidate-python", other.to_str().unwrap(),
+        "--repeats", "1", "--no-eval", "-o", out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let v = &read_json(&out.join("result.json"))["versions"];
+    assert!(v["vllm"].is_null() && v["python"].is_null() && v["torch"].is_null(), "{v}");
+    let want = serde_json::json!([
+        {"vllm": "0.0.0+fake", "torch": null, "python": version_of(&python()), "jobs": ["base"]},
+        {"vllm": "0.0.0+fake", "torch": null, "python": version_of(&other), "jobs": ["base@candidate"]},
+    ]);
+    assert_eq!(v["builds"], want, "{v}");
+}
+
+#[test]
+fn one_repeat_ab_makes_no_performance_gate() {
+    // The candidate's engine steps 10 ms slower: a clear slowdown, one repeat a side.
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "[variants.slow]\nenv = { ENGINEBENCH_FAKE_ENGINE = \"step_ms=10\" }\n");
+    let out = dir.path().join("ab");
+    let (o, log) = run("step_ms=0", &["ab", &r, "--baseline", "base", "--candidate", "slow", "--repeats", "1", "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let c = read_json(&out.join("ab.json"));
+    assert!(c["rows"][0]["figures"][0]["delta"].as_f64().unwrap() < -0.5, "the candidate is slower: {}", c["rows"][0]);
+    assert_eq!(c["gate"]["passed"], true, "{}", c["gate"]);
+    let why = c["gate"]["perf_not_gated"].as_str().unwrap_or_else(|| panic!("{}", c["gate"]));
+    assert!(why.starts_with("performance not gated at any point: one repeat"), "{why}");
+    assert!(log.contains("PASS (nothing gated)\nNote: performance not gated at any point"), "{log}");
+    let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
+    assert!(md.contains("Note: performance not gated at any point") && md.contains("--repeats 3 or more"), "{md}");
+}

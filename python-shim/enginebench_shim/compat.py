@@ -12,6 +12,29 @@ CPython 3.12).
 """
 
 import importlib
+import sys
+
+
+class VllmImportError(ImportError):
+    """vLLM is installed in this interpreter but `import vllm` fails (a build
+    for another CUDA/ROCm, a missing shared library, a broken torch): no item
+    can be resolved, and that is not a version outside the supported range.
+    The worker reports it as bad input (exit 2)."""
+
+
+_import_errors = {}
+
+
+def import_error(package):
+    """None when `import package` works here, else "ExcType: message"
+    (cached: a failed import is not retried)."""
+    if package not in _import_errors:
+        try:
+            importlib.import_module(package)
+            _import_errors[package] = None
+        except Exception as e:  # whatever the package raised is the finding
+            _import_errors[package] = f"{type(e).__name__}: {e}"
+    return _import_errors[package]
 
 
 def _attr(path):
@@ -81,13 +104,19 @@ _cache = {}
 
 def get(name):
     """The resolved object for `name`, or None when this vLLM lacks it.
-    Required items raise LookupError with every place that was tried."""
+    Required items raise VllmImportError when vLLM itself does not import,
+    else LookupError with every place that was tried."""
     if name not in _cache:
         candidates, loses = ITEMS[name]
         try:
             _cache[name] = _first(candidates)
         except LookupError as e:
             if loses is None:
+                broken = import_error("vllm")
+                if broken is not None:
+                    raise VllmImportError(
+                        f"vLLM is installed in {sys.executable} but `import vllm` fails ({broken}): the engine cannot "
+                        "start; repair that environment, or choose another with --python") from None
                 raise LookupError(f"vLLM internal {name} not found ({e}): this vLLM is outside the supported range") from None
             _cache[name] = (None, str(e))
     return _cache[name][0]
@@ -143,7 +172,7 @@ def report():
     for name, (_candidates, loses) in ITEMS.items():
         try:
             obj = get(name)
-        except LookupError as e:
+        except (LookupError, VllmImportError) as e:
             out[name] = {"found": None, "missing": str(e), "loses": "the engine cannot start",
                          "required": True}
             continue

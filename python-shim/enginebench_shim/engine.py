@@ -667,41 +667,54 @@ def torch_cuda():
     return torch.cuda
 
 
+def _doctor_import(name, out):
+    """The package `name`, or None: one `import` cannot find is listed in
+    out["missing"] (the Rust side's probe names the interpreter for it); one
+    that is there but fails to import is an error."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except Exception:  # a broken finder: let the import say what is wrong
+        found = True
+    if not found:
+        out["missing"].append(name)
+        return None
+    if compat.import_error(name) is not None:
+        out["errors"].append(f"{name} is installed but does not import: {compat.import_error(name)}")
+        return None
+    return sys.modules[name]
+
+
 def doctor():
     """What this interpreter's vLLM is, without building an engine: a JSON
-    string {vllm, vllm_path, torch, platform, devices, compat, errors}.
-    Import failures are reported, not raised, so doctor can name them."""
+    string {vllm, vllm_path, torch, platform, devices, compat, missing, errors}.
+    Every problem is reported, not raised, so doctor can name them all:
+    `missing` lists packages `import` cannot find, `errors` the rest; `compat`
+    and `platform` need vLLM, `devices` ({kind, count, names}) needs torch."""
     out = {"vllm": None, "vllm_path": None, "torch": None, "platform": None,
-           "devices": None, "compat": None, "errors": []}
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-    except Exception as e:  # a broken torch is what doctor is for
-        out["errors"].append(f"torch does not import: {type(e).__name__}: {e}")
-        return json.dumps(out)
-    try:
-        import vllm
-
+           "devices": None, "compat": None, "missing": [], "errors": []}
+    torch = _doctor_import("torch", out)
+    vllm = _doctor_import("vllm", out)
+    if torch is not None:
+        out["torch"] = getattr(torch, "__version__", None)
+        try:
+            if torch.cuda.is_available():
+                names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+                out["devices"] = {"kind": kind, "count": len(names), "names": names}
+            else:
+                out["devices"] = {"kind": "cpu", "count": 0, "names": []}
+        except Exception as e:
+            out["errors"].append(f"torch device query failed: {type(e).__name__}: {e}")
+    if vllm is not None:
         out["vllm"] = getattr(vllm, "__version__", None)
         out["vllm_path"] = os.path.dirname(os.path.abspath(vllm.__file__))
-    except Exception as e:
-        out["errors"].append(f"vllm does not import: {type(e).__name__}: {e}")
-        return json.dumps(out)
-    try:
-        from vllm.platforms import current_platform
+        try:
+            from vllm.platforms import current_platform
 
-        out["platform"] = str(getattr(current_platform, "device_type", None) or current_platform)
-    except Exception as e:
-        out["errors"].append(f"vLLM's platform detection failed: {type(e).__name__}: {e}")
-    try:
-        if torch.cuda.is_available():
-            names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
-            out["devices"] = {"kind": kind, "count": len(names), "names": names}
-        else:
-            out["devices"] = {"kind": "cpu", "count": 0, "names": []}
-    except Exception as e:
-        out["errors"].append(f"torch device query failed: {type(e).__name__}: {e}")
-    out["compat"] = compat.report()
+            out["platform"] = str(getattr(current_platform, "device_type", None) or current_platform)
+        except Exception as e:
+            out["errors"].append(f"vLLM's platform detection failed: {type(e).__name__}: {e}")
+        out["compat"] = compat.report()
     return json.dumps(out)

@@ -264,11 +264,17 @@ pub struct Accuracy {
     pub agreement: Option<TokenAgreement>,
 }
 
-/// The gate: what failed, if anything.
+/// The gate: what failed, if anything, and what it could not judge.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GateResult {
     pub passed: bool,
     pub failures: Vec<String>,
+    /// Why performance was not gated at some points, in words; `None` when
+    /// every point was. A side with one repeat gives no run-to-run interval
+    /// (only request-to-request spread within one run), so no regression
+    /// claim is made there and such a point never fails the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perf_not_gated: Option<String>,
 }
 
 /// A whole comparison.
@@ -287,8 +293,9 @@ pub struct Comparison {
     /// What was left out or could not be compared, in words.
     pub notes: Vec<String>,
     pub gate: GateResult,
-    /// Acceptance deltas and the lossless check, when either side
-    /// speculated or both recorded token ids ([`super::spec`]).
+    /// Acceptance deltas when either side speculated, and the perf
+    /// requests' greedy-output comparison when both recorded token ids
+    /// (speculating or not) ([`super::spec`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<super::spec::SpecComparison>,
     /// The A/A noise floor the verdicts used, if any.
@@ -690,10 +697,25 @@ pub fn token_agreement(pairs: &[(&Sample, &Sample)]) -> Option<TokenAgreement> {
 }
 
 /// The gate: fails when accuracy did not hold, or when a row figure is
-/// significantly worse (verdict slower) by more than `max_regression`.
+/// significantly worse (verdict slower) by more than `max_regression`. Rows
+/// with one repeat on a side are not gated on performance (their interval
+/// cannot support a run-to-run claim; see [`GateResult::perf_not_gated`]);
+/// accuracy is gated whatever the repeats (the eval runs once, greedy).
 pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResult {
     let mut failures = Vec::new();
-    for r in rows {
+    let (judged, one_repeat): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.repeats.0 >= 2 && r.repeats.1 >= 2);
+    let perf_not_gated = (!one_repeat.is_empty()).then(|| {
+        let which = if judged.is_empty() {
+            "at any point".to_string()
+        } else {
+            format!("at {}", one_repeat.iter().map(|r| r.key_text()).collect::<Vec<_>>().join(", "))
+        };
+        format!(
+            "performance not gated {which}: one repeat on a side gives no run-to-run interval, so no regression \
+             claim can be made there; run --repeats 3 or more for a performance gate"
+        )
+    });
+    for r in judged {
         for f in &r.figures {
             let worse_by = if f.metric.higher_is_better() { -f.delta } else { f.delta };
             if f.verdict == Verdict::Slower && worse_by > o.max_regression {
@@ -725,5 +747,5 @@ pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResul
             }
         }
     }
-    GateResult { passed: failures.is_empty(), failures }
+    GateResult { passed: failures.is_empty(), failures, perf_not_gated }
 }

@@ -311,15 +311,27 @@ pub fn accuracy_markdown(a: &Accuracy) -> String {
     s
 }
 
+/// The gate's line, its failures, and what it did not judge: "PASS
+/// (accuracy only)" or "PASS (nothing gated)" when no point had the repeats
+/// for a performance gate.
 fn gate_text(c: &Comparison) -> String {
+    let perf_gated = c.rows.iter().any(|r| r.repeats.0 >= 2 && r.repeats.1 >= 2);
+    let scope = match (perf_gated, c.accuracy.is_some()) {
+        (true, _) => "",
+        (false, true) => " (accuracy only)",
+        (false, false) => " (nothing gated)",
+    };
     let mut s = format!(
-        "Gate (max regression {}, max accuracy drop {:.2} points): {}\n",
+        "Gate (max regression {}, max accuracy drop {:.2} points): {}{scope}\n",
         pct_unsigned(c.options.max_regression),
         c.options.max_accuracy_drop * 100.0,
         if c.gate.passed { "PASS" } else { "FAIL" }
     );
     for f in &c.gate.failures {
         s.push_str(&format!("- {f}\n"));
+    }
+    if let Some(why) = &c.gate.perf_not_gated {
+        s.push_str(&format!("Note: {why}.\n"));
     }
     s
 }
@@ -507,7 +519,7 @@ pub(crate) mod tests {
             rows,
             accuracy: Some(accuracy),
             notes: vec!["ISL/OSL 1024/1024 TP 8 conc 128 ran only in the baseline: not compared".into()],
-            gate: GateResult { passed: true, failures: vec![] },
+            gate: GateResult { passed: true, failures: vec![], perf_not_gated: None },
             spec: None,
             noise: None,
             aa: false,

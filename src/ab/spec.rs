@@ -7,7 +7,9 @@
 //!
 //! Token ids of perf requests are recorded only by `ab`, for its first repeat
 //! (`requests.jsonl` `token_ids`); result folders from `run` have none and
-//! get no lossless figure.
+//! get no lossless figure. When neither side speculates, the output
+//! comparison is still made (a kernel or dtype change moves greedy tokens)
+//! and printed under its own heading, not as speculative decoding.
 
 use std::collections::BTreeMap;
 
@@ -61,6 +63,11 @@ pub struct SpecComparison {
 }
 
 impl SpecComparison {
+    /// Either side speculated at some matched point.
+    pub fn speculated(&self) -> bool {
+        !self.rows.is_empty()
+    }
+
     /// (changed, compared) over every point.
     pub fn outputs_total(&self) -> (usize, usize) {
         self.outputs.iter().fold((0, 0), |(c, n), p| (c + p.changed, n + p.compared))
@@ -186,18 +193,24 @@ pub fn outputs_text(s: &SpecComparison) -> Option<String> {
         t.push('.');
     } else {
         t.push_str(&format!(" ({}{}).", where_.join("; "), if changed > where_.len() { "; ..." } else { "" }));
-        t.push_str(
+        t.push_str(if s.speculated() {
             " Greedy speculative decoding is lossless in exact arithmetic; a divergence is either a vLLM bug or \
              floating-point nondeterminism (a verify step computes several positions in one batch, and a near-tie \
-             between two tokens can flip).",
-        );
+             between two tokens can flip)."
+        } else {
+            " Neither side speculates: a divergence comes from different arithmetic (a kernel, dtype or build \
+             change) or floating-point nondeterminism flipping a near-tie between two tokens."
+        });
     }
     Some(t)
 }
 
-/// The Markdown section: acceptance table and the lossless sentence.
+/// The Markdown section: "Speculative decoding" (acceptance table and the
+/// lossless sentence) when either side speculated, else "Greedy outputs of
+/// the perf requests" with the agreement sentence alone.
 pub fn markdown(s: &SpecComparison) -> String {
-    let mut t = String::from("### Speculative decoding\n\n");
+    let heading = if s.speculated() { "Speculative decoding" } else { "Greedy outputs of the perf requests" };
+    let mut t = format!("### {heading}\n\n");
     if !s.rows.is_empty() {
         t.push_str(
             "Acceptance rate = accepted / draft tokens; acceptance length = 1 + accepted / drafts (vLLM's definitions).\n\n",
@@ -267,6 +280,23 @@ mod tests {
     }
 
     #[test]
+    fn no_speculation_is_no_speculative_decoding_section() {
+        let b = [row(0, &[1, 2, 3]), row(1, &[4, 5])];
+        let c = [row(0, &[1, 2, 3]), row(1, &[4, 6])];
+        let (compared, div) = output_agreement(&b.iter().collect::<Vec<_>>(), &c.iter().collect::<Vec<_>>());
+        let s = SpecComparison {
+            rows: vec![],
+            outputs: vec![PointOutputs { isl: 64, osl: 16, tp: 1, conc: 2, compared, changed: 1, divergences: div }],
+        };
+        assert!(!s.speculated());
+        let md = markdown(&s);
+        assert!(md.starts_with("### Greedy outputs of the perf requests\n"), "{md}");
+        assert!(!md.contains("peculative"), "{md}");
+        assert!(md.contains("changed 1 of 2") && md.contains("Neither side speculates"), "{md}");
+        assert!(!terminal(&s).contains("peculative"), "{}", terminal(&s));
+    }
+
+    #[test]
     fn identical_outputs_say_zero() {
         let b = [row(0, &[1, 2]), row(1, &[3])];
         let (compared, div) = output_agreement(&b.iter().collect::<Vec<_>>(), &b.iter().collect::<Vec<_>>());
@@ -282,6 +312,7 @@ mod tests {
             outputs: vec![PointOutputs { isl: 64, osl: 16, tp: 1, conc: 2, compared, changed: 0, divergences: div }],
         };
         let md = markdown(&s);
+        assert!(md.starts_with("### Speculative decoding\n"), "{md}");
         assert!(md.contains("changed 0 of 2."), "{md}");
         assert!(md.contains("- → 25.0% (-)"), "{md}");
         assert!(md.contains("- → 1.75 (-)"), "{md}");

@@ -16,9 +16,11 @@ pub struct PythonError {
 }
 
 impl PythonError {
-    /// True for a `vllm serve` flag that vLLM's parser rejected (bad input).
-    pub fn is_flag_error(&self) -> bool {
-        self.type_name == "FlagError"
+    /// True for bad input: a `vllm serve` flag that vLLM's parser rejected
+    /// (the shim's `FlagError`), or a vLLM that is installed but does not
+    /// import in the chosen interpreter (`compat.VllmImportError`).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self.type_name.as_str(), "FlagError" | "VllmImportError")
     }
 
     /// Captures `err` (type, message, traceback) while attached to `py`.

@@ -105,8 +105,8 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
     let noise = req.noise.as_deref().map(NoiseFloor::load).transpose()?;
     // Probed now: a bad interpreter is a usage error before any engine starts.
     let mut pythons = ArmPythons {
-        baseline: req.baseline_python.as_deref().map(python::named_interpreter).transpose()?,
-        candidate: req.candidate_python.as_deref().map(python::named_interpreter).transpose()?,
+        baseline: req.baseline_python.as_deref().map(|p| python::named_interpreter(p, "--baseline-python")).transpose()?,
+        candidate: req.candidate_python.as_deref().map(|p| python::named_interpreter(p, "--candidate-python")).transpose()?,
     };
     if aa {
         pythons.candidate = pythons.baseline.clone();
@@ -120,6 +120,14 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
     let mut opts = opts.clone();
     opts.variants = if same_variant { vec![req.baseline.clone()] } else { vec![req.baseline.clone(), candidate.clone()] };
     let plan0 = plan(&opts)?;
+    // Every interpreter a job will run in (the arm's override, else the
+    // job's own), before the output folder exists and any engine starts.
+    for job in &plan0.jobs {
+        python::require_engine_packages(pythons.for_job(&job_label(job), &req.baseline).unwrap_or(&job.python))?;
+        if same_variant {
+            python::require_engine_packages(pythons.candidate.as_ref().unwrap_or(&job.python))?;
+        }
+    }
     let out_dir = output_dir(opts.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
 
     let noise = if req.calibrate {
@@ -170,6 +178,19 @@ struct ArmPythons {
     candidate: Option<Interpreter>,
 }
 
+impl ArmPythons {
+    /// The override for a job labelled `label` (the baseline's when it is
+    /// `baseline`, else the candidate's), if that arm has one.
+    fn for_job(&self, label: &str, baseline: &str) -> Option<&Interpreter> {
+        if label == baseline { self.baseline.as_ref() } else { self.candidate.as_ref() }
+    }
+}
+
+/// A planned job's label in an A/B: its variant's name ("base" for the recipe itself).
+fn job_label(job: &PlannedJob) -> String {
+    job.config.variant.clone().unwrap_or_else(|| "base".into())
+}
+
 enum Finished {
     Interrupted,
     /// `code`: the runner's exit code (0 every job ran ok).
@@ -192,7 +213,7 @@ fn run_arms(
     // jobs by label and keeps TP sizes apart by their `tp`. An A/A runs the
     // baseline's jobs twice, the second time labelled as its copy.
     for job in &mut plan.jobs {
-        job.label = Some(job.config.variant.clone().unwrap_or_else(|| "base".into()));
+        job.label = Some(job_label(job));
     }
     let mut one_repeat = std::mem::take(&mut plan.jobs);
     if arms.copy {
@@ -203,8 +224,7 @@ fn run_arms(
         one_repeat.extend(copies);
     }
     for job in &mut one_repeat {
-        let arm = if job.label.as_deref() == Some(arms.baseline.as_str()) { &arms.pythons.baseline } else { &arms.pythons.candidate };
-        if let Some(python) = arm {
+        if let Some(python) = arms.pythons.for_job(job.label.as_deref().unwrap_or_default(), &arms.baseline) {
             job.python = python.clone();
             // Recorded in the job's configuration too, as a variant's own `python` is.
             job.config.python = Some(python.path.clone());

@@ -31,6 +31,8 @@ pub struct Findings {
 pub fn check(paths: &[PathBuf], variant: Option<&str>) -> Result<i32> {
     let install = Install::locate().ok();
     let python = python::default_interpreter()?;
+    // The flags are checked by vLLM's own parser, in a worker.
+    python::require_engine_packages(&python)?;
     let mut loaded = Vec::new();
     for path in paths {
         let recipe = Recipe::load(path)?;

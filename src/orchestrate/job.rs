@@ -171,11 +171,7 @@ pub fn run_job(
                 }
                 j.engine = Some((*engine).clone());
                 j.engine_start_s = Some(engine_start_s);
-                if result.versions.vllm.is_none() {
-                    result.versions.vllm = engine.vllm.clone();
-                    result.versions.torch = engine.torch.clone();
-                    result.versions.python = engine.python.clone();
-                }
+                result.versions.refresh(&result.jobs);
                 deadline = plan.point_timeout.map(|t| Instant::now() + t);
             }
             Message::Progress { phase, done, total } => {

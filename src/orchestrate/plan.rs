@@ -173,7 +173,10 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
             let run_eval = eval.is_some() && config.tp == first_tp(&config);
             let specs = if opts.only_eval { Vec::new() } else { point_specs(&config) };
             let python = match &config.python {
-                Some(path) => python::named_interpreter(path)?,
+                Some(path) => {
+                    let variant = config.variant.as_deref().unwrap_or("base");
+                    python::named_interpreter(path, &format!("`python` of [variants.{variant}]"))?
+                }
                 None => python.clone(),
             };
             Ok(PlannedJob {

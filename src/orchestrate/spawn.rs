@@ -91,7 +91,8 @@ pub fn spawn_worker(
 /// Runs a short task (flag check, doctor) in a worker of `python` and
 /// returns the message `pick` selects. The log is kept only on failure.
 ///
-/// Errors: the worker reported an error, or ended without the message.
+/// Errors: the worker reported an error (usage when it said bad input, e.g.
+/// a vLLM that does not import), or ended without the message.
 pub fn ask_worker<T>(
     python: &Interpreter,
     task: &Task,
@@ -105,7 +106,7 @@ pub fn ask_worker<T>(
     let mut error = None;
     for line in BufReader::new(worker.stdout.take().expect("piped")).lines() {
         match serde_json::from_str::<Message>(&line?) {
-            Ok(Message::Error { message, .. }) => error = Some(message),
+            Ok(Message::Error { message, bad_input, .. }) => error = Some((message, bad_input)),
             Ok(msg) => found = found.or_else(|| pick(msg)),
             Err(_) => {}
         }
@@ -117,7 +118,10 @@ pub fn ask_worker<T>(
             let _ = std::fs::remove_file(&log);
             Ok(r)
         }
-        (_, Some(e)) => anyhow::bail!("the {what} worker in {} failed: {e} (log: {})", python.path.display(), log.display()),
+        (_, Some((e, bad_input))) => {
+            let message = format!("the {what} worker in {} failed: {e} (log: {})", python.path.display(), log.display());
+            Err(if bad_input { crate::error::usage(message) } else { anyhow::anyhow!(message) })
+        }
         _ => anyhow::bail!(
             "the {what} worker in {} ended unexpectedly ({status}); log: {}\n{}",
             python.path.display(),

@@ -103,7 +103,7 @@ pub fn main() -> i32 {
         Err(e) => {
             let py = e.downcast_ref::<PythonError>();
             let traceback = py.and_then(|p| p.traceback.clone());
-            let bad_input = py.is_some_and(PythonError::is_flag_error)
+            let bad_input = py.is_some_and(PythonError::is_bad_input)
                 || e.downcast_ref::<crate::error::UsageError>().is_some();
             let message = format!("{e:#}");
             errln!("enginebench worker failed: {message}");

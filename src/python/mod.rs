@@ -77,19 +77,27 @@ pub fn cli_choice() -> Option<PathBuf> {
     CLI_CHOICE.get().cloned().flatten()
 }
 
-/// The interpreter a command uses unless a variant names its own.
+/// The interpreter a command uses unless a variant names its own. Its engine
+/// packages are not required here: commands that start engines call
+/// [`require_engine_packages`] for every interpreter they will use, before
+/// any worker starts; `doctor` lists what is missing.
 ///
 /// Errors (usage): the named interpreter is missing, is not CPython 3.10+, or
 /// none was found anywhere (the message lists where it looked).
 pub fn default_interpreter() -> Result<Interpreter> {
     let (path, origin) = choose()?;
-    probe::probe(&path, origin)
+    probe::inspect(&path, origin, origin.source())
 }
 
-/// An interpreter named explicitly (a variant's `python`, `ab --baseline-python`).
-pub fn named_interpreter(path: &Path) -> Result<Interpreter> {
-    probe::probe(path, Origin::Flag)
+/// An interpreter named explicitly: `chosen_by` says where, for messages
+/// (`--baseline-python`, "`python` of [variants.pr]", ...).
+///
+/// Errors (usage): as [`default_interpreter`].
+pub fn named_interpreter(path: &Path, chosen_by: &str) -> Result<Interpreter> {
+    probe::inspect(path, Origin::Flag, chosen_by)
 }
+
+pub use probe::require_engine_packages;
 
 fn choose() -> Result<(PathBuf, Origin)> {
     if let Some(Some(p)) = CLI_CHOICE.get() {
@@ -116,18 +124,15 @@ fn choose() -> Result<(PathBuf, Origin)> {
     ))
 }
 
-/// The first `python3` on PATH for which `import vllm` would find a module
-/// (`importlib.util.find_spec`, which does not import vLLM: ~50 ms, not ~10 s).
+/// The first `python3` on PATH that passes [`probe::inspect`] and in which
+/// `import vllm` would find a package (found without importing vLLM:
+/// ~50 ms, not ~10 s).
 fn first_on_path_with_vllm() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|dir| dir.join("python3")).find(|candidate| {
         candidate.is_file()
-            && std::process::Command::new(candidate)
-                .args(["-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
+            && probe::inspect(candidate, Origin::Path, Origin::Path.source())
+                .is_ok_and(|python| python.missing.iter().all(|m| m.name != "vllm"))
     })
 }
 

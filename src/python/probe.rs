@@ -1,4 +1,7 @@
-//! Asking an interpreter what it is, before any worker starts in it.
+//! Asking an interpreter what it is, before any worker starts in it: its
+//! implementation and version, and whether `import vllm` and `import torch`
+//! would find a package (`importlib.util.find_spec`, which imports neither:
+//! milliseconds, where importing vLLM takes 5-15 s).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use super::{MIN_PYTHON, Origin};
 use crate::error::usage;
 
-/// A Python interpreter that passed the checks a worker needs (CPython, at
-/// least [`MIN_PYTHON`], not a free-threaded build: abi3 modules do not load there).
+/// A Python interpreter that passed the checks the worker module needs
+/// (CPython, at least [`MIN_PYTHON`], not a free-threaded build: abi3 modules
+/// do not load there), and what it lacks to build a real engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Interpreter {
     /// The path as given (a venv's `bin/python` stays the venv's).
@@ -24,12 +28,38 @@ pub struct Interpreter {
     /// `site-packages` of that environment (`sysconfig` purelib).
     pub purelib: PathBuf,
     pub origin: Origin,
+    /// Where the path came from, in words for messages ("--python",
+    /// "--candidate-python", "`python` of [variants.pr]", ...).
+    #[serde(skip)]
+    pub chosen_by: String,
+    /// Engine packages ([`ENGINE_PACKAGES`]) `import` would not find there,
+    /// in that order; see [`require_engine_packages`].
+    #[serde(skip)]
+    pub missing: Vec<MissingPackage>,
 }
+
+/// The packages a worker imports to build a real engine, in the order a
+/// message names them.
+pub const ENGINE_PACKAGES: [&str; 2] = ["vllm", "torch"];
 
 /// Printed by the interpreter as one JSON line; written so that even Python 2
 /// runs it, so an old interpreter is named with its version, not a SyntaxError.
+/// `packages`: per name, the file or folder `import` would load, else why not
+/// (a folder without `__init__.py` is only a namespace, not an install).
 const PROBE: &str = r#"
 import json, platform, sys, sysconfig
+def find(name):
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec(name)
+    except Exception as e:
+        return {"found": None, "problem": "looking for it raised %s: %s" % (type(e).__name__, e)}
+    if spec is None:
+        return {"found": None, "problem": "no module named %s" % name}
+    if spec.origin in (None, "namespace"):
+        where = ", ".join(spec.submodule_search_locations or [])
+        return {"found": None, "problem": "%s is only a folder without __init__.py (%s), not an installed package" % (name, where)}
+    return {"found": spec.origin, "problem": None}
 print(json.dumps({
     "implementation": platform.python_implementation(),
     "version": platform.python_version(),
@@ -38,6 +68,7 @@ print(json.dumps({
     "prefix": sys.prefix,
     "purelib": sysconfig.get_paths()["purelib"],
     "gil_disabled": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+    "packages": dict((name, find(name)) for name in sys.argv[1:]),
 }))
 "#;
 
@@ -50,22 +81,43 @@ struct Report {
     prefix: String,
     purelib: PathBuf,
     gil_disabled: bool,
+    #[serde(default)]
+    packages: std::collections::BTreeMap<String, Package>,
 }
 
-/// Runs `path` on a probe script and checks what it reports.
+/// Where `import NAME` would load a package from, or why it would not.
+#[derive(Debug, Clone, Deserialize)]
+struct Package {
+    found: Option<String>,
+    problem: Option<String>,
+}
+
+/// An engine package ([`ENGINE_PACKAGES`]) that `import` would not find, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MissingPackage {
+    /// `vllm` or `torch`.
+    pub name: String,
+    /// e.g. "no module named vllm".
+    pub problem: String,
+}
+
+/// Runs `path` on a probe script and checks the interpreter itself; the
+/// engine packages it lacks are recorded in [`Interpreter::missing`], not an
+/// error here ([`require_engine_packages`] is; `doctor` lists every problem).
+/// `chosen_by` names where the path came from in messages.
 ///
 /// Errors (usage, naming the interpreter and what was found): it does not
 /// exist or does not run, is not CPython, is older than 3.10, or is a
 /// free-threaded build.
-pub fn probe(path: &Path, origin: Origin) -> Result<Interpreter> {
+pub fn inspect(path: &Path, origin: Origin, chosen_by: &str) -> Result<Interpreter> {
     let shown = path.display();
-    let how = origin.source();
+    let how = chosen_by;
     if !path.exists() {
         return Err(usage(format!(
             "Python interpreter {shown} (from {how}) does not exist: give the path of a CPython 3.10+ `python` that can import vllm"
         )));
     }
-    let out = Command::new(path).args(["-c", PROBE]).output().map_err(|e| {
+    let out = Command::new(path).arg("-c").arg(PROBE).args(ENGINE_PACKAGES).output().map_err(|e| {
         usage(format!("Python interpreter {shown} (from {how}) cannot be run: {e}"))
     })?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -95,6 +147,17 @@ pub fn probe(path: &Path, origin: Origin) -> Result<Interpreter> {
             "{found} (from {how}) is a free-threaded build, which cannot load stable-ABI (abi3) modules: use the regular build of that Python"
         )));
     }
+    let missing = ENGINE_PACKAGES
+        .iter()
+        .filter_map(|&name| {
+            let problem = match report.packages.get(name) {
+                Some(Package { found: Some(_), .. }) => return None,
+                Some(Package { problem: Some(p), .. }) => p.clone(),
+                _ => format!("no module named {name}"),
+            };
+            Some(MissingPackage { name: name.to_string(), problem })
+        })
+        .collect();
     Ok(Interpreter {
         path: path.to_path_buf(),
         executable: report.executable,
@@ -102,5 +165,39 @@ pub fn probe(path: &Path, origin: Origin) -> Result<Interpreter> {
         prefix: report.prefix,
         purelib: report.purelib,
         origin,
+        chosen_by: chosen_by.to_string(),
+        missing,
     })
+}
+
+/// `$ENGINEBENCH_FAKE_ENGINE` selects the stand-in engine (src/engine/fake.rs),
+/// which runs in any CPython 3.10+ without vLLM or torch.
+fn fake_engine_selected() -> bool {
+    matches!(crate::engine::fake::FakeConfig::from_env(), Ok(Some(_)))
+}
+
+/// Every command that starts engines calls this for each interpreter it will
+/// start one in, before any worker starts: the error names the interpreter,
+/// how it was chosen, what is missing and what would be right. Ok when
+/// nothing is missing, or when the fake engine of the runner's tests is
+/// selected (it imports neither package).
+///
+/// A missing vLLM is reported as missing, not as an unsupported version.
+/// (A vLLM that is there but fails to import is reported by the worker.)
+pub fn require_engine_packages(python: &Interpreter) -> Result<()> {
+    if python.missing.is_empty() || fake_engine_selected() {
+        return Ok(());
+    }
+    let names: Vec<&str> = python.missing.iter().map(|m| m.name.as_str()).collect();
+    let why: Vec<String> = python.missing.iter().map(|m| m.problem.clone()).collect();
+    Err(usage(format!(
+        "Python {} at {} (from {}) cannot import {} ({}): use the interpreter of an environment with vLLM \
+         installed (torch comes with it; choose it with --python or $ENGINEBENCH_PYTHON), or install vLLM into {}",
+        python.version,
+        python.path.display(),
+        python.chosen_by,
+        names.join(" or "),
+        why.join("; "),
+        python.prefix
+    )))
 }

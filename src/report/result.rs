@@ -30,7 +30,9 @@ pub struct RunResult {
     /// or missed its accuracy gate) or `interrupted`.
     pub status: Status,
     pub recipe: RecipeInfo,
-    /// Versions of the first engine that started (each job has its own too).
+    /// enginebench's version, and vLLM/torch/Python of the jobs' engines:
+    /// shared ones at the top, or per build when jobs ran different builds
+    /// (see [`Versions`]; each job has its own under `python` and `engine` too).
     pub versions: Versions,
     pub host: Host,
     /// RFC 3339, UTC.
@@ -219,8 +221,15 @@ pub struct RecipeInfo {
     pub model_path: String,
 }
 
-/// Software versions.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// Software versions of a run.
+///
+/// `vllm`, `torch`, `python` (and `vllm_git_commit` for a source checkout)
+/// are those every started engine ran when all ran one build; when jobs ran
+/// different builds (`ab --candidate-python`, variants with their own
+/// `python`) they are null and `builds` lists each build with the labels of
+/// the jobs that ran it, so no one side reads as the whole run's. Null too
+/// before any engine started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Versions {
     pub enginebench: String,
     #[serde(default)]
@@ -229,6 +238,66 @@ pub struct Versions {
     pub torch: Option<String>,
     #[serde(default)]
     pub python: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vllm_git_commit: Option<String>,
+    /// One entry per build when jobs ran more than one, else empty (absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub builds: Vec<Build>,
+}
+
+/// One vLLM build (vLLM, torch and Python versions, the checkout's commit)
+/// and the jobs that ran on it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Build {
+    pub vllm: Option<String>,
+    pub torch: Option<String>,
+    pub python: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vllm_git_commit: Option<String>,
+    /// Job labels, each once, in job order.
+    pub jobs: Vec<String>,
+}
+
+impl Build {
+    /// The build a job's engine ran, `None` before its engine started. The
+    /// Python version is the interpreter's when the engine did not report one.
+    fn of(job: &JobResult) -> Option<Build> {
+        let engine = job.engine.as_ref()?;
+        let python = job.python.as_ref();
+        Some(Build {
+            vllm: engine.vllm.clone(),
+            torch: engine.torch.clone(),
+            python: engine.python.clone().or_else(|| python.map(|p| p.version.clone())),
+            vllm_git_commit: python.and_then(|p| p.vllm_git_commit.clone()),
+            jobs: vec![job.label.clone()],
+        })
+    }
+
+    fn same_build(&self, other: &Build) -> bool {
+        (&self.vllm, &self.torch, &self.python, &self.vllm_git_commit)
+            == (&other.vllm, &other.torch, &other.python, &other.vllm_git_commit)
+    }
+}
+
+impl Versions {
+    /// Recomputes the engine part from `jobs` (those whose engine started):
+    /// one build at the top, several in `builds` with the top left null.
+    pub fn refresh(&mut self, jobs: &[JobResult]) {
+        let mut builds: Vec<Build> = Vec::new();
+        for b in jobs.iter().filter_map(Build::of) {
+            match builds.iter_mut().find(|x| x.same_build(&b)) {
+                Some(x) if !x.jobs.contains(&b.jobs[0]) => x.jobs.extend(b.jobs),
+                Some(_) => {}
+                None => builds.push(b),
+            }
+        }
+        let one = (builds.len() == 1).then(|| builds[0].clone()).unwrap_or_default();
+        self.vllm = one.vllm;
+        self.torch = one.torch;
+        self.python = one.python;
+        self.vllm_git_commit = one.vllm_git_commit;
+        self.builds = if builds.len() > 1 { builds } else { Vec::new() };
+    }
 }
 
 /// One point of the sweep.

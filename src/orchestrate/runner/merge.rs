@@ -73,14 +73,7 @@ pub fn merge_task(
             }
         }
     }
-    if let Some(t) = &task_result {
-        let v = &mut runner.result.versions;
-        if v.vllm.is_none() {
-            v.vllm = t.versions.vllm.clone();
-            v.torch = t.versions.torch.clone();
-            v.python = t.versions.python.clone();
-        }
-    }
+    runner.result.versions.refresh(&runner.result.jobs);
     for name in LINE_FILES {
         append(&tdir.join(name), &runner.dir.join(name))?;
     }

@@ -74,10 +74,16 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// Opens the run folder and writes the (pending) result.
+    /// Checks that every job's interpreter can import vLLM and torch, then
+    /// opens the run folder and writes the (pending) result.
     ///
-    /// Errors (usage): see [`output_dir`] and [`folder::resume`].
+    /// Errors (usage): an interpreter without vLLM or torch (before the
+    /// folder exists, see [`crate::python::require_engine_packages`]); see
+    /// [`output_dir`] and [`folder::resume`].
     pub fn open(mut plan: Plan, opts: &RunOptions, folder: Folder<'_>) -> Result<Runner> {
+        for job in &plan.jobs {
+            crate::python::require_engine_packages(&job.python)?;
+        }
         let (dir, result, files) = match folder {
             Folder::New { name } => {
                 let dir = output_dir(opts.output.as_deref(), name)?;
