@@ -1,0 +1,402 @@
+//! Trace files into [`SessionSet`]s, checked before any engine starts.
+//!
+//! - **AgentX** (InferenceX's agentic traces, notes/agentx.md 5b, 6): a
+//!   `.jsonl` file, or a folder holding `traces.jsonl`, one session per
+//!   line: `id`, `block_size`, optional `hash_id_scope` ("local" default:
+//!   one namespace per trace; "global": one for the file), `requests`. A
+//!   request `{"type": "n"|"s", "t", "in", "out", "hash_ids", "api_time",
+//!   ..}` is a root turn; `{"type": "subagent", "t"?, "duration_ms"?,
+//!   "requests": [..]}` a subagent stream whose requests carry absolute
+//!   `t` (a `t` below the entry's own `t` is taken as relative to it, as
+//!   AgentX reads older files). A subagent spawns from the last root turn
+//!   before it (none: it is left out and counted, as AgentX drops it) and
+//!   joins the first later root turn starting at or after its end
+//!   (`t + duration_ms/1000`, else its last request's `t + api_time`).
+//!   Other fields (`model`, `think_time`, `stop`, `input_types`, ..) are
+//!   not needed: delays come from `t` and `api_time`.
+//! - **Timed** (vLLM's `timed_trace`, Mooncake): one request per line,
+//!   `timestamp`, `input_length`, `output_length`, `hash_ids`; sorted by
+//!   timestamp (stable); hash ids share one namespace over the file and
+//!   are renumbered in first-seen order (only equality matters).
+//!
+//! Bad input is a usage error naming `file:line`, the request and the
+//! field: malformed JSON, a missing or mistyped field, a negative time, an
+//! `in` of 0, more hash ids than `in` tokens cover (`ceil(in /
+//! block_size)`), a duplicate trace id, a `block_size` that disagrees, an
+//! empty file. An `out` of 0 is sent as 1 (vLLM needs at least one token)
+//! and counted in [`LoadSummary::zero_out`].
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use serde::Deserialize;
+
+use super::files::{for_each_line, json_error};
+use super::sessions::{Arrival, Content, SessionBuilder, SessionSet, TurnRecord};
+use super::synth::name_key;
+use crate::error::usage;
+use crate::protocol::{TraceFormat, TraceSpec};
+
+/// What a load found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadSummary {
+    pub sessions: usize,
+    pub root_turns: usize,
+    pub subagents: usize,
+    pub subagent_turns: usize,
+    /// Subagents before any root turn (nothing to spawn them from): left out.
+    pub dropped_subagents: usize,
+    /// Requests recorded with `out` 0, sent with `max_tokens` 1.
+    pub zero_out: usize,
+    /// Largest `in + out` of any request, tokens.
+    pub max_context: u64,
+    pub block_size: u32,
+    /// Bytes the loaded set holds ([`SessionSet::memory_bytes`]).
+    pub memory_bytes: usize,
+}
+
+/// The `.jsonl` file of a trace path: the path itself, or a folder's
+/// `traces.jsonl`.
+///
+/// Errors (usage): the path does not exist, or the folder has no `traces.jsonl`.
+pub fn trace_file(path: &Path) -> Result<PathBuf> {
+    if path.is_dir() {
+        let file = path.join("traces.jsonl");
+        if !file.is_file() {
+            return Err(usage(format!(
+                "trace folder {} has no traces.jsonl (give the .jsonl file, or the folder of the downloaded dataset)",
+                path.display()
+            )));
+        }
+        return Ok(file);
+    }
+    if !path.is_file() {
+        return Err(usage(format!("trace file {} does not exist", path.display())));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// Loads and checks the trace of `spec` (its `block_size` is the default
+/// for files that do not carry one).
+///
+/// Errors (usage): see the module overview.
+pub fn load_trace(spec: &TraceSpec) -> Result<(SessionSet, LoadSummary)> {
+    let file = trace_file(&spec.path)?;
+    match spec.format {
+        TraceFormat::Agentx => load_agentx(&file, spec.block_size),
+        TraceFormat::Timed => load_timed(&file, spec.block_size),
+    }
+}
+
+#[derive(Deserialize)]
+struct RawSession {
+    id: Option<serde_json::Value>,
+    block_size: Option<u32>,
+    hash_id_scope: Option<String>,
+    requests: Option<Vec<RawRequest>>,
+}
+
+#[derive(Deserialize)]
+struct RawRequest {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    t: Option<f64>,
+    #[serde(rename = "in")]
+    input: Option<u64>,
+    out: Option<u64>,
+    hash_ids: Option<Vec<u64>>,
+    api_time: Option<f64>,
+    duration_ms: Option<f64>,
+    requests: Option<Vec<RawRequest>>,
+}
+
+/// Namespace of traces with `hash_id_scope: "global"`.
+const GLOBAL_SCOPE: &str = "global hash ids";
+
+/// Loads an AgentX trace file (one session per line).
+///
+/// Errors (usage): see the module overview.
+pub fn load_agentx(path: &Path, default_block_size: u32) -> Result<(SessionSet, LoadSummary)> {
+    let mut set: Option<SessionSet> = None;
+    let mut summary = LoadSummary::default();
+    let mut ids_seen: HashSet<String> = HashSet::new();
+    let mut scratch: Vec<u32> = Vec::new();
+    let file = path.display().to_string();
+    for_each_line(path, |line, text| {
+        let at = |what: String| usage(format!("{file}:{line}: {what}"));
+        let raw: RawSession = serde_json::from_str(text).map_err(|e| json_error(path, Some(line), &e))?;
+        let id = match raw.id {
+            Some(serde_json::Value::String(s)) => s,
+            Some(v @ serde_json::Value::Number(_)) => v.to_string(),
+            Some(_) => return Err(at("`id` must be a string".into())),
+            None => return Err(at("missing field `id` (the trace's name)".into())),
+        };
+        if !ids_seen.insert(id.clone()) {
+            return Err(at(format!("trace id {id:?} appears twice")));
+        }
+        let bs = raw.block_size.unwrap_or(default_block_size);
+        if bs == 0 {
+            return Err(at("`block_size` must be at least 1".into()));
+        }
+        let set = set.get_or_insert_with(|| {
+            summary.block_size = bs;
+            SessionSet::new(Content::Blocks { block_size: bs }, Arrival::Lanes)
+        });
+        if bs != summary.block_size {
+            return Err(at(format!(
+                "block_size {bs} differs from the {} of the lines before (or of the recipe); one replay has one block size",
+                summary.block_size
+            )));
+        }
+        let requests = raw.requests.ok_or_else(|| at(format!("trace {id}: missing field `requests`")))?;
+        let ns = match raw.hash_id_scope.as_deref() {
+            None | Some("local") => name_key(&id),
+            Some("global") => name_key(GLOBAL_SCOPE),
+            Some(other) => {
+                return Err(at(format!("trace {id}: hash_id_scope {other:?}; expected \"local\" or \"global\"")));
+            }
+        };
+        let mut b = set.begin(id.clone(), ns);
+        for (i, req) in requests.iter().enumerate() {
+            let place = format!("trace {id}: requests[{i}]");
+            match req.kind.as_deref() {
+                Some("n" | "s") => {
+                    let turn = request(req, bs, None, &mut scratch, &mut summary).map_err(|w| at(format!("{place}: {w}")))?;
+                    b.turn(0, TurnRecord { ids: &scratch, ..turn })?;
+                    summary.root_turns += 1;
+                }
+                Some("subagent") => subagent(&mut b, req, bs, &mut scratch, &mut summary)
+                    .map_err(|w| at(format!("{place} (subagent): {w}")))?,
+                Some(other) => return Err(at(format!("{place}: type {other:?}; expected \"n\", \"s\" or \"subagent\""))),
+                None => return Err(at(format!("{place}: missing field `type`"))),
+            }
+        }
+        if b.root_turns() == 0 {
+            return Err(at(format!("trace {id} has no top-level requests (type \"n\" or \"s\")")));
+        }
+        b.finish();
+        summary.sessions += 1;
+        Ok(())
+    })?;
+    let mut set = set.ok_or_else(|| usage(format!("{file}: no traces in the file")))?;
+    set.finish_loading();
+    summary.memory_bytes = set.memory_bytes();
+    Ok((set, summary))
+}
+
+/// Adds a subagent entry's requests as a child stream.
+fn subagent(
+    b: &mut SessionBuilder<'_>,
+    entry: &RawRequest,
+    bs: u32,
+    scratch: &mut Vec<u32>,
+    summary: &mut LoadSummary,
+) -> std::result::Result<(), String> {
+    let inner = entry.requests.as_deref().ok_or("missing field `requests`")?;
+    if inner.is_empty() {
+        return Err("`requests` is empty".into());
+    }
+    let entry_t = entry.t.map(|t| time(t, "t")).transpose()?;
+    let mut turns = Vec::with_capacity(inner.len());
+    for (k, req) in inner.iter().enumerate() {
+        match req.kind.as_deref() {
+            Some("n" | "s") => {}
+            Some("subagent") => return Err(format!("requests[{k}]: nested subagents are not supported")),
+            Some(other) => return Err(format!("requests[{k}]: type {other:?}; expected \"n\" or \"s\"")),
+            None => return Err(format!("requests[{k}]: missing field `type`")),
+        }
+        let mut turn = request(req, bs, entry_t, scratch, summary).map_err(|w| format!("requests[{k}]: {w}"))?;
+        turn.ids = &[];
+        turns.push((turn, scratch.clone()));
+    }
+    let start = entry_t.unwrap_or(turns[0].0.t_s);
+    let end = match entry.duration_ms {
+        Some(ms) => start + time(ms, "duration_ms")? / 1000.0,
+        None => turns.iter().map(|(t, _)| t.t_s + t.api_s).fold(f64::NEG_INFINITY, f64::max),
+    };
+    let roots = b.root_turns();
+    if roots == 0 {
+        summary.dropped_subagents += 1;
+        return Ok(());
+    }
+    let child = b.child(roots - 1, end);
+    for (turn, ids) in &turns {
+        b.turn(child, TurnRecord { ids, ..*turn }).map_err(|e| e.to_string())?;
+    }
+    summary.subagents += 1;
+    summary.subagent_turns += turns.len();
+    Ok(())
+}
+
+/// Checks one n/s request; its hash ids go to `ids`. `entry_t`: a
+/// subagent's own start (a smaller `t` is relative to it).
+fn request(
+    req: &RawRequest,
+    bs: u32,
+    entry_t: Option<f64>,
+    ids: &mut Vec<u32>,
+    summary: &mut LoadSummary,
+) -> std::result::Result<TurnRecord<'static>, String> {
+    let mut t = time(req.t.ok_or("missing field `t`")?, "t")?;
+    if let Some(e) = entry_t.filter(|&e| t < e) {
+        t += e;
+    }
+    let api = time(req.api_time.ok_or("missing field `api_time`")?, "api_time")?;
+    let input = req.input.ok_or("missing field `in`")?;
+    let out = req.out.ok_or("missing field `out`")?;
+    let hash_ids = req.hash_ids.as_deref().ok_or("missing field `hash_ids`")?;
+    let (input, max_tokens) = lengths(input, out, hash_ids.len(), bs, ("in", "out"), summary)?;
+    to_u32_ids(hash_ids, ids)?;
+    Ok(TurnRecord { t_s: t, api_s: api, input, max_tokens, ids: &[] })
+}
+
+/// A time field: finite and not negative.
+fn time(v: f64, field: &str) -> std::result::Result<f64, String> {
+    if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(format!("`{field}` is {v}; times must be >= 0")) }
+}
+
+/// Checks a request's lengths against its hash ids; returns (input, max_tokens).
+fn lengths(
+    input: u64,
+    out: u64,
+    n_ids: usize,
+    bs: u32,
+    names: (&str, &str),
+    summary: &mut LoadSummary,
+) -> std::result::Result<(u32, u32), String> {
+    let (in_name, out_name) = names;
+    if input == 0 || input > u64::from(u32::MAX) {
+        return Err(format!("`{in_name}` is {input}; expected 1 to {}", u32::MAX));
+    }
+    if out > u64::from(u32::MAX) {
+        return Err(format!("`{out_name}` is {out}; expected at most {}", u32::MAX));
+    }
+    let covers = input.div_ceil(u64::from(bs));
+    if n_ids as u64 > covers {
+        return Err(format!(
+            "{n_ids} hash_ids but `{in_name}` = {input} tokens fill at most {covers} blocks of {bs}; the hash ids and the length disagree (wrong block_size?)"
+        ));
+    }
+    if out == 0 {
+        summary.zero_out += 1;
+    }
+    summary.max_context = summary.max_context.max(input + out);
+    Ok((input as u32, out.max(1) as u32))
+}
+
+fn to_u32_ids(hash_ids: &[u64], ids: &mut Vec<u32>) -> std::result::Result<(), String> {
+    ids.clear();
+    for &h in hash_ids {
+        ids.push(u32::try_from(h).map_err(|_| format!("hash id {h} is beyond {}", u32::MAX))?);
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct RawTimed {
+    timestamp: Option<f64>,
+    input_length: Option<u64>,
+    output_length: Option<u64>,
+    hash_ids: Option<Vec<u64>>,
+}
+
+/// Loads a timed trace (one request per line).
+///
+/// Errors (usage): see the module overview.
+pub fn load_timed(path: &Path, block_size: u32) -> Result<(SessionSet, LoadSummary)> {
+    if block_size == 0 {
+        return Err(usage("block_size must be at least 1"));
+    }
+    let file = path.display().to_string();
+    let mut summary = LoadSummary { block_size, ..LoadSummary::default() };
+    let mut lines: Vec<(f64, u32, u32, Vec<u64>, usize)> = Vec::new();
+    for_each_line(path, |line, text| {
+        let at = |what: String| usage(format!("{file}:{line}: {what}"));
+        let raw: RawTimed = serde_json::from_str(text).map_err(|e| json_error(path, Some(line), &e))?;
+        let t = raw.timestamp.ok_or_else(|| at("missing field `timestamp`".into()))?;
+        let t = time(t, "timestamp").map_err(at)?;
+        let input = raw.input_length.ok_or_else(|| at("missing field `input_length`".into()))?;
+        let out = raw.output_length.ok_or_else(|| at("missing field `output_length`".into()))?;
+        let ids = raw.hash_ids.ok_or_else(|| at("missing field `hash_ids`".into()))?;
+        let (input, out) =
+            lengths(input, out, ids.len(), block_size, ("input_length", "output_length"), &mut summary).map_err(at)?;
+        lines.push((t, input, out, ids, line));
+        Ok(())
+    })?;
+    if lines.is_empty() {
+        return Err(usage(format!("{file}: no requests in the file")));
+    }
+    lines.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut set = SessionSet::new(Content::Blocks { block_size }, Arrival::Timed);
+    let mut dense: HashMap<u64, u32> = HashMap::new();
+    let mut ids = Vec::new();
+    let ns = name_key("timed trace");
+    for (t, input, out, raw_ids, line) in lines {
+        ids.clear();
+        for h in raw_ids {
+            let next = dense.len() as u32;
+            ids.push(*dense.entry(h).or_insert(next));
+        }
+        let mut b = set.begin(format!("line {line}"), ns);
+        b.turn(0, TurnRecord { t_s: t, api_s: 0.0, input, max_tokens: out, ids: &ids })?;
+        b.finish();
+        summary.sessions += 1;
+        summary.root_turns += 1;
+    }
+    set.finish_loading();
+    summary.memory_bytes = set.memory_bytes();
+    Ok((set, summary))
+}
+
+/// A request whose prompt plus output does not fit the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overlong {
+    pub trace: String,
+    pub stream: u32,
+    pub turn: u32,
+    /// Prompt (with the marker) plus `max_tokens`.
+    pub tokens: u64,
+}
+
+/// Requests whose `in + extra_prompt_tokens + max_tokens` exceeds
+/// `max_model_len` (`extra_prompt_tokens`: the cache-bust marker's
+/// `synth::MARKER_TOKENS` when busting, else 0).
+pub fn over_context(set: &SessionSet, max_model_len: u64, extra_prompt_tokens: u32) -> Vec<Overlong> {
+    let mut out = Vec::new();
+    for (s, name) in set.names.iter().enumerate() {
+        for (si, stream) in set.session_streams(s).iter().enumerate() {
+            for (k, t) in set.stream_turns(stream).iter().enumerate() {
+                let tokens = u64::from(t.input) + u64::from(extra_prompt_tokens) + u64::from(t.max_tokens);
+                if tokens > max_model_len {
+                    out.push(Overlong { trace: name.clone(), stream: si as u32, turn: k as u32, tokens });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Refuses a set with requests longer than `max_model_len` (see [`over_context`]).
+///
+/// Errors (usage): how many requests, in how many traces, the first few
+/// and the limit.
+pub fn check_context(set: &SessionSet, max_model_len: u64, extra_prompt_tokens: u32) -> Result<()> {
+    let over = over_context(set, max_model_len, extra_prompt_tokens);
+    if over.is_empty() {
+        return Ok(());
+    }
+    let traces: HashSet<&str> = over.iter().map(|o| o.trace.as_str()).collect();
+    let first: Vec<String> = over
+        .iter()
+        .take(3)
+        .map(|o| format!("trace {} stream {} turn {}: {} tokens", o.trace, o.stream, o.turn, o.tokens))
+        .collect();
+    Err(usage(format!(
+        "{} request(s) in {} trace(s) need more than the model's max-model-len of {max_model_len} tokens (prompt{} + output), e.g. {}; use a model with a longer context, a larger --max-model-len, or a trace cut to fit (AgentX publishes a _256k variant)",
+        over.len(),
+        traces.len(),
+        if extra_prompt_tokens > 0 { format!(" + {extra_prompt_tokens}-token cache-bust marker") } else { String::new() },
+        first.join("; ")
+    )))
+}
