@@ -179,3 +179,107 @@ fn check(raw: RawConversation, place: &str) -> Result<Parsed> {
     }
     Ok(Parsed { name, messages })
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::error::UsageError;
+
+    /// A stand-in chat template: BOS, then per message a role id, the
+    /// content's bytes and an end id, then a generation-prompt id.
+    pub(crate) fn fake_tokenize(messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let mut out = vec![1];
+        for m in messages {
+            out.push(match m.role.as_str() {
+                "system" => 2,
+                "user" => 3,
+                _ => 4,
+            });
+            out.extend(m.content.bytes().map(u32::from));
+            out.push(5);
+        }
+        out.push(6);
+        Ok(out)
+    }
+
+    pub(crate) fn count_words(text: &str) -> Result<u32> {
+        Ok(text.split_whitespace().count() as u32)
+    }
+
+    fn fixture() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/sharegpt.json")
+    }
+
+    fn spec(path: &Path) -> ConversationSpec {
+        ConversationSpec { path: path.to_path_buf(), max_turns: None, max_output_tokens: None }
+    }
+
+    #[test]
+    fn sharegpt_turns_prompts_and_lengths() {
+        let (set, summary) = load_conversations(&spec(&fixture()), &mut fake_tokenize, &mut count_words).unwrap();
+        assert_eq!(summary, ConversationSummary { conversations: 2, turns: 5, skipped: 1 });
+        assert_eq!(check_conversations(&fixture(), None).unwrap(), summary);
+        assert_eq!(set.names, vec!["conv-weather", "conv-recipe"]);
+        let weather = set.session_streams(0)[0];
+        let turns = set.stream_turns(&weather);
+        // Reply lengths in words: 9, 11, 7.
+        assert_eq!(turns.iter().map(|t| t.max_tokens).collect::<Vec<_>>(), vec![9, 11, 7]);
+        // Turn 2's prompt = turn 1's (less the generation prompt) + reply + question.
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        set.turn_ids(&weather, 0, &mut a);
+        set.turn_ids(&weather, 1, &mut b);
+        let system_user = fake_tokenize(&[
+            ChatMessage::new("system", "You are a terse assistant."),
+            ChatMessage::new("user", "Will it rain in the valley tomorrow?"),
+        ])
+        .unwrap();
+        assert_eq!(a, system_user);
+        assert_eq!(turns[0].input as usize, a.len());
+        assert_eq!(turns[1].hit as usize, a.len() - 1);
+        assert_eq!(common_prefix_len(&a, &b), a.len() - 1);
+        // The recipe's caps.
+        let capped = ConversationSpec { max_turns: Some(1), max_output_tokens: Some(4), ..spec(&fixture()) };
+        let (set, summary) = load_conversations(&capped, &mut fake_tokenize, &mut count_words).unwrap();
+        assert_eq!(summary.turns, 2);
+        assert!(set.turns.iter().all(|t| t.max_tokens == 4));
+    }
+
+    fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
+        crate::workload::sessions::common_prefix(a, b)
+    }
+
+    fn error_of(text: &str, name: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let err = check_conversations(&path, None).expect_err("bad input");
+        assert!(err.downcast_ref::<UsageError>().is_some(), "{err:#}");
+        let loaded = load_conversations(&spec(&path), &mut fake_tokenize, &mut count_words).expect_err("bad input");
+        assert_eq!(loaded.to_string(), err.to_string(), "check and load agree");
+        err.to_string()
+    }
+
+    #[test]
+    fn jsonl_and_bad_input() {
+        let good = r#"{"id": "a", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello there"}]}"#;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        std::fs::write(&path, format!("{good}\n\n{}\n", good.replace("\"a\"", "\"b\""))).unwrap();
+        assert_eq!(check_conversations(&path, None).unwrap().turns, 2);
+        let cases: &[(String, &str, &str)] = &[
+            (good.replace("human", "bot"), "c.jsonl", r#"c.jsonl:1 (a): conversations[0]: `from` is "bot"; expected "human", "gpt" or "system""#),
+            (good.replace(r#", "value": "hi""#, ""), "c.jsonl", "c.jsonl:1 (a): conversations[0]: missing field `value`"),
+            (good.replace("conversations", "turns"), "c.jsonl", "c.jsonl:1 (a): missing field `conversations`"),
+            (format!("{good}\n{{\"id\": "), "c.jsonl", "c.jsonl:2:"),
+            ("[{\"id\": \"x\", \"conversations\": [{\"from\": \"human\", \"value\": 3}]}]".into(), "c.json", "c.json:1:"),
+            (format!("[{}]", good.replace("gpt", "human")), "c.json", "no conversation has a user message followed by a reply"),
+            ("[]".into(), "c.json", "no conversations in the file"),
+        ];
+        for (text, name, want) in cases {
+            let got = error_of(text, name);
+            assert!(got.contains(want), "input {text:?}\n  error {got:?}\n  wanted {want:?}");
+        }
+        let err = check_conversations(&dir.path().join("missing.json"), None).unwrap_err();
+        assert!(err.to_string().contains("cannot read"), "{err}");
+    }
+}

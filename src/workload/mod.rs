@@ -23,6 +23,8 @@ pub mod synth;
 pub mod timed;
 pub mod trace;
 #[cfg(test)]
+mod replay_tests;
+#[cfg(test)]
 mod testkit;
 
 pub use driver::{Pacing, Request, RequestIds, drive};

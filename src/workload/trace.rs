@@ -114,12 +114,17 @@ struct RawRequest {
 /// Namespace of traces with `hash_id_scope: "global"`.
 const GLOBAL_SCOPE: &str = "global hash ids";
 
-/// Loads an AgentX trace file (one session per line).
+/// Loads an AgentX trace file (one session per line); `default_block_size`
+/// (the recipe's) must match every line's `block_size`, and is used where a
+/// line has none.
 ///
 /// Errors (usage): see the module overview.
 pub fn load_agentx(path: &Path, default_block_size: u32) -> Result<(SessionSet, LoadSummary)> {
+    if default_block_size == 0 {
+        return Err(usage("block_size must be at least 1"));
+    }
     let mut set: Option<SessionSet> = None;
-    let mut summary = LoadSummary::default();
+    let mut summary = LoadSummary { block_size: default_block_size, ..LoadSummary::default() };
     let mut ids_seen: HashSet<String> = HashSet::new();
     let mut scratch: Vec<u32> = Vec::new();
     let file = path.display().to_string();
@@ -136,19 +141,12 @@ pub fn load_agentx(path: &Path, default_block_size: u32) -> Result<(SessionSet, 
             return Err(at(format!("trace id {id:?} appears twice")));
         }
         let bs = raw.block_size.unwrap_or(default_block_size);
-        if bs == 0 {
-            return Err(at("`block_size` must be at least 1".into()));
-        }
-        let set = set.get_or_insert_with(|| {
-            summary.block_size = bs;
-            SessionSet::new(Content::Blocks { block_size: bs }, Arrival::Lanes)
-        });
-        if bs != summary.block_size {
+        if bs != default_block_size {
             return Err(at(format!(
-                "block_size {bs} differs from the {} of the lines before (or of the recipe); one replay has one block size",
-                summary.block_size
+                "trace {id}: block_size {bs} differs from the recipe's {default_block_size}; set the trace's block_size to the file's"
             )));
         }
+        let set = set.get_or_insert_with(|| SessionSet::new(Content::Blocks { block_size: bs }, Arrival::Lanes));
         let requests = raw.requests.ok_or_else(|| at(format!("trace {id}: missing field `requests`")))?;
         let ns = match raw.hash_id_scope.as_deref() {
             None | Some("local") => name_key(&id),
@@ -399,4 +397,217 @@ pub fn check_context(set: &SessionSet, max_model_len: u64, extra_prompt_tokens: 
         if extra_prompt_tokens > 0 { format!(" + {extra_prompt_tokens}-token cache-bust marker") } else { String::new() },
         first.join("; ")
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::UsageError;
+
+    pub(crate) fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name)
+    }
+
+    /// The usage error of loading `text` as an AgentX file (block size 16).
+    fn agentx_error(text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let err = load_agentx(&path, 16).expect_err("bad input must fail");
+        assert!(err.downcast_ref::<UsageError>().is_some(), "not a usage error: {err:#}");
+        err.to_string()
+    }
+
+    fn timed_error(text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let err = load_timed(&path, 16).expect_err("bad input must fail");
+        assert!(err.downcast_ref::<UsageError>().is_some(), "not a usage error: {err:#}");
+        err.to_string()
+    }
+
+    fn stream_delays(set: &SessionSet, s: usize, stream: usize) -> Vec<f64> {
+        let st = set.session_streams(s)[stream];
+        set.stream_turns(&st).iter().map(|t| t.delay_s).collect()
+    }
+
+    fn stream_hits(set: &SessionSet, s: usize, stream: usize) -> Vec<u32> {
+        let st = set.session_streams(s)[stream];
+        set.stream_turns(&st).iter().map(|t| t.hit).collect()
+    }
+
+    #[test]
+    fn agentx_fixture_loads_with_trees_delays_and_hits() {
+        let (set, summary) = load_agentx(&fixture("agentx.jsonl"), 16).unwrap();
+        assert_eq!(set.names, vec!["alpha", "beta", "gamma", "delta"]);
+        assert_eq!(
+            (summary.sessions, summary.root_turns, summary.subagents, summary.subagent_turns),
+            (4, 12, 3, 5)
+        );
+        assert_eq!((summary.dropped_subagents, summary.zero_out, summary.max_context), (0, 0, 108));
+        assert_eq!(set.content, Content::Blocks { block_size: 16 });
+        assert_eq!(set.turn_counts(), (17, 5));
+        // alpha: a joined subagent off root turn 1 and a background one.
+        let alpha = set.session_streams(0);
+        assert_eq!(alpha.len(), 3);
+        let (c, bg) = (alpha[1], alpha[2]);
+        assert_eq!((c.spawn.unwrap().anchor, c.spawn.unwrap().delay_s), (1, 1.0)); // 6 - 4 - 1
+        assert_eq!((c.join.unwrap().turn, c.join.unwrap().gap_s), (3, 1.0)); // ends 6 + 7 = 13, joined at 14
+        assert_eq!((bg.spawn.unwrap().anchor, bg.spawn.unwrap().delay_s), (1, 2.0));
+        assert_eq!(bg.join, None);
+        assert_eq!(stream_delays(&set, 0, 0), vec![0.0, 2.5, 3.0, 5.0]);
+        assert_eq!(stream_delays(&set, 0, 1), vec![0.0, 2.0]); // 10 - 6 - 2
+        // Recorded order r0 r1 c0 bg r2 c1 r3 over one seen set.
+        assert_eq!(stream_hits(&set, 0, 0), vec![0, 2, 5, 5]);
+        assert_eq!(stream_hits(&set, 0, 1), vec![0, 2]);
+        assert_eq!(stream_hits(&set, 0, 2), vec![0]);
+        // gamma's context reset shares nothing with what came before.
+        assert_eq!(stream_hits(&set, 2, 0), vec![0, 0, 2]);
+        // delta's subagent has times relative to its entry (older files).
+        let delta = set.session_streams(3);
+        let sub = set.stream_turns(&delta[1]);
+        assert_eq!((sub[0].t_s, sub[1].t_s), (105.0, 107.0));
+        assert_eq!(delta[1].spawn.unwrap().delay_s, 4.0); // 105 - 100 - 1
+        assert_eq!((delta[1].join.unwrap().turn, delta[1].join.unwrap().gap_s), (1, 4.0)); // ends 108
+        assert_eq!(set.sessions[3].start_s, 100.0);
+        // Ids are stored once per stream prefix: alpha 3+3+0+2 root, 3 child, 1 background.
+        let mut ids = Vec::new();
+        set.turn_ids(&alpha[0], 3, &mut ids);
+        assert_eq!(ids, vec![0, 1, 3, 4, 5, 6, 7]);
+        assert!(summary.memory_bytes > 0 && summary.memory_bytes == set.memory_bytes());
+    }
+
+    #[test]
+    fn folders_and_specs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(fixture("agentx.jsonl"), dir.path().join("traces.jsonl")).unwrap();
+        let spec = TraceSpec {
+            path: dir.path().to_path_buf(),
+            format: TraceFormat::Agentx,
+            block_size: 16,
+            seed: 1,
+            duration_s: None,
+            max_requests: None,
+            start_min_ratio: 0.0,
+            start_max_ratio: 0.0,
+            warmup_requests_per_lane: 0,
+            tree_idle_cap_s: None,
+            system_idle_cap_s: None,
+            time_scale: 1.0,
+            cache_bust: true,
+        };
+        assert_eq!(load_trace(&spec).unwrap().1.sessions, 4);
+        let empty = tempfile::tempdir().unwrap();
+        let err = load_trace(&TraceSpec { path: empty.path().to_path_buf(), ..spec.clone() }).unwrap_err();
+        assert!(err.to_string().contains("has no traces.jsonl"), "{err}");
+        let err = load_trace(&TraceSpec { path: empty.path().join("nope.jsonl"), ..spec.clone() }).unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        // The file's block size must agree with the recipe's.
+        let err = load_trace(&TraceSpec { block_size: 64, path: fixture("agentx.jsonl"), ..spec }).unwrap_err();
+        assert!(err.to_string().contains("block_size 16 differs from the recipe's 64"), "{err}");
+    }
+
+    #[test]
+    fn agentx_bad_input_names_file_line_and_field() {
+        let ok = r#"{"id":"a","requests":[{"t":0,"type":"n","in":32,"out":2,"hash_ids":[0,1],"api_time":1}]}"#;
+        let cases: &[(String, &str)] = &[
+            (format!("{ok}\n{{\"id\": \"b\", \"requests\": [\n"), "bad.jsonl:2:"),
+            (ok.replace(r#""in":32,"#, ""), "bad.jsonl:1: trace a: requests[0]: missing field `in`"),
+            (ok.replace(r#""t":0"#, r#""t":-1.5"#), "requests[0]: `t` is -1.5; times must be >= 0"),
+            (ok.replace(r#""api_time":1"#, r#""api_time":-2"#), "`api_time` is -2"),
+            (ok.replace(r#""api_time":1"#, r#""think_time":1"#), "requests[0]: missing field `api_time`"),
+            (ok.replace("[0,1]", "[0,1,2]"), "3 hash_ids but `in` = 32 tokens fill at most 2 blocks of 16"),
+            (ok.replace(r#""in":32"#, r#""in":0"#), "`in` is 0; expected 1 to"),
+            (ok.replace(r#""in":32"#, r#""in":"ten""#), "bad.jsonl:1:"),
+            (ok.replace(r#""type":"n""#, r#""type":"x""#), r#"requests[0]: type "x"; expected "n", "s" or "subagent""#),
+            (ok.replace(r#""id":"a","#, ""), "bad.jsonl:1: missing field `id`"),
+            (format!("{ok}\n{ok}"), "bad.jsonl:2: trace id \"a\" appears twice"),
+            (ok.replace(r#""requests""#, r#""reqs""#), "trace a: missing field `requests`"),
+            (ok.replace(r#""id":"a","#, r#""id":"a","block_size":64,"#), "block_size 64 differs from the recipe's 16"),
+            (
+                ok.replace(
+                    "]}",
+                    r#",{"t":3,"type":"subagent","requests":[{"t":3,"type":"n","in":16,"hash_ids":[5],"api_time":1}]}]}"#,
+                ),
+                "trace a: requests[1] (subagent): requests[0]: missing field `out`",
+            ),
+            (
+                ok.replace("]}", r#",{"t":3,"type":"subagent","requests":[]}]}"#),
+                "requests[1] (subagent): `requests` is empty",
+            ),
+            (r#"{"id":"a","requests":[]}"#.to_string(), "trace a has no top-level requests"),
+            ("\n\n".to_string(), "no traces in the file"),
+        ];
+        for (text, want) in cases {
+            let got = agentx_error(text);
+            assert!(got.contains(want), "input {text:?}\n  error {got:?}\n  wanted {want:?}");
+        }
+        // The type error keeps serde's words and the column.
+        let got = agentx_error(&ok.replace(r#""in":32"#, r#""in":"ten""#));
+        assert!(got.contains("invalid type: string \"ten\""), "{got}");
+    }
+
+    #[test]
+    fn subagents_before_any_root_turn_are_dropped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let text = r#"{"id":"a","requests":[{"t":0,"type":"subagent","requests":[{"t":0,"type":"n","in":16,"out":1,"hash_ids":[5],"api_time":1}]},{"t":2,"type":"n","in":32,"out":0,"hash_ids":[0,1],"api_time":1}]}"#;
+        std::fs::write(&path, text).unwrap();
+        let (set, summary) = load_agentx(&path, 16).unwrap();
+        assert_eq!((summary.dropped_subagents, summary.subagents, summary.zero_out), (1, 0, 1));
+        assert_eq!(set.turns.len(), 1);
+        assert_eq!(set.turns[0].max_tokens, 1, "an out of 0 is sent as 1");
+    }
+
+    #[test]
+    fn timed_trace_sorts_renumbers_and_hits_across_lines() {
+        let (set, summary) = load_timed(&fixture("timed.jsonl"), 16).unwrap();
+        assert_eq!(set.arrival, Arrival::Timed);
+        assert_eq!(summary.sessions, 4);
+        assert_eq!(set.names, vec!["line 1", "line 3", "line 2", "line 5"]);
+        let times: Vec<f64> = set.turns.iter().map(|t| t.t_s).collect();
+        assert_eq!(times, vec![0.0, 20.0, 50.0, 120.0]);
+        let mut ids = Vec::new();
+        let all: Vec<Vec<u32>> = (0..4)
+            .map(|s| {
+                set.turn_ids(&set.session_streams(s)[0], 0, &mut ids);
+                ids.clone()
+            })
+            .collect();
+        assert_eq!(all, vec![vec![0, 1, 2], vec![3], vec![0, 1, 4], vec![0, 1, 4, 5, 6]]);
+        let hits: Vec<u32> = set.turns.iter().map(|t| t.hit).collect();
+        assert_eq!(hits, vec![0, 0, 2, 3]);
+    }
+
+    #[test]
+    fn timed_bad_input() {
+        let ok = r#"{"timestamp": 5, "input_length": 32, "output_length": 2, "hash_ids": [1, 2]}"#;
+        let cases: &[(String, &str)] = &[
+            (ok.replace(r#""timestamp": 5, "#, ""), "bad.jsonl:1: missing field `timestamp`"),
+            (format!("{ok}\n{}", ok.replace("5,", "-5,")), "bad.jsonl:2: `timestamp` is -5"),
+            (ok.replace("[1, 2]", "[1, 2, 3]"), "3 hash_ids but `input_length` = 32 tokens fill at most 2 blocks"),
+            (ok.replace(r#", "hash_ids": [1, 2]"#, ""), "missing field `hash_ids`"),
+            (ok.replace("}", ""), "bad.jsonl:1:"),
+            (String::new(), "no requests in the file"),
+        ];
+        for (text, want) in cases {
+            let got = timed_error(text);
+            assert!(got.contains(want), "input {text:?}\n  error {got:?}\n  wanted {want:?}");
+        }
+    }
+
+    #[test]
+    fn context_check_lists_what_does_not_fit() {
+        let (set, _) = load_agentx(&fixture("agentx.jsonl"), 16).unwrap();
+        assert!(check_context(&set, 108, 0).is_ok());
+        let over = over_context(&set, 100, 8);
+        // alpha r2 (80+8+5) fits; r3 (100+8+8) does not; nothing else comes close.
+        assert_eq!(over, vec![Overlong { trace: "alpha".into(), stream: 0, turn: 3, tokens: 116 }]);
+        let err = check_context(&set, 60, 8).unwrap_err();
+        assert!(err.downcast_ref::<UsageError>().is_some());
+        let msg = err.to_string();
+        assert!(msg.contains("request(s) in 3 trace(s) need more than the model's max-model-len of 60 tokens"), "{msg}");
+        assert!(msg.contains("8-token cache-bust marker") && msg.contains("trace alpha stream 0 turn 1: 83 tokens"), "{msg}");
+    }
 }
