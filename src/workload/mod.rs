@@ -20,6 +20,7 @@ pub mod prompts;
 pub mod replay;
 pub mod sessions;
 pub mod synth;
+pub mod synthetic;
 pub mod timed;
 pub mod trace;
 #[cfg(test)]
