@@ -113,7 +113,7 @@ pub enum ReplayPhase {
 }
 
 /// A replayed request's place in its session: one per request record, in
-/// send order (`crate::workload::replay::Replay::turns`). The orchestrator
+/// send order (the session replay's `turns()`). The orchestrator
 /// groups by `session` for per-session figures and sums `hit_blocks` /
 /// `blocks` for the theoretical prefix-cache hit rate (AgentX's
 /// `theoretical_prefix_cache_hit`: sum of hit blocks over sum of blocks,

@@ -24,7 +24,8 @@
 //! `in` of 0, more hash ids than `in` tokens cover (`ceil(in /
 //! block_size)`), a duplicate trace id, a `block_size` that disagrees, an
 //! empty file. An `out` of 0 is sent as 1 (vLLM needs at least one token)
-//! and counted in [`LoadSummary::zero_out`].
+//! and counted in [`LoadSummary::zero_out`]; a missing `api_time` is 0
+//! (counted in [`LoadSummary::missing_api_time`]).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -49,6 +50,9 @@ pub struct LoadSummary {
     pub dropped_subagents: usize,
     /// Requests recorded with `out` 0, sent with `max_tokens` 1.
     pub zero_out: usize,
+    /// Requests without an `api_time` (or null): taken as 0 s, as AIPerf's
+    /// `_api_time_ms` does, so their end-to-start delay is start-to-start.
+    pub missing_api_time: usize,
     /// Largest `in + out` of any request, tokens.
     pub max_context: u64,
     pub block_size: u32,
@@ -240,7 +244,13 @@ fn request(
     if let Some(e) = entry_t.filter(|&e| t < e) {
         t += e;
     }
-    let api = time(req.api_time.ok_or("missing field `api_time`")?, "api_time")?;
+    let api = match req.api_time {
+        Some(a) => time(a, "api_time")?,
+        None => {
+            summary.missing_api_time += 1;
+            0.0
+        }
+    };
     let input = req.input.ok_or("missing field `in`")?;
     let out = req.out.ok_or("missing field `out`")?;
     let hash_ids = req.hash_ids.as_deref().ok_or("missing field `hash_ids`")?;
@@ -516,7 +526,6 @@ mod tests {
             (ok.replace(r#""in":32,"#, ""), "bad.jsonl:1: trace a: requests[0]: missing field `in`"),
             (ok.replace(r#""t":0"#, r#""t":-1.5"#), "requests[0]: `t` is -1.5; times must be >= 0"),
             (ok.replace(r#""api_time":1"#, r#""api_time":-2"#), "`api_time` is -2"),
-            (ok.replace(r#""api_time":1"#, r#""think_time":1"#), "requests[0]: missing field `api_time`"),
             (ok.replace("[0,1]", "[0,1,2]"), "3 hash_ids but `in` = 32 tokens fill at most 2 blocks of 16"),
             (ok.replace(r#""in":32"#, r#""in":0"#), "`in` is 0; expected 1 to"),
             (ok.replace(r#""in":32"#, r#""in":"ten""#), "bad.jsonl:1:"),
@@ -549,15 +558,17 @@ mod tests {
     }
 
     #[test]
-    fn subagents_before_any_root_turn_are_dropped_and_counted() {
+    fn lenient_fields_are_counted() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let text = r#"{"id":"a","requests":[{"t":0,"type":"subagent","requests":[{"t":0,"type":"n","in":16,"out":1,"hash_ids":[5],"api_time":1}]},{"t":2,"type":"n","in":32,"out":0,"hash_ids":[0,1],"api_time":1}]}"#;
+        let text = r#"{"id":"a","requests":[{"t":0,"type":"subagent","requests":[{"t":0,"type":"n","in":16,"out":1,"hash_ids":[5],"api_time":1}]},{"t":2,"type":"n","in":32,"out":0,"hash_ids":[0,1],"api_time":1},{"t":5,"type":"n","in":32,"out":3,"hash_ids":[0,1],"api_time":null}]}"#;
         std::fs::write(&path, text).unwrap();
         let (set, summary) = load_agentx(&path, 16).unwrap();
         assert_eq!((summary.dropped_subagents, summary.subagents, summary.zero_out), (1, 0, 1));
-        assert_eq!(set.turns.len(), 1);
+        assert_eq!(set.turns.len(), 2);
         assert_eq!(set.turns[0].max_tokens, 1, "an out of 0 is sent as 1");
+        assert_eq!(summary.missing_api_time, 1);
+        assert_eq!(set.turns[1].api_s, 0.0);
     }
 
     #[test]
