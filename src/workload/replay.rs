@@ -418,7 +418,8 @@ impl<'a> Replay<'a> {
         let mut rng = ChaCha8Rng::seed_from_u64(key(&[TSTAR, self.cfg.seed, ses.ns_key, lane as u64]));
         let (lo, hi) = (self.cfg.start_min_ratio, self.cfg.start_max_ratio);
         let span = ses.end_s - ses.start_s;
-        let t_star = ses.start_s + span * (lo + rng.random::<f64>() * (hi - lo));
+        // At most the last start, which rounding could pass: some turn is always left.
+        let t_star = (ses.start_s + span * (lo + rng.random::<f64>() * (hi - lo))).min(ses.end_s);
         let streams = set.session_streams(session as usize);
         let first_at = |s: usize| {
             let turns = set.stream_turns(&streams[s]);

@@ -223,6 +223,12 @@ fn mid_trace_start_sends_primers_then_warmup_then_hands_off() {
     assert_eq!(run.start, Some(0.02));
     assert!((run.reqs[5].send_s - (run.end(4) + 1.0)).abs() < 1e-9);
     assert_eq!(run.stop, Some(StopReason::Exhausted));
+    // Entered at its very end (t* = 14), alpha primes root turn 2 and sends its last turn.
+    let cfg = ReplayConfig { start_min_ratio: 1.0, start_max_ratio: 1.0, warmup_requests_per_lane: 2, ..base(1) };
+    let end = run_fn(&set, cfg);
+    let got: Vec<(u32, u32, ReplayPhase)> = end.turns.iter().map(|t| (t.stream, t.turn, t.phase)).collect();
+    assert_eq!(got, vec![(0, 2, Primer), (0, 3, Warmup)]);
+    assert_eq!(end.stop, Some(StopReason::Exhausted));
 }
 
 #[test]
