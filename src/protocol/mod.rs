@@ -6,7 +6,8 @@
 //!   [`Delta`], [`Completion`], [`StepStats`], [`EngineTiming`],
 //!   [`SpecCounts`], [`StepOutput`]).
 //! - [`records`]: what the harness records per request and per step
-//!   ([`RequestRecord`], [`StepRecord`]).
+//!   ([`RequestRecord`], [`StepRecord`]) and a replayed request's place in
+//!   its session ([`TurnInfo`]).
 //! - [`engine_info`]: facts about a built engine ([`EngineInfo`]).
 //! - [`point`]: a sweep point and its random dataset ([`Point`],
 //!   [`RandomDataset`], [`LengthConvention`]).
@@ -26,7 +27,7 @@ pub mod workload;
 pub use engine_info::EngineInfo;
 pub use point::{LengthConvention, Point, RandomDataset};
 pub use profile::{ProfileRaw, ProfileTarget, Window};
-pub use records::{RequestRecord, StepRecord};
+pub use records::{ReplayPhase, RequestRecord, StepRecord, TurnInfo};
 pub use step::{ChatMessage, Completion, Delta, EngineTiming, Prompt, SpecCounts, StepOutput, StepStats};
 pub use wire::*;
 pub use workload::{ConversationSpec, TraceFormat, TraceSpec, Workload};

@@ -1,5 +1,6 @@
 //! What the harness records per request ([`RequestRecord`], its timeline on
-//! the harness's monotonic clock) and per engine step ([`StepRecord`]).
+//! the harness's monotonic clock), per engine step ([`StepRecord`]), and, for
+//! session replays, each request's place in its session ([`TurnInfo`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -93,6 +94,61 @@ impl RequestRecord {
         }
         self.last_token_s = Some(now_s);
         self.output_tokens += new_tokens;
+    }
+}
+
+/// Which part of a session replay sent a request (AgentX's
+/// `benchmark_phase`: only `measured` requests count in the figures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayPhase {
+    /// Re-sends, with its full prefix, the last turn before the mid-trace
+    /// start of a stream that is live there (fills the prefix cache).
+    Primer,
+    /// One of a lane's warm-up requests after its primers (think times
+    /// removed).
+    Warmup,
+    /// Counted in the figures.
+    Measured,
+}
+
+/// A replayed request's place in its session: one per request record, in
+/// send order (the session replay's `turns()`). The orchestrator
+/// groups by `session` for per-session figures and sums `hit_blocks` /
+/// `blocks` for the theoretical prefix-cache hit rate (AgentX's
+/// `theoretical_prefix_cache_hit`: sum of hit blocks over sum of blocks,
+/// notes/agentx.md 4e).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnInfo {
+    /// Index into the replay's trace names (`SessionSet::names`).
+    pub trace: u32,
+    /// Which session tree this is, 0.. in the order the replay started them
+    /// (a trace played twice, by two lanes or after recycling, is two).
+    pub session: u32,
+    /// The lane (0..concurrency) that holds the tree; 0 for timed traces.
+    pub lane: u32,
+    /// 0: the root stream; k > 0: the trace's k-th subagent stream.
+    pub stream: u32,
+    /// The turn's index within its stream (recorded order).
+    pub turn: u32,
+    pub phase: ReplayPhase,
+    /// Tokens asked for (`max_tokens`, with `ignore_eos`).
+    pub max_tokens: u32,
+    /// The recorded request's prompt blocks: its hash ids (AgentX, timed
+    /// traces), or its prompt tokens (conversations: one block per token).
+    pub blocks: u32,
+    /// The leading run of those blocks an infinite prefix cache would
+    /// already hold (hash ids seen earlier in the trace in recorded order;
+    /// conversations: the token prefix shared with the previous turn).
+    pub hit_blocks: u32,
+    /// `hit_blocks` in prompt tokens (full blocks within the prompt only).
+    pub theoretical_hit_tokens: u32,
+}
+
+impl TurnInfo {
+    /// A subagent's request (not the root stream's).
+    pub fn is_subagent(&self) -> bool {
+        self.stream > 0
     }
 }
 

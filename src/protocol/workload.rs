@@ -47,8 +47,11 @@ impl Workload {
 
 /// A ShareGPT-shaped conversations file (JSON list or JSON lines of
 /// `{"id": .., "conversations": [{"from": "human"|"gpt"|"system", "value": ..}, ..]}`).
+/// Each user message followed by a reply is one turn; every conversation
+/// is played once, `concurrency` at a time, with no think time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConversationSpec {
+    /// The `.json` or `.jsonl` file.
     pub path: PathBuf,
     /// At most this many user turns per conversation (`None`: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,29 +74,35 @@ pub enum TraceFormat {
     Timed,
 }
 
-/// A trace replay and its rules (AgentX's by default, see `crate::workload`).
+/// A trace replay and its rules (AgentX's by default; the workload module's
+/// `replay` overview states them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceSpec {
     /// A `.jsonl` file, or a folder holding `traces.jsonl`.
     pub path: PathBuf,
     #[serde(default)]
     pub format: TraceFormat,
-    /// Tokens per hash id (AgentX 64; Mooncake 512).
+    /// Tokens per hash id (AgentX 64; Mooncake 512). AgentX lines carry
+    /// their own `block_size`, which must equal this.
     pub block_size: u32,
     /// Seeds the lanes' trace choice, the mid-trace start and the prompt
     /// tokens: the same seed, trace and concurrency send the same token counts.
     pub seed: u64,
-    /// Stop sending new requests after this many seconds of measurement ...
+    /// Stop sending new requests this many seconds after the measured
+    /// phase began (in-flight ones finish and count) ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
     /// ... or after this many measured requests (whichever comes first).
+    /// With neither, every trace is played once (no recycling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_requests: Option<u32>,
-    /// Mid-trace start of each lane, as a fraction of its trace's span
-    /// (AgentX: 0.25 to 0.75); 0 and 0: every trace from its first turn.
+    /// Mid-trace start of each lane's first trace, as a fraction of the
+    /// trace's span, drawn between min and max (AgentX: 0.25 to 0.75);
+    /// 0 and 0: every trace from its first turn. Ignored by timed traces.
     pub start_min_ratio: f64,
     pub start_max_ratio: f64,
-    /// Warm-up requests per lane after the primers (AgentX: 10).
+    /// Warm-up requests per lane after the primers (AgentX: 10); not
+    /// measured, 1 output token each. Ignored by timed traces.
     pub warmup_requests_per_lane: u32,
     /// A session tree idle this long has its pending timers moved up (AgentX: 300 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,11 +110,15 @@ pub struct TraceSpec {
     /// The whole replay idle this long has every pending timer moved up (AgentX: 10 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_idle_cap_s: Option<f64>,
-    /// Timed traces: seconds per timestamp unit (0.001 for milliseconds).
+    /// Seconds per recorded time unit, every format (AgentX records
+    /// seconds: 1; a millisecond timed trace: 0.001); below 1 it also
+    /// compresses think times.
     #[serde(default = "one")]
     pub time_scale: f64,
-    /// A per-replay marker before each session's first block, so nothing is
-    /// cached from an earlier replay (AgentX's first-turn cache bust).
+    /// A marker of 8 token ids before every prompt of a session tree, new
+    /// for each tree and run, so nothing is cached from another replay or
+    /// lane (AgentX's `first_turn_prefix` cache bust); timed traces: one
+    /// marker for the whole replay (their lines share blocks).
     #[serde(default = "yes")]
     pub cache_bust: bool,
 }

@@ -339,43 +339,7 @@ fn index_of(rid: u64, base: u64, n: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Completion, Delta};
-
-    /// A unit-test engine: every step gives one token to each running request.
-    #[derive(Default)]
-    struct OneTokenPerStep {
-        running: Vec<(u64, u32, bool)>, // rid, tokens left, is text
-        max_seen_running: usize,
-    }
-
-    impl StepEngine for OneTokenPerStep {
-        fn add_tokens(&mut self, rid: u64, _p: &[u32], max_tokens: u32, _e: bool) -> Result<()> {
-            self.running.push((rid, max_tokens, false));
-            Ok(())
-        }
-        fn add_text(&mut self, rid: u64, _p: &Prompt, max_tokens: u32, _s: &[String]) -> Result<()> {
-            self.running.push((rid, max_tokens, true));
-            Ok(())
-        }
-        fn abort(&mut self, rids: &[u64]) -> Result<()> {
-            self.running.retain(|r| !rids.contains(&r.0));
-            Ok(())
-        }
-        fn step(&mut self, out: &mut StepOutput) -> Result<()> {
-            out.clear();
-            self.max_seen_running = self.max_seen_running.max(self.running.len());
-            for r in &mut self.running {
-                r.1 -= 1;
-                let finished = r.1 == 0;
-                out.deltas.push(Delta { rid: r.0, new_tokens: 1, finished });
-                if finished && r.2 {
-                    out.completions.push(Completion { rid: r.0, text: format!("done {}", r.0), token_ids: vec![7] });
-                }
-            }
-            self.running.retain(|r| r.1 > 0);
-            Ok(())
-        }
-    }
+    use crate::workload::testkit::OneTokenPerStep;
 
     #[test]
     fn keeps_conc_in_flight_and_counts_tokens() {

@@ -1,11 +1,31 @@
 //! What the engine is asked to do: random token-id prompts with lengths in
-//! vLLM's or InferenceX's convention, arrival schedules, and the driver that
-//! keeps `conc` requests in flight and times every token.
+//! vLLM's or InferenceX's convention, arrival schedules, the driver that
+//! keeps `conc` requests in flight and times every token, and replays of
+//! multi-turn sessions.
+//!
+//! Session replays: a file is loaded and checked into a
+//! [`sessions::SessionSet`] ([`trace`]: AgentX and timed traces;
+//! [`conversation`]: ShareGPT files), then played by a
+//! [`replay::SessionReplay`] (lanes of session trees, [`replay::Replay`],
+//! or a timed trace, [`timed::TimedReplay`]) through the one driver loop;
+//! prompts are token ids built at send time ([`synth`]).
 
 pub mod arrivals;
 pub mod chat;
+pub mod conversation;
 pub mod driver;
+pub mod files;
 pub mod lengths;
 pub mod prompts;
+pub mod replay;
+pub mod sessions;
+pub mod synth;
+pub mod synthetic;
+pub mod timed;
+pub mod trace;
+#[cfg(test)]
+mod replay_tests;
+#[cfg(test)]
+mod testkit;
 
 pub use driver::{Pacing, Request, RequestIds, drive};

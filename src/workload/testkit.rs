@@ -1,0 +1,121 @@
+//! Test helpers for schedules: [`OneTokenPerStep`], a fake engine that gives
+//! every running request one token per step, and [`simulate`], the driver
+//! loop's logic on a virtual clock (each step takes `step_s`, idle time is
+//! skipped to the next due time), so a schedule's timing is checked exactly.
+
+use anyhow::Result;
+
+use super::driver::{Request, Schedule};
+use crate::engine::{Completion, Delta, StepEngine};
+use crate::protocol::{Prompt, StepOutput};
+
+/// A unit-test engine: every step gives one token to each running request.
+#[derive(Default)]
+pub struct OneTokenPerStep {
+    pub running: Vec<(u64, u32, bool)>, // rid, tokens left, is text
+    pub max_seen_running: usize,
+    /// Keep each token request's prompt in `prompts` (by request id).
+    pub keep_prompts: bool,
+    pub prompts: Vec<(u64, Vec<u32>)>,
+    /// Request ids that fail: they finish at their first step with no token.
+    pub fail: Vec<u64>,
+}
+
+impl StepEngine for OneTokenPerStep {
+    fn add_tokens(&mut self, rid: u64, prompt: &[u32], max_tokens: u32, _e: bool) -> Result<()> {
+        if self.keep_prompts {
+            self.prompts.push((rid, prompt.to_vec()));
+        }
+        self.running.push((rid, max_tokens, false));
+        Ok(())
+    }
+    fn add_text(&mut self, rid: u64, _p: &Prompt, max_tokens: u32, _s: &[String]) -> Result<()> {
+        self.running.push((rid, max_tokens, true));
+        Ok(())
+    }
+    fn abort(&mut self, rids: &[u64]) -> Result<()> {
+        self.running.retain(|r| !rids.contains(&r.0));
+        Ok(())
+    }
+    fn step(&mut self, out: &mut StepOutput) -> Result<()> {
+        out.clear();
+        self.max_seen_running = self.max_seen_running.max(self.running.len());
+        for r in &mut self.running {
+            if self.fail.contains(&r.0) {
+                r.1 = 0;
+                out.deltas.push(Delta { rid: r.0, new_tokens: 0, finished: true });
+                continue;
+            }
+            r.1 -= 1;
+            let finished = r.1 == 0;
+            out.deltas.push(Delta { rid: r.0, new_tokens: 1, finished });
+            if finished && r.2 {
+                out.completions.push(Completion { rid: r.0, text: format!("done {}", r.0), token_ids: vec![7] });
+            }
+        }
+        self.running.retain(|r| r.1 > 0);
+        Ok(())
+    }
+}
+
+/// A request as [`simulate`] saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimRequest {
+    pub send_s: f64,
+    pub end_s: Option<f64>,
+    pub prompt: Vec<u32>,
+    pub max_tokens: u32,
+}
+
+/// Runs `schedule` on a virtual clock: a step takes `step_s` and gives one
+/// token to every running request; `fails(i)` makes request i finish with
+/// an error at its first step. Panics if the schedule would make the
+/// driver spin (due now, sends nothing, twice in a row) or wait forever.
+pub fn simulate(schedule: &mut dyn Schedule, step_s: f64, fails: &dyn Fn(usize) -> bool) -> Vec<SimRequest> {
+    let mut now = 0.0;
+    let mut reqs: Vec<SimRequest> = Vec::new();
+    let mut running: Vec<(usize, u32)> = Vec::new();
+    let mut stalls = 0;
+    for _ in 0..10_000_000 {
+        let before = reqs.len();
+        let in_flight = running.len();
+        schedule
+            .poll(now, in_flight, &mut |r| {
+                let Request::Tokens { prompt, max_tokens, .. } = r else { panic!("replays send token prompts") };
+                let idx = reqs.len();
+                reqs.push(SimRequest { send_s: now, end_s: None, prompt: prompt.to_vec(), max_tokens });
+                running.push((idx, max_tokens));
+                Ok(idx)
+            })
+            .unwrap();
+        if running.is_empty() {
+            if schedule.done() {
+                return reqs;
+            }
+            let at = schedule.next_due().expect("nothing in flight, nothing due and not done");
+            if at <= now && reqs.len() == before {
+                stalls += 1;
+                assert!(stalls < 3, "the schedule spins: due at {at} <= now {now} but sends nothing");
+            } else {
+                stalls = 0;
+            }
+            now = f64::max(now, at);
+            continue;
+        }
+        stalls = 0;
+        now += step_s;
+        let mut done = Vec::new();
+        for r in &mut running {
+            r.1 -= 1;
+            if r.1 == 0 || fails(r.0) {
+                done.push(r.0);
+            }
+        }
+        running.retain(|r| !done.contains(&r.0));
+        for idx in done {
+            reqs[idx].end_s = Some(now);
+            schedule.finished(idx, now, !fails(idx));
+        }
+    }
+    panic!("the schedule did not finish");
+}
