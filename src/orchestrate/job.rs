@@ -17,7 +17,7 @@ use super::progress::{Bar, say};
 use crate::protocol::{Job, Message, Task};
 use super::spawn::spawn_worker;
 use crate::protocol::STOP_SIGNAL;
-use crate::report::result::{Evals, JobResult, RunError, RunResult, Status, TelemetryInfo, Unfinished};
+use crate::report::result::{Evals, JobResult, PointStatus, RunError, RunResult, Status, TelemetryInfo, Unfinished, UnfinishedStatus};
 use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
 
 /// How a job ended, for the exit code.
@@ -252,21 +252,21 @@ pub fn run_job(
         sampler_cpu_fraction: report.sampler_cpu_fraction(),
     });
     // Name every point that did not finish, and why.
-    let partial_last = j.points.last().is_some_and(|p| p.status == "partial");
+    let partial_last = j.points.last().is_some_and(|p| p.status == PointStatus::Partial);
     for (i, spec) in job.specs.iter().enumerate().skip(points_done) {
         let (status, reason) = if i == points_done && !partial_last {
             match (&failure, interrupted) {
-                (_, true) => ("interrupted", "stopped by Ctrl-C before it finished".to_string()),
-                (Some(_), _) if timed_out => ("timeout", failure.as_ref().map(|f| f.message.clone()).unwrap_or_default()),
-                (Some(f), _) => ("failed", f.message.clone()),
-                (None, _) => ("not run", "the worker ended before this point".to_string()),
+                (_, true) => (UnfinishedStatus::Interrupted, "stopped by Ctrl-C before it finished".to_string()),
+                (Some(_), _) if timed_out => (UnfinishedStatus::Timeout, failure.as_ref().map(|f| f.message.clone()).unwrap_or_default()),
+                (Some(f), _) => (UnfinishedStatus::Failed, f.message.clone()),
+                (None, _) => (UnfinishedStatus::NotRun, "the worker ended before this point".to_string()),
             }
         } else {
-            ("not run", if interrupted { "interrupted".to_string() } else { "an earlier point failed".to_string() })
+            (UnfinishedStatus::NotRun, if interrupted { "interrupted".to_string() } else { "an earlier point failed".to_string() })
         };
-        j.unfinished.push(Unfinished { point: spec.point, status: status.into(), reason });
+        j.unfinished.push(Unfinished { point: spec.point, status, reason });
     }
-    let points_failed = j.points.iter().any(|p| p.status == "failed");
+    let points_failed = j.points.iter().any(|p| p.status == PointStatus::Failed);
     let gate_failed = j.eval.as_ref().and_then(|e| e.gate.as_ref()).is_some_and(|g| !g.passed);
     let outcome = match (&failure, bad_input) {
         _ if interrupted => JobOutcome::Interrupted,

@@ -31,7 +31,7 @@ use super::runner::{ExecChoice, Folder, Runner, pending_job};
 use crate::error::usage;
 use crate::metrics::{FigureSpec, point_figures};
 use crate::report::files::write_json_atomic;
-use crate::report::result::{JobResult, PointResult, RunError, Status};
+use crate::report::result::{JobResult, PointResult, PointStatus, RunError, Status};
 use crate::serve::{ClientConfig, ServerSpec, VllmServer, run_benchmark};
 use crate::workload::arrivals::arrival_times;
 
@@ -153,7 +153,7 @@ fn serve_tier(
     if !left.is_empty() {
         anyhow::bail!("vllm serve processes {left:?} outlived the stop");
     }
-    job.status = if job.points.iter().all(|p| p.status == "ok") { Status::Ok } else { Status::Failed };
+    job.status = if job.points.iter().all(|p| p.status == PointStatus::Ok) { Status::Ok } else { Status::Failed };
     Ok(())
 }
 
@@ -239,7 +239,7 @@ impl OverheadReport {
             }
         }
         let find = |tier: usize, k: (u32, u32, u32)| {
-            jobs.get(tier)?.points.iter().find(|p| (p.isl, p.osl, p.conc) == k && p.status == "ok")
+            jobs.get(tier)?.points.iter().find(|p| (p.isl, p.osl, p.conc) == k && p.status == PointStatus::Ok)
         };
         let rows = keys
             .into_iter()

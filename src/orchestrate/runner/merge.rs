@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use super::Runner;
 use super::task::task_dir;
-use crate::report::result::{RunError, RunResult, SlurmTask, Status, Unfinished};
+use crate::report::result::{PointStatus, RunError, RunResult, SlurmTask, Status, Unfinished, UnfinishedStatus};
 
 /// The JSON-lines files a task writes (and the run folder holds).
 pub const LINE_FILES: [&str; 4] = ["points.jsonl", "requests.jsonl", "steps.jsonl", "gsm8k_samples.jsonl"];
@@ -60,7 +60,7 @@ pub fn merge_task(
         // stopped, failed for the task's reason.
         let stopped_by_scheduler = fault.is_some_and(|f| f.slurm.is_some()) && job.status == Status::Interrupted;
         if job.status.is_open() || stopped_by_scheduler {
-            job.points.retain(|p| p.status == "ok");
+            job.points.retain(|p| p.status == PointStatus::Ok);
             job.error = None;
             let why = fault.map_or_else(|| format!("task {key} ended before this job finished"), |f| f.message.clone());
             job.status = Status::Failed;
@@ -68,8 +68,8 @@ pub fn merge_task(
             let done: Vec<(u32, u32, u32)> = job.points.iter().map(|p| (p.isl, p.osl, p.conc)).collect();
             job.unfinished.clear();
             for (n, spec) in runner.plan.jobs[i].specs.iter().filter(|s| !done.contains(&(s.point.isl, s.point.osl, s.point.conc))).enumerate() {
-                let (status, reason) = if n == 0 { ("failed", why.clone()) } else { ("not run", "an earlier point failed".to_string()) };
-                job.unfinished.push(Unfinished { point: spec.point, status: status.into(), reason });
+                let (status, reason) = if n == 0 { (UnfinishedStatus::Failed, why.clone()) } else { (UnfinishedStatus::NotRun, "an earlier point failed".to_string()) };
+                job.unfinished.push(Unfinished { point: spec.point, status, reason });
             }
         }
     }
