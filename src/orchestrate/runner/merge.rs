@@ -10,7 +10,8 @@ use anyhow::{Context, Result};
 
 use super::Runner;
 use super::task::task_dir;
-use crate::report::result::{PointStatus, RunError, RunResult, SlurmTask, Status, Unfinished, UnfinishedStatus};
+use super::super::job::name_unfinished;
+use crate::report::result::{PointStatus, RunError, RunResult, SlurmTask, Status, UnfinishedStatus};
 
 /// The JSON-lines files a task writes (and the run folder holds).
 pub const LINE_FILES: [&str; 4] = ["points.jsonl", "requests.jsonl", "steps.jsonl", "gsm8k_samples.jsonl"];
@@ -66,11 +67,8 @@ pub fn merge_task(
             job.status = Status::Failed;
             job.error.get_or_insert_with(|| RunError { message: why.clone(), ..RunError::default() });
             let done: Vec<(u32, u32, u32)> = job.points.iter().map(|p| (p.isl, p.osl, p.conc)).collect();
-            job.unfinished.clear();
-            for (n, spec) in runner.plan.jobs[i].specs.iter().filter(|s| !done.contains(&(s.point.isl, s.point.osl, s.point.conc))).enumerate() {
-                let (status, reason) = if n == 0 { (UnfinishedStatus::Failed, why.clone()) } else { (UnfinishedStatus::NotRun, "an earlier point failed".to_string()) };
-                job.unfinished.push(Unfinished { point: spec.point, status, reason });
-            }
+            let todo = runner.plan.jobs[i].specs.iter().filter(|s| !done.contains(&(s.point.isl, s.point.osl, s.point.conc)));
+            job.unfinished = name_unfinished(todo, Some((UnfinishedStatus::Failed, why.clone())), "an earlier point failed");
         }
     }
     runner.result.versions.refresh(&runner.result.jobs);
