@@ -20,7 +20,7 @@ use anyhow::Result;
 
 use super::plan::{PlannedJob, RunOptions, plan};
 use super::progress::say;
-use super::runner::{EXIT_INTERRUPTED, ExecChoice, Folder, Runner, executor_for, output_dir, pending_job};
+use super::runner::{EXIT_INTERRUPTED, ExecChoice, Folder, Runner, executor_for, output_dir};
 use crate::report::result::Status;
 use crate::ab::compare::{NoiseFloor, Row, apply_noise};
 use crate::ab::{self, Comparison, Context, Options, load_arm};
@@ -273,7 +273,7 @@ fn run_arms(
             return Ok(Finished::Interrupted);
         }
         let Some((target, max)) = until else { break };
-        if runner.result.jobs.iter().any(|j| j.status != Status::Ok) {
+        if runner.result().jobs.iter().any(|j| j.status != Status::Ok) {
             break;
         }
         let done = (runner.plan.jobs.len() / per_repeat) as u32;
@@ -285,19 +285,15 @@ fn run_arms(
         if unresolved.is_empty() || done >= max {
             break;
         }
-        for j in repeat_jobs(done) {
-            runner.result.jobs.push(pending_job(&j, &runner.plan.model_path));
-            runner.plan.jobs.push(j);
-        }
-        runner.files.write_result(&runner.result)?;
+        runner.add_jobs(repeat_jobs(done))?;
     }
-    let failed = runner.result.jobs.iter().any(|j| j.status != Status::Ok);
+    let failed = runner.result().jobs.iter().any(|j| j.status != Status::Ok);
     // The per-job tables only when something failed: the comparison is the report.
     let code = runner.finish_printing(failed)?;
     let jobs_run = runner.plan.jobs.len();
 
     let mut cmp = compare_now(&path, arms, req, noise)?;
-    if let Some(note) = node_note(&runner.result, per_repeat) {
+    if let Some(note) = node_note(runner.result(), per_repeat) {
         cmp.notes.push(note);
     }
     if let Some((target, _)) = until {

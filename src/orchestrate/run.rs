@@ -37,7 +37,7 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
 /// The first lines of a run: the folder, the eval, remote code.
 fn announce(runner: &Runner) {
     let plan = &runner.plan;
-    errln!("enginebench: recipe {} -> {}", plan.recipe.name, runner.dir.display());
+    errln!("enginebench: recipe {} -> {}", plan.recipe.name, runner.dir().display());
     if let Some(e) = &plan.eval {
         errln!(
             "eval: {} ({}): {} questions, few-shot {}, data {}",
@@ -48,7 +48,7 @@ fn announce(runner: &Runner) {
             e.plan.data_kind.as_str()
         );
     }
-    if runner.result.jobs.iter().any(|j| j.trust_remote_code) {
+    if runner.result().jobs.iter().any(|j| j.trust_remote_code) {
         errln!("note: --trust-remote-code is ON (the recipe asks for it): the model's own Python code runs");
     }
 }
