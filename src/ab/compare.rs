@@ -9,7 +9,8 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::input::{Arm, Repeat, RequestRow};
-use super::stats::{self, BootstrapOptions, IntervalMethod, McNemar, RepeatData, Verdict};
+use super::distributions::{self, McNemar};
+use super::stats::{self, BootstrapOptions, IntervalMethod, RepeatData, Verdict};
 use crate::error::usage;
 use crate::eval::score::{Sample, aggregate};
 use crate::report::result::{PointResult, RecipeInfo};
@@ -648,7 +649,7 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
         let mcnemar = have_pairs.then(|| {
             let n01 = pairs.iter().filter(|(x, y)| right(x) && !right(y)).count() as u64;
             let n10 = pairs.iter().filter(|(x, y)| !right(x) && right(y)).count() as u64;
-            stats::mcnemar(n01, n10)
+            distributions::mcnemar(n01, n10)
         });
         let diff = c - b;
         let significant_drop = mcnemar.is_some_and(|m| m.p_value < o.alpha) && diff < 0.0;

@@ -6,7 +6,8 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
 
 use super::compare::{Accuracy, Comparison, Figure, METRICS, PairedMetric, Row};
-use super::stats::{CONFIDENCE, McNemarMethod, Verdict};
+use super::distributions::McNemarMethod;
+use super::stats::{CONFIDENCE, Verdict};
 
 /// A delta (fraction) as a signed percentage, one decimal as a rule: `+4.2%`.
 ///
@@ -123,9 +124,7 @@ pub fn noise_markdown(c: &Comparison) -> String {
     for r in &c.rows {
         for f in &r.figures {
             let sd = if f.repeat_deltas.len() >= 2 {
-                let m = crate::metrics::stats::mean(&f.repeat_deltas);
-                let v = f.repeat_deltas.iter().map(|d| (d - m).powi(2)).sum::<f64>() / (f.repeat_deltas.len() - 1) as f64;
-                pct_abs(v.sqrt())
+                pct_abs(crate::metrics::stats::sample_variance(&f.repeat_deltas).sqrt())
             } else {
                 "-".into()
             };
@@ -414,7 +413,8 @@ pub(crate) mod tests {
     use super::super::compare::{
         Context, Figure, GateResult, Metric, Options, Scores, TokenAgreement,
     };
-    use super::super::stats::{McNemar, Verdict};
+    use super::super::distributions::McNemar;
+    use super::super::stats::Verdict;
     use super::*;
     use crate::report::result::RecipeInfo;
 
@@ -488,8 +488,8 @@ pub(crate) mod tests {
             baseline: Scores { n: 1319, strict: 0.959, flexible: 0.96 },
             candidate: Scores { n: 1319, strict: 0.9583, flexible: 0.9598 },
             paired: 1319,
-            strict: pm(0.959, 0.9583, crate::ab::stats::mcnemar(9, 8)),
-            flexible: pm(0.96, 0.9598, crate::ab::stats::mcnemar(20, 19)),
+            strict: pm(0.959, 0.9583, crate::ab::distributions::mcnemar(9, 8)),
+            flexible: pm(0.96, 0.9598, crate::ab::distributions::mcnemar(20, 19)),
             max_accuracy_drop: 0.01,
             held: true,
             agreement: Some(TokenAgreement {

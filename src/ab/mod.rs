@@ -16,6 +16,7 @@ pub mod changelog;
 #[cfg(test)]
 mod coverage;
 pub mod compare;
+pub mod distributions;
 pub mod input;
 pub mod markdown;
 pub mod plot;
