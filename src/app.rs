@@ -40,7 +40,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             }
             exit::OK
         }),
-        Command::Telemetry(a) => telemetry::cli_main_opts(a.seconds, a.interval_ms, a.json).map(|()| exit::OK),
+        Command::Telemetry(a) => telemetry::cli_main(a.seconds, a.interval_ms, a.json).map(|()| exit::OK),
         Command::Compare(a) => ab::run_compare(&ab::CompareRequest {
             baseline: a.baseline,
             candidate: a.candidate,

@@ -163,7 +163,7 @@ conc = [1]
     assert!(r["jobs"][0]["error"]["message"].as_str().unwrap().contains("--no-such-flag"));
 }
 
-/// Issue 3: two ISL/OSL pairs, a doubling concurrency range, the step trace,
+/// Two ISL/OSL pairs, a doubling concurrency range, the step trace,
 /// vLLM's own stats agreeing with the harness, and both exports.
 #[test]
 fn sweep_matrix_step_stats_crosscheck_and_exports() {

@@ -30,8 +30,6 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 pub use compare::{Comparison, Context, Options, compare};
-#[allow(unused_imports)] // the `ab` command's API
-pub use input::{Arm, Repeat, RequestRow};
 pub use input::load_arm;
 
 /// Writes `ab.md` (Markdown), `ab.json` (the comparison), `changelog.yaml`

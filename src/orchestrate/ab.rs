@@ -4,7 +4,7 @@
 //! once per variant; then the comparison (deltas with 95% CIs, McNemar,
 //! greedy-token agreement, gate, Markdown, perf-changelog YAML, plots).
 //!
-//! Three additions make its verdicts fit for a CI gate (issue 15):
+//! Three additions make its verdicts fit for a CI gate:
 //!
 //! * `--aa`: the baseline against a copy of itself on the same schedule; its
 //!   `ab.json` is this machine's noise floor for that sweep.

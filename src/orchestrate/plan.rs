@@ -117,7 +117,7 @@ pub struct Plan {
 }
 
 /// Telemetry sampling interval, ms, unless `--telemetry-interval-ms` says
-/// otherwise (the default; the sampler costs ~0.2 ms of CPU per
+/// otherwise (the sampler costs ~0.2 ms of CPU per
 /// sample on the development machine).
 pub const DEFAULT_TELEMETRY_INTERVAL_MS: u64 = 100;
 

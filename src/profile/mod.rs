@@ -1,5 +1,5 @@
 //! Which kernels ran: a torch profiler window per sweep point, a
-//! top-kernels table, and a kernel diff between two profiled runs (issue 17).
+//! top-kernels table, and a kernel diff between two profiled runs.
 //!
 //! How a profiled point runs (`run --profile`, `ab --profile`):
 //!
