@@ -67,6 +67,10 @@ pub struct RunOptions {
     /// `--profile`: a torch profiler window per chosen point ([`crate::profile`]).
     #[serde(default)]
     pub profile: Option<crate::profile::ProfileOptions>,
+    /// `--workload`, `--trace-file`, `--conversation-file`, `--duration`,
+    /// `--no-prefix-cache-reset`.
+    #[serde(default)]
+    pub workload: crate::cli::WorkloadArgs,
 }
 
 /// The eval, prepared before any engine starts.
@@ -198,9 +202,13 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let telemetry_interval = opts
         .telemetry_interval
         .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
+    check_workload_files(&jobs)?;
     if let Some(p) = &opts.profile {
         let sweeps: Vec<_> = jobs.iter().map(|j| (j.specs.as_slice(), j.config.tp)).collect();
         crate::profile::select::check(p, &sweeps)?;
+        if jobs.iter().flat_map(|j| &j.specs).any(|s| s.workload.is_sessions()) {
+            return Err(usage("--profile profiles a batch of random prompts at a point's ISL/OSL; it does not apply to session workloads (trace, conversation)"));
+        }
     }
     let profile = opts.profile.clone();
     Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval, profile })
@@ -248,8 +256,33 @@ fn cli_sweep(opts: &RunOptions) -> Sweep {
         burstiness: opts.burstiness,
         percentiles: opts.percentiles.clone(),
         goodput: opts.goodput,
-        ..Sweep::default()
+        ..opts.workload.sweep()
     }
+}
+
+/// Reads and checks every trace and conversation file the points replay,
+/// once each, before any engine starts: a malformed line, a bad field or a
+/// replay setting out of range is a usage error (exit 2) naming it.
+fn check_workload_files(jobs: &[PlannedJob]) -> Result<()> {
+    use crate::workload::replay::ReplayConfig;
+    let mut seen = Vec::new();
+    for spec in jobs.iter().flat_map(|j| &j.specs) {
+        match &spec.workload {
+            Workload::Trace(t) => {
+                ReplayConfig::for_trace(t, spec.point.conc as usize, 0).check()?;
+                if !seen.contains(&t.path) {
+                    crate::workload::trace::load_trace(t)?;
+                    seen.push(t.path.clone());
+                }
+            }
+            Workload::Conversation(c) if !seen.contains(&c.path) => {
+                crate::workload::conversation::check_conversations(&c.path, c.max_turns)?;
+                seen.push(c.path.clone());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {

@@ -19,7 +19,10 @@ use crate::engine::{StepEngine, WorkerEngine};
 use crate::protocol::STOP_SIGNAL;
 use crate::telemetry::mono_now_s;
 use crate::workload::arrivals::arrival_times;
-use crate::workload::{Pacing, Request, RequestIds, drive};
+use crate::workload::driver::drive_schedule;
+use crate::workload::replay::{ReplayConfig, SessionReplay};
+use crate::workload::synth::MARKER_TOKENS;
+use crate::workload::{Pacing, Request, RequestIds, conversation, drive, trace};
 
 /// The message channel: the worker's original stdout. Everything else that
 /// writes to fd 1 (Python, vLLM, C libraries) is sent to stderr instead.
@@ -221,6 +224,9 @@ fn run_point(
 ) -> Result<RawPoint> {
     let p = &spec.point;
     let prefix_cache_reset = if spec.reset_prefix_cache { reset_prefix_cache(engine)? } else { None };
+    if spec.workload.is_sessions() {
+        return run_sessions(engine, spec, prefix_cache_reset, ids, channel);
+    }
     let total = (p.warmups + p.num_prompts) as usize;
     let mut workload = spec.dataset.draw(total, engine.allowed_token_ids());
     if spec.workload == Workload::ChatRandom {
@@ -268,6 +274,77 @@ fn run_point(
         token_ids: outcome.token_ids,
         partial: outcome.stopped || STOP.load(Ordering::Relaxed),
         prefix_cache_reset,
+        turns: Vec::new(),
+        trace_names: Vec::new(),
+        measure_start_s: None,
+    })
+}
+
+/// A point of a session workload: the file loaded (and checked against the
+/// engine's context) in the worker, which has the tokenizer, then replayed
+/// in one driver loop: primers and warm-ups first, then the measured phase.
+fn run_sessions(
+    engine: &mut impl WorkerEngine,
+    spec: &PointSpec,
+    prefix_cache_reset: Option<bool>,
+    ids: &mut RequestIds,
+    channel: &mut Channel,
+) -> Result<RawPoint> {
+    let p = &spec.point;
+    let lanes = p.conc as usize;
+    let (set, cfg) = match &spec.workload {
+        Workload::Trace(t) => {
+            let (set, _) = trace::load_trace(t)?;
+            if let Some(max) = engine.info().max_model_len {
+                trace::check_context(&set, max, if t.cache_bust { MARKER_TOKENS } else { 0 })?;
+            }
+            // A fresh marker per replay, as AgentX keys it by a per-run id.
+            let run_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            (set, ReplayConfig::for_trace(t, lanes, run_id))
+        }
+        Workload::Conversation(c) => {
+            let (set, _) = {
+                let engine = std::cell::RefCell::new(&mut *engine);
+                conversation::load_conversations(
+                    c,
+                    &mut |m| engine.borrow_mut().tokenize_chat(m),
+                    &mut |t| engine.borrow_mut().count_tokens(t),
+                )?
+            };
+            if let Some(max) = engine.info().max_model_len {
+                trace::check_context(&set, max, 0)?;
+            }
+            let cfg = ReplayConfig { max_requests: Some(p.num_prompts), ..ReplayConfig::for_conversations(lanes, spec.dataset.seed) };
+            (set, cfg)
+        }
+        other => anyhow::bail!("{} is not a session workload", other.name()),
+    };
+    let allowed = engine.allowed_token_ids().to_vec();
+    let mut replay = SessionReplay::new(&set, &allowed, cfg)?;
+    let phase = format!("{} conc {}", spec.workload.name(), p.conc);
+    let mut progress = Progress::new(phase, u64::from(p.num_prompts));
+    let started_mono_s = mono_now_s();
+    let spec_before = engine.spec_counters();
+    let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done))?;
+    let vllm_spec = spec_before.zip(engine.spec_counters()).map(|(before, after)| after.since(&before));
+    let turns = replay.turns().to_vec();
+    let measure_start_s = replay.measure_start_s();
+    Ok(RawPoint {
+        spec: spec.clone(),
+        requested_output_lens: turns.iter().map(|t| t.max_tokens).collect(),
+        records: outcome.records,
+        engine_timings: outcome.engine_timings,
+        // The telemetry window is the measured phase.
+        duration_s: outcome.duration_s - measure_start_s.unwrap_or(0.0),
+        started_mono_s: started_mono_s + measure_start_s.unwrap_or(0.0),
+        steps: outcome.steps,
+        vllm_spec,
+        token_ids: outcome.token_ids,
+        partial: outcome.stopped || STOP.load(Ordering::Relaxed),
+        prefix_cache_reset,
+        turns,
+        trace_names: set.names.clone(),
+        measure_start_s,
     })
 }
 
