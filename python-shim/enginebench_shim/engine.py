@@ -239,12 +239,91 @@ def _iteration_details(out):
     return (p_r, p_t, len(nst) - p_r, out.total_num_scheduled_tokens - p_t)
 
 
+def _refuse_in_process_data_parallel(engine_args):
+    """An in-process LLMEngine with data_parallel_size > 1 joins a DP group
+    at construction and waits for peers that never come (its master port is
+    picked in this process: vllm/v1/engine/llm_engine.py:82-95,
+    vllm/config/parallel.py:979-996): refuse it up front as bad input."""
+    dp = int(getattr(engine_args, "data_parallel_size", 1) or 1)
+    if dp > 1 and getattr(engine_args, "distributed_executor_backend", None) != "external_launcher":
+        raise FlagError(
+            f"--data-parallel-size {dp}: enginebench runs one in-process engine, and vLLM's in-process "
+            "LLMEngine with data parallelism waits for peer engines that never start; run with -dp 1 "
+            "(one engine per job) instead")
+
+
+def _world_size_of(engine_args):
+    """Worker processes the engine will have: PP x TP x PCP (vLLM's
+    ParallelConfig.world_size, vllm/config/parallel.py:944-949)."""
+    size = 1
+    for name in ("pipeline_parallel_size", "tensor_parallel_size", "prefill_context_parallel_size"):
+        size *= int(getattr(engine_args, name, 1) or 1)
+    return size
+
+
+def _use_worker_profiler(engine_args, profile_dir):
+    """Configures vLLM's own worker profiler for `--profile`, which profiles
+    every worker process (the model runs in them when the world size is > 1,
+    so a profiler in this process would see no kernel): `--profiler-config`
+    with `profiler=torch` and `torch_profiler_dir` (vllm/config/profiler.py),
+    then LLMEngine.start_profile/stop_profile -> collective_rpc("profile") to
+    every worker (vllm/v1/executor/abstract.py:285-305). Returns "vllm", or
+    "torch" (a torch profiler in this process) on a vLLM without a
+    per-window trace name (WorkerProfiler.set_output_name, 0.32) when the
+    model runs in this process.
+
+    Raises FlagError when the recipe sets its own --profiler-config (--profile
+    owns it), or when this vLLM has no worker profiler and the world size is > 1."""
+    import dataclasses
+
+    current = getattr(engine_args, "profiler_config", None)
+    if getattr(current, "profiler", None) is not None:
+        raise FlagError("--profile configures vLLM's --profiler-config itself: remove --profiler-config from the recipe's args")
+    config_cls = compat.get("ProfilerConfig")
+    worker_profiler = compat.get("WorkerProfiler")
+    usable = (config_cls is not None and worker_profiler is not None
+              and hasattr(worker_profiler, "set_output_name")
+              and hasattr(compat.get("LLMEngine"), "start_profile"))
+    if not usable:
+        if _world_size_of(engine_args) > 1:
+            raise FlagError(
+                f"--profile with a world size of {_world_size_of(engine_args)} needs vLLM's worker profiler "
+                "(vLLM 0.32 or later: --profiler-config and per-window trace names); this vLLM has none, "
+                "and a profiler in the engine-core process would see no kernel")
+        return "torch"
+    from vllm.platforms import current_platform
+
+    device = str(current_platform.device_type)
+    # Device kernels wherever there is a device (ROCm reports "cuda").
+    activities = {"cpu": ["CPU"], "cuda": ["CPU", "CUDA"], "xpu": ["CPU", "XPU"]}.get(device, ["CPU"])
+    wanted = {
+        "profiler": "torch",
+        "torch_profiler_dir": os.path.abspath(profile_dir),
+        "torch_profiler_activities": activities,
+        # Stacks and the printed op table cost time at stop; shapes and
+        # memory are off by default already.
+        "torch_profiler_with_stack": False,
+        "torch_profiler_dump_cuda_time_total": False,
+        "torch_profiler_record_shapes": False,
+        "torch_profiler_with_memory": False,
+        "torch_profiler_use_gzip": True,
+    }
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    engine_args.profiler_config = config_cls(**{k: v for k, v in wanted.items() if k in fields})
+    return "vllm"
+
+
 class Engine:
     """One in-process vLLM engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)."""
 
-    def __init__(self, argv):
+    def __init__(self, argv, profile_dir=None):
         args = parse_serve_args(argv)
         engine_args = compat.get("EngineArgs").from_cli_args(args)
+        _refuse_in_process_data_parallel(engine_args)
+        # --profile: how windows are profiled (None: no --profile).
+        self.profiler_kind = _use_worker_profiler(engine_args, profile_dir) if profile_dir else None
+        self._profile_dir = os.path.abspath(profile_dir) if profile_dir else None
+        self._profile_windows = 0
         self._sink = [None, 0, None]
         logger = _stat_logger_class(self._sink)
         # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
@@ -363,6 +442,12 @@ class Engine:
             "tensor_parallel_size": int(pc.tensor_parallel_size),
             "pipeline_parallel_size": int(pc.pipeline_parallel_size),
             "data_parallel_size": int(pc.data_parallel_size),
+            "prefill_context_parallel_size": int(getattr(pc, "prefill_context_parallel_size", 1) or 1),
+            "decode_context_parallel_size": int(getattr(pc, "decode_context_parallel_size", 1) or 1),
+            "world_size": int(pc.world_size),
+            "device_ids": compat.device_ordinals(self.engine.vllm_config),
+            "async_scheduling": compat.async_scheduling(self.engine.vllm_config),
+            "profiler": self.profiler_kind,
             "vocab_size": len(self.tokenizer),
             # With vocab_size, what random prompts draw from (other clients of
             # the same workload rebuild the allowed ids from these two).
@@ -629,25 +714,48 @@ class Engine:
         return deltas, texts, stats, timings, cached, connector
 
     def profile_start(self):
-        """Opens a torch profiler window (CPU, plus CUDA/ROCm when torch has a
-        device); returns the activity names. Nothing profiles outside the
-        window: the profiler object exists only between start and stop."""
+        """Opens a profiler window; returns the activity names it records.
+
+        vLLM's worker profiler ("vllm"): start_profile with a prefix unique
+        to this window, so its traces are told apart by name
+        (`{prefix}_{rank suffix}.{time_ns}.pt.trace.json.gz`,
+        vllm/v1/worker/gpu_worker.py:1365-1421, torch's
+        tensorboard_trace_handler). Otherwise a torch profiler in this
+        process (CPU, plus CUDA/ROCm when torch has a device), which exists
+        only between start and stop."""
+        if self.profiler_kind == "vllm":
+            self._profile_windows += 1
+            self._profile_prefix = f"enginebench-{os.getpid()}-{self._profile_windows}"
+            self.engine.start_profile(self._profile_prefix)
+            return list(self.engine.vllm_config.profiler_config.torch_profiler_activities or ["CPU"])
         acts, names = compat.profiler_activities()
         self._profiler = compat.get("torch_profile")(activities=acts, record_shapes=False, with_stack=False)
         self._profiler.start()
         return names
 
     def profile_stop(self, path):
-        """Closes the window and writes the Chrome trace to `path` (gzipped by
-        torch when the name ends in .gz); returns (stop_s, export_s)."""
+        """Closes the window and puts rank 0's Chrome trace at `path`
+        (gzipped when the name ends in .gz). Returns (stop_s, export_s,
+        [other ranks' trace paths]): the other ranks' traces of the window
+        go beside it as `<path stem>.rank<N>.json.gz`."""
+        if self.profiler_kind == "vllm":
+            t0 = time.perf_counter()
+            # Waits for every worker's stop and trace export (collective_rpc).
+            self.engine.stop_profile()
+            t1 = time.perf_counter()
+            others = _place_rank_traces(self._profile_dir, self._profile_prefix, path)
+            return (t1 - t0, time.perf_counter() - t1, others)
         prof, self._profiler = self._profiler, None
         t0 = time.perf_counter()
-        if getattr(torch_cuda(), "is_available", lambda: False)():
-            torch_cuda().synchronize()
+        # Kernels still queued must land in the trace; only where this
+        # process already holds a CUDA context (never create one here).
+        cuda = torch_cuda()
+        if getattr(cuda, "is_initialized", lambda: False)():
+            cuda.synchronize()
         prof.stop()
         t1 = time.perf_counter()
         prof.export_chrome_trace(path)
-        return (t1 - t0, time.perf_counter() - t1)
+        return (t1 - t0, time.perf_counter() - t1, [])
 
     def abort(self, rids):
         self.engine.abort_request([str(r) for r in rids])
@@ -659,6 +767,46 @@ class Engine:
         core = getattr(self.engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
+
+
+def _rank_of(name):
+    """The global rank in a worker trace name (`..._rank3.<ns>.pt.trace...`,
+    or `rank3...` without parallel state: vllm/distributed/utils.py:685-723),
+    else None."""
+    import re
+
+    m = re.search(r"(?:^|_)rank(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
+def _place_rank_traces(directory, prefix, path):
+    """Moves the traces vLLM's workers wrote for the window `prefix` into
+    place: rank 0's to `path`, each other rank's beside it as
+    `<stem>.rank<N>.json.gz`. Returns the other ranks' paths. Raises
+    RuntimeError when rank 0 wrote none (vLLM only logs a failed start or
+    stop as a warning, vllm/profiler/wrapper.py:86-101)."""
+    try:
+        names = sorted(n for n in os.listdir(directory)
+                       if n.startswith(prefix + "_") or n.startswith(prefix + "."))
+    except FileNotFoundError:
+        names = []
+    traces = [n for n in names if ".pt.trace.json" in n]
+    ranks = {}
+    for n in traces:
+        rank = _rank_of(n[len(prefix):])
+        ranks[0 if rank is None and len(traces) == 1 else rank] = n
+    if 0 not in ranks:
+        raise RuntimeError(
+            f"vLLM's profiler wrote no rank-0 trace for window {prefix} into {directory} "
+            f"(found: {traces or 'nothing'}); its start/stop errors are only logged: see the worker log")
+    os.replace(os.path.join(directory, ranks.pop(0)), path)
+    stem = path[:-len(".json.gz")] if path.endswith(".json.gz") else path.rsplit(".", 1)[0]
+    others = []
+    for rank in sorted(r for r in ranks if r is not None):
+        target = f"{stem}.rank{rank}.json.gz"
+        os.replace(os.path.join(directory, ranks[rank]), target)
+        others.append(target)
+    return others
 
 
 def torch_cuda():

@@ -207,7 +207,14 @@ pub fn run_job(
                 let point = job.specs.get(raw.point).map(|s| s.point);
                 match point.map(|p| crate::profile::attach::attach(&raw, &p, j, &files.dir)) {
                     Some(Ok(text)) => say(ui, &text),
-                    Some(Err(e)) => say(ui, &format!("warning: profile of {}: {e:#}", raw.trace.display())),
+                    // A profile that cannot be read, or a device profile
+                    // without device kernels, fails the job: never a table
+                    // of the wrong thing.
+                    Some(Err(e)) => {
+                        let message = format!("profile of {}: {e:#}", raw.trace.display());
+                        say(ui, &format!("error: {message}"));
+                        failure.get_or_insert(RunError { message, ..RunError::default() });
+                    }
                     None => say(ui, &format!("warning: profile of an unknown point {}", raw.point)),
                 }
                 deadline = plan.point_timeout.map(|t| Instant::now() + t);
