@@ -95,3 +95,117 @@ except e.FlagError as err:
     assert!(out.contains("refused: --profile configures vLLM's --profiler-config itself"), "{out}");
     assert!(out.contains("dp: --data-parallel-size 2: enginebench runs one in-process engine"), "{out}");
 }
+
+/// The engine core's batch queue under async scheduling (vLLM 0.32's
+/// default on GPU; vllm/v1/engine/core.py:698-812), faked around the real
+/// shim: a step schedules batch k and returns batch k-1's outputs, the
+/// first step after idle returns nothing and records no SchedulerStats.
+/// The shim must give each step the counts of the batch behind its
+/// outputs, nothing to an empty step, and never repeat a previous step's
+/// prefix-cache counts.
+const ASYNC_STEPS: &str = r#"
+import types
+from enginebench_shim import engine as E
+
+class Cached:
+    def __init__(self, ids, outs):
+        self.req_ids, self.num_output_tokens = ids, outs
+    def is_context_phase(self, rid):
+        return rid in self.req_ids and self.num_output_tokens[self.req_ids.index(rid)] == 0
+
+class Scheduler:
+    """Requests (prompt P, max_tokens M); like vLLM's async scheduler it
+    counts tokens in flight as output placeholders."""
+    def __init__(self):
+        self.reqs = {}
+    def add(self, rid, prompt, max_tokens):
+        self.reqs[rid] = {"P": prompt, "M": max_tokens, "out": 0, "ph": 0, "new": True}
+    def has_requests(self):
+        return any(r["out"] + r["ph"] < r["M"] for r in self.reqs.values())
+    def schedule(self):
+        new, cached_ids, cached_outs, nst = [], [], [], {}
+        for rid, r in self.reqs.items():
+            if r["out"] + r["ph"] >= r["M"]:
+                continue
+            if r["new"]:
+                new.append(types.SimpleNamespace(req_id=rid)); nst[rid] = r["P"]; r["new"] = False
+            else:
+                cached_ids.append(rid); cached_outs.append(r["out"] + r["ph"]); nst[rid] = 1
+            r["ph"] += 1
+        return types.SimpleNamespace(scheduled_new_reqs=new, scheduled_cached_reqs=Cached(cached_ids, cached_outs),
+                                     num_scheduled_tokens=nst, total_num_scheduled_tokens=sum(nst.values()),
+                                     scheduled_encoder_input_stats=None)
+    def update_from_output(self, so, model_output):
+        outs = []
+        for rid in so.num_scheduled_tokens:
+            r = self.reqs[rid]; r["out"] += 1; r["ph"] -= 1
+            outs.append(types.SimpleNamespace(request_id=rid, outputs=[types.SimpleNamespace(token_ids=[5])],
+                                              finished=r["out"] >= r["M"], metrics=None, num_cached_tokens=0))
+        for rid in [k for k, r in self.reqs.items() if r["out"] >= r["M"]]:
+            del self.reqs[rid]
+        return outs, sum(so.num_scheduled_tokens[n.req_id] for n in so.scheduled_new_reqs)
+
+class LLMEngine:
+    """step() as step_with_batch_queue with a queue of 2."""
+    def __init__(self, logger):
+        self.scheduler = Scheduler()
+        self.engine_core = types.SimpleNamespace(engine_core=types.SimpleNamespace(scheduler=self.scheduler))
+        self.queue, self.logger = [], logger
+    def step(self):
+        s = self.scheduler
+        if s.has_requests():
+            self.queue.insert(0, s.schedule())
+            if len(self.queue) < 2:
+                return []
+        if not self.queue:
+            return []
+        outs, prompt_tokens = s.update_from_output(self.queue.pop(), None)
+        stats = types.SimpleNamespace(num_running_reqs=len(s.reqs), num_waiting_reqs=0, kv_cache_usage=0.25,
+                                      prefix_cache_stats=types.SimpleNamespace(queries=prompt_tokens, hits=prompt_tokens // 2),
+                                      connector_prefix_cache_stats=None, spec_decoding_stats=None)
+        self.logger.record(stats, None)
+        return outs
+
+eng = E.Engine.__new__(E.Engine)
+eng._sink = [None, 0, None]
+eng.engine = LLMEngine(E._stat_logger_class(eng._sink)(None))
+eng._scheduled, eng._last_stats = [], None
+eng.scheduler_details = eng._wrap_scheduler()
+eng.num_speculative_tokens, eng._zero_spec = None, (0, 0, 0, [])
+eng._record_ids, eng.crosscheck, eng._text_rids = False, True, set()
+eng._hang_after, eng._steps = None, 0
+
+def step(label):
+    deltas, _texts, stats, *_ = eng.step()
+    p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits = stats[:9]
+    print(label, len(deltas), (p_r, p_t), (d_r, d_t), running, queries, hits)
+
+s = eng.engine.scheduler
+s.add("0", 4, 1); s.add("1", 4, 1)      # wave 1: one token each
+step("s1")                               # schedules the prefill, returns nothing
+step("s2")                               # the prefill's outputs (both finish)
+s.add("2", 4, 2); s.add("3", 4, 2)      # wave 2 after idle
+step("s3")                               # schedules its prefill, returns nothing
+step("s4")                               # schedules a decode, returns the prefill's outputs
+step("s5")                               # returns the decode's outputs
+step("s6")                               # idle
+"#;
+
+#[test]
+fn async_scheduling_steps_follow_the_batch_behind_their_outputs() {
+    let out = shim_python(ASYNC_STEPS);
+    let lines: Vec<&str> = out.lines().collect();
+    // label, outputs, (prefill reqs, tokens), (decode reqs, tokens), running, prefix queries, hits
+    assert_eq!(
+        lines,
+        vec![
+            "s1 0 (0, 0) (0, 0) 0 0 0",
+            "s2 2 (2, 8) (0, 0) 0 8 4",
+            "s3 0 (0, 0) (0, 0) 0 0 0",
+            "s4 2 (2, 8) (0, 0) 2 8 4",
+            "s5 2 (0, 0) (2, 2) 0 0 0",
+            "s6 0 (0, 0) (0, 0) 0 0 0",
+        ],
+        "{out}"
+    );
+}

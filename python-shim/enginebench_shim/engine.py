@@ -342,6 +342,7 @@ class Engine:
         # tokens, as vLLM's RandomDataset samples them.
         self.allowed_token_ids = [i for i in range(vocab) if i not in special]
         self._scheduled = []
+        self._last_stats = None
         self.scheduler_details = self._wrap_scheduler()
         # Draft tokens per step (k) when the engine speculates, else None:
         # then every step reports speculative counters (zeros when no request
@@ -371,7 +372,18 @@ class Engine:
         self._token_params = {}
 
     def _wrap_scheduler(self):
-        """Counts the prefill/decode tokens each schedule() call hands the model.
+        """Counts the prefill/decode tokens of each batch whose outputs the
+        scheduler takes in (`update_from_output(scheduler_output, ...)`), so a
+        step's counts are those of the batch that produced its outputs.
+
+        With async scheduling (vLLM 0.32's default on GPU) the engine core
+        keeps a batch queue: a step() schedules batch k and returns batch
+        k-1's outputs, and the first step after idle schedules a batch and
+        returns nothing (vllm/v1/engine/core.py:698-812, step_with_batch_queue).
+        Counting at schedule() time would give each step the next batch's
+        counts; counting the batch handed to update_from_output gives the
+        batch behind the outputs, and nothing to a step that returned none.
+        Without a batch queue (CPU) both are the same batch (core.py:657-687).
 
         Only possible in-process (the scheduler lives in this interpreter);
         returns False when it is not reachable.
@@ -380,7 +392,7 @@ class Engine:
         if scheduler is None:
             return False
         compute_iteration_details = compat.get("compute_iteration_details")
-        schedule = scheduler.schedule
+        update = scheduler.update_from_output
         scheduled = self._scheduled
         # The first few steps are also counted by vLLM's own function; a
         # difference (another vLLM version) switches to vLLM's for good.
@@ -393,9 +405,8 @@ class Engine:
             return (d.num_ctx_requests, d.num_ctx_tokens,
                     d.num_generation_requests, d.num_generation_tokens)
 
-        def counting_schedule(*a, **kw):
+        def counting_update(out, *a, **kw):
             nonlocal details
-            out = schedule(*a, **kw)
             try:
                 try:
                     counts = details(out)
@@ -415,11 +426,11 @@ class Engine:
                         checks[0] = 0
                 scheduled.append(counts)
             except Exception:  # never let bookkeeping break the engine
-                scheduler.schedule = schedule
+                scheduler.update_from_output = update
                 self.scheduler_details = False
-            return out
+            return update(out, *a, **kw)
 
-        scheduler.schedule = counting_schedule
+        scheduler.update_from_output = counting_update
         return True
 
     def info(self):
@@ -474,7 +485,8 @@ class Engine:
             out.append("scheduler_details: the in-process scheduler is not reachable")
         if not self.crosscheck:
             out.append("crosscheck: RequestStateStats has no first_token_latency")
-        if self._sink[0] is not None and compat.kv_cache_usage(self._sink[0]) is None:
+        seen = self._last_stats or self._sink[0]
+        if seen is not None and compat.kv_cache_usage(seen) is None:
             out.append("kv_cache_usage: SchedulerStats has neither kv_cache_usage nor gpu_cache_usage")
         return out
 
@@ -621,8 +633,12 @@ class Engine:
           texts:  [(rid, text, output_token_ids)] of finished text requests, or None
           stats:  (prefill_reqs, prefill_tokens, decode_reqs, decode_tokens,
                    running, waiting, kv_cache_usage, prefix_queries, prefix_hits,
-                   preempted, spec) for this step; scheduled counts are -1 when
-                   unknown, kv_cache_usage None; spec is (drafts, draft_tokens, accepted,
+                   preempted, spec) for this step; the scheduled counts are
+                   those of the batch whose outputs this step returned (0 when
+                   it returned none: the first step after idle under async
+                   scheduling), -1 when unknown; running/waiting/kv are as
+                   last reported, the prefix-cache counts this step's only;
+                   kv_cache_usage None when unknown; spec is (drafts, draft_tokens, accepted,
                    [accepted per position]) when the engine speculates, else None
           timings: flat [rid, ttft_s, decode_s, queued_s, gen_tokens, ...] from
                    vLLM's RequestStateStats of requests finished in this step, or None
@@ -636,6 +652,10 @@ class Engine:
         over the outputs, the rest only for finished requests.
         """
         sink = self._sink
+        # vLLM records SchedulerStats only on steps that processed a batch
+        # (vllm/v1/engine/llm_engine.py:356); a step without must not repeat
+        # the previous step's per-step deltas (prefix cache queries/hits).
+        sink[0] = None
         sink[1] = 0
         if self._hang_after is not None:
             self._steps += 1
@@ -702,8 +722,15 @@ class Engine:
             spec = self._zero_spec
         connector = None
         if st is None:
-            stats = (p_r, p_t, d_r, d_t, 0, 0, None, 0, 0, sink[1], spec)
+            # No stats this step: the gauges stay as last reported, the deltas are 0.
+            last = self._last_stats
+            if last is None:
+                stats = (p_r, p_t, d_r, d_t, 0, 0, None, 0, 0, sink[1], spec)
+            else:
+                stats = (p_r, p_t, d_r, d_t, last.num_running_reqs, last.num_waiting_reqs,
+                         compat.kv_cache_usage(last), 0, 0, sink[1], spec)
         else:
+            self._last_stats = st
             pc = getattr(st, "prefix_cache_stats", None)
             stats = (p_r, p_t, d_r, d_t, st.num_running_reqs, st.num_waiting_reqs,
                      compat.kv_cache_usage(st), pc.queries if pc is not None else 0,
