@@ -428,6 +428,16 @@ pub struct Telemetry {
 /// How a sampler finds its GPU source: the real probes, or (tests) a given one.
 type ProbeGpus = Box<dyn FnOnce(&TelemetryConfig) -> (Option<Box<dyn GpuSource>>, Vec<GpuInfo>, Vec<SourceStatus>) + Send>;
 
+/// Names the GPU sources to try (comma-separated, e.g. `amd-smi,rocm-smi`);
+/// the others are reported as not tried. Unset: all, in order. For checking
+/// a fallback (the CLI tools) on a node where a library source works.
+pub const SOURCES_VAR: &str = "ENGINEBENCH_TELEMETRY_SOURCES";
+
+/// Whether `name` is in the comma-separated `list`.
+fn source_listed(list: &str, name: &str) -> bool {
+    list.split(',').any(|n| n.trim() == name)
+}
+
 /// Try the GPU sources in order; the first that yields GPUs is used.
 fn probe_gpus(cfg: &TelemetryConfig) -> (Option<Box<dyn GpuSource>>, Vec<GpuInfo>, Vec<SourceStatus>) {
     let vis = cfg.visible_gpus.as_deref();
@@ -448,7 +458,12 @@ fn probe_gpus(cfg: &TelemetryConfig) -> (Option<Box<dyn GpuSource>>, Vec<GpuInfo
     ];
     let mut statuses = Vec::new();
     let mut chosen: Option<(Box<dyn GpuSource>, Vec<GpuInfo>)> = None;
+    let only = std::env::var(SOURCES_VAR).ok();
     for (name, probe) in probes {
+        if let Some(list) = only.as_deref().filter(|l| !source_listed(l, name)) {
+            statuses.push(SourceStatus { name: name.into(), used: false, reason: format!("not tried: {SOURCES_VAR}={list}") });
+            continue;
+        }
         if let Some((_, g)) = &chosen {
             statuses.push(SourceStatus {
                 name: name.into(),

@@ -286,3 +286,10 @@ fn cli_fallback_brackets_a_point_with_its_own_timestamps() {
     assert!((g.energy_j.unwrap() / (t1 - t0) - 300.0).abs() < 15.0, "{:?} J over {:.2} s", g.energy_j, t1 - t0);
     tel.stop();
 }
+
+#[test]
+fn source_list_names_the_sources_to_try() {
+    assert!(source_listed("amd-smi,rocm-smi", "rocm-smi"));
+    assert!(source_listed(" nvml ", "nvml"));
+    assert!(!source_listed("amd-smi", "amd_smi"), "the library and the tool are different sources");
+}
