@@ -405,8 +405,9 @@ class Engine:
             return (d.num_ctx_requests, d.num_ctx_tokens,
                     d.num_generation_requests, d.num_generation_tokens)
 
-        def counting_update(out, *a, **kw):
+        def counting_update(*a, **kw):
             nonlocal details
+            out = a[0] if a else kw.get("scheduler_output")
             try:
                 try:
                     counts = details(out)
@@ -428,7 +429,7 @@ class Engine:
             except Exception:  # never let bookkeeping break the engine
                 scheduler.update_from_output = update
                 self.scheduler_details = False
-            return update(out, *a, **kw)
+            return update(*a, **kw)
 
         scheduler.update_from_output = counting_update
         return True
