@@ -261,6 +261,7 @@ pub fn run_job(
         interval_ms: report.interval_ms,
         sources: report.sources.clone(),
         gpus: report.gpus.clone(),
+        engine_gpus: report.engine_gpus.clone(),
         markers: report.markers.clone(),
         samples: report.samples.len(),
         series_file,
