@@ -214,8 +214,8 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval, profile })
 }
 
-/// The GPUs a job's engine uses: tensor x pipeline parallel size (from the
-/// sweep's TP or the flags), 0 for a CPU recipe.
+/// The GPUs a job's engine uses: tensor x pipeline x prefill-context
+/// parallel size (from the sweep's TP or the flags), 0 for a CPU recipe.
 pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     if cpu {
         return 0;
@@ -231,7 +231,9 @@ pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     };
     let tp = job.config.tp.or_else(|| flag(&["--tensor-parallel-size", "-tp"])).unwrap_or(1);
     let pp = flag(&["--pipeline-parallel-size", "-pp"]).unwrap_or(1);
-    (tp * pp).max(1)
+    // vLLM's world size is PP x TP x PCP (vllm/config/parallel.py:944-949).
+    let pcp = flag(&["--prefill-context-parallel-size", "-pcp"]).unwrap_or(1);
+    (tp * pp * pcp).max(1)
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.
