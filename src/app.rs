@@ -161,6 +161,7 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
         verbose,
         exec: exec_choice(a.exec),
         profile: a.profile.options(),
+        workload: a.workload.absolute()?,
         ..RunOptions::default()
     };
     apply_eval_flags(&mut o, a.eval);

@@ -184,6 +184,8 @@ pub struct RunArgs {
     #[arg(long, num_args = 1..)]
     pub goodput: Option<Vec<String>>,
     #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
     pub eval: EvalFlags,
     /// Skip the eval.
     #[arg(long)]
@@ -215,11 +217,36 @@ pub struct RunArgs {
     pub profile: ProfileArgs,
 }
 
-/// `--profile` and its options (run, ab): a torch profiler window per point.
+/// What the points send (run, ab, overhead): overrides of the recipe's
+/// `workload`, `[sweep.trace]`, `[sweep.conversation]`, `reset_prefix_cache`.
+#[derive(Debug, Args, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub struct WorkloadArgs {
+    /// random (token ids), chat_random (token ids in the chat template),
+    /// conversation (a ShareGPT file), trace (AgentX or timed trace replay).
+    #[arg(long, value_enum)]
+    pub workload: Option<crate::recipe::workload::WorkloadName>,
+    /// The trace to replay (a .jsonl file, or a folder with traces.jsonl);
+    /// implies --workload trace.
+    #[arg(long, value_name = "PATH")]
+    pub trace_file: Option<PathBuf>,
+    /// The conversations to replay (ShareGPT-shaped JSON or JSON lines);
+    /// implies --workload conversation.
+    #[arg(long, value_name = "PATH", conflicts_with = "trace_file")]
+    pub conversation_file: Option<PathBuf>,
+    /// Trace replay: seconds of measurement per point (the measured-request
+    /// budget, --num-prompts, still ends a point when it comes first).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// Keep the prefix cache between points (default: emptied before each).
+    #[arg(long)]
+    pub no_prefix_cache_reset: bool,
+}
+
+/// `--profile` and its options (run, ab): a profiler window per point.
 #[derive(Debug, Args, Default, Clone)]
 pub struct ProfileArgs {
     /// After each chosen point's measured requests, profile N steady-state
-    /// decode steps of it (torch profiler: CPU, plus CUDA/ROCm when present):
+    /// decode steps of it (vLLM's worker profiler on every rank: CPU, plus CUDA/ROCm on a GPU):
     /// trace-<job>-<point>.json.gz and a top-kernels table.
     #[arg(long)]
     pub profile: bool,
@@ -234,6 +261,43 @@ pub struct ProfileArgs {
     /// Folder for the traces and kernel tables (default: the output folder).
     #[arg(long, value_name = "DIR", requires = "profile")]
     pub profile_dir: Option<PathBuf>,
+}
+
+impl WorkloadArgs {
+    /// The same with the files made absolute against the current folder
+    /// (a recipe's own relative paths are relative to the recipe instead).
+    ///
+    /// Errors (usage): the current folder cannot be read.
+    pub fn absolute(mut self) -> anyhow::Result<WorkloadArgs> {
+        let cwd = std::env::current_dir().map_err(|e| crate::error::usage(format!("the current folder: {e}")))?;
+        for p in [&mut self.trace_file, &mut self.conversation_file].into_iter().flatten() {
+            if p.is_relative() {
+                *p = cwd.join(&*p);
+            }
+        }
+        Ok(self)
+    }
+
+    /// These flags as an overlay on the recipe's sweep.
+    pub fn sweep(&self) -> sweep::Sweep {
+        use crate::recipe::workload::{ConversationSettings, TraceSettings, WorkloadName};
+        let implied = match (&self.trace_file, &self.conversation_file) {
+            (Some(_), _) => Some(WorkloadName::Trace),
+            (_, Some(_)) => Some(WorkloadName::Conversation),
+            _ => None,
+        };
+        let trace = (self.trace_file.is_some() || self.duration.is_some())
+            .then(|| TraceSettings { file: self.trace_file.clone(), duration_s: self.duration, ..TraceSettings::default() });
+        let conversation =
+            self.conversation_file.as_ref().map(|f| ConversationSettings { file: Some(f.clone()), ..ConversationSettings::default() });
+        sweep::Sweep {
+            workload: self.workload.or(implied),
+            trace,
+            conversation,
+            reset_prefix_cache: self.no_prefix_cache_reset.then_some(false),
+            ..sweep::Sweep::default()
+        }
+    }
 }
 
 impl ProfileArgs {

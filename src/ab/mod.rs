@@ -20,6 +20,7 @@ pub mod distributions;
 pub mod input;
 pub mod markdown;
 pub mod plot;
+pub mod prefix_cache;
 pub mod spec;
 pub mod stats;
 #[cfg(test)]

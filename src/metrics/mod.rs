@@ -4,6 +4,7 @@
 pub mod crosscheck;
 pub mod point;
 pub mod prefix_cache;
+pub mod sessions;
 pub mod spec;
 pub mod stats;
 pub mod steps;

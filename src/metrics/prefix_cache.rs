@@ -43,7 +43,7 @@ impl CacheCounters {
 pub struct CacheCrossCheck {
     /// Sum of `num_cached_tokens` over the loop's finished requests, tokens.
     pub requests_cached_tokens: u64,
-    /// Scheduler hits (local + connector) over the loop's steps, tokens.
+    /// Scheduler hits (local + connector) over all the loop's steps, tokens.
     pub scheduler_hits: u64,
     /// Equal, or (with requests that never finished, whose hits only the
     /// scheduler saw) the per-request sum is not larger.
@@ -70,7 +70,7 @@ pub struct PrefixCacheSummary {
     /// cached_tokens / prompt_tokens: the hit rate the requests saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hit_rate: Option<f64>,
-    /// The scheduler's local prefix cache over the point's steps.
+    /// The scheduler's local prefix cache over the measured phase's steps.
     pub scheduler: CacheCounters,
     /// The KV connector's cache (CPU offload); absent without a connector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,8 +90,11 @@ pub struct CacheInput<'a> {
     pub records: &'a [RequestRecord],
     /// Which of `records` are measured (`None`: all).
     pub measured: Option<&'a [bool]>,
-    /// The loop's steps.
+    /// The loop's steps (the cross-check's window) ...
     pub steps: &'a [StepRecord],
+    /// ... and those of the measured phase (the counters' window): a replay
+    /// runs its warm-ups in the same loop, before the measured phase.
+    pub measured_steps: &'a [StepRecord],
     /// Per record, prompt tokens an infinite cache would hold (trace
     /// workloads), parallel to `records`.
     pub theoretical_hit_tokens: Option<&'a [u32]>,
@@ -107,21 +110,26 @@ pub fn summarize_prefix_cache(input: &CacheInput<'_>) -> PrefixCacheSummary {
     let reported = !done.is_empty() && done.iter().all(|(_, r)| r.cached_tokens.is_some());
     let cached_tokens = reported.then(|| done.iter().map(|(_, r)| u64::from(r.cached_tokens.unwrap_or(0))).sum::<u64>());
     let ratio = |n: u64| (prompt_tokens > 0).then(|| n as f64 / prompt_tokens as f64);
-    let sum = |f: fn(&StepRecord) -> u64| input.steps.iter().map(f).sum::<u64>();
-    let scheduler = CacheCounters::new(sum(|s| s.prefix_cache_queries), sum(|s| s.prefix_cache_hits));
-    let connector = input.steps.iter().any(|s| s.connector_prefix_cache_queries.is_some()).then(|| {
-        CacheCounters::new(
-            sum(|s| s.connector_prefix_cache_queries.unwrap_or(0)),
-            sum(|s| s.connector_prefix_cache_hits.unwrap_or(0)),
-        )
-    });
+    let counters = |steps: &[StepRecord]| {
+        let sum = |f: fn(&StepRecord) -> u64| steps.iter().map(f).sum::<u64>();
+        let local = CacheCounters::new(sum(|s| s.prefix_cache_queries), sum(|s| s.prefix_cache_hits));
+        let connector = steps.iter().any(|s| s.connector_prefix_cache_queries.is_some()).then(|| {
+            CacheCounters::new(
+                sum(|s| s.connector_prefix_cache_queries.unwrap_or(0)),
+                sum(|s| s.connector_prefix_cache_hits.unwrap_or(0)),
+            )
+        });
+        (local, connector)
+    };
+    let (scheduler, connector) = counters(input.measured_steps);
     let theoretical_hit_rate = input.theoretical_hit_tokens.and_then(|t| {
         let hit: u64 = done.iter().map(|&(i, _)| u64::from(t.get(i).copied().unwrap_or(0))).sum();
         ratio(hit)
     });
     let crosscheck = input.records.iter().any(|r| r.cached_tokens.is_some()).then(|| {
         let ours: u64 = input.records.iter().filter_map(|r| r.cached_tokens).map(u64::from).sum();
-        let vllm = scheduler.hits + connector.map_or(0, |c| c.hits);
+        let (local, connector) = counters(input.steps);
+        let vllm = local.hits + connector.map_or(0, |c| c.hits);
         let unfinished = input.records.iter().filter(|r| r.cached_tokens.is_none()).count();
         let (agree, note) = if unfinished == 0 {
             (ours == vllm, "every request of the loop: sum of num_cached_tokens against the scheduler's prefix-cache hits (local + connector)".to_string())
@@ -174,6 +182,7 @@ mod tests {
             records: &records,
             measured: None,
             steps: &steps,
+            measured_steps: &steps,
             theoretical_hit_tokens: Some(&[0, 64, 48]),
             reset_before_point: true,
         });
@@ -185,21 +194,22 @@ mod tests {
         assert!(s.crosscheck.as_ref().unwrap().agree);
         // A per-request sum the scheduler does not back is a disagreement.
         let wrong = [step(250, 90, None)];
-        let s = summarize_prefix_cache(&CacheInput { steps: &wrong, theoretical_hit_tokens: None, ..input(&records) });
+        let s = summarize_prefix_cache(&CacheInput { steps: &wrong, measured_steps: &wrong, ..input(&records) });
         assert!(!s.crosscheck.unwrap().agree);
     }
 
     fn input(records: &[RequestRecord]) -> CacheInput<'_> {
-        CacheInput { records, measured: None, steps: &[], theoretical_hit_tokens: None, reset_before_point: false }
+        CacheInput { records, measured: None, steps: &[], measured_steps: &[], theoretical_hit_tokens: None, reset_before_point: false }
     }
 
     #[test]
     fn measured_only_connector_and_unreported() {
         let records = [request(100, Some(100)), request(100, Some(64))];
         let steps = [step(200, 64, Some((136, 100)))];
-        let s = summarize_prefix_cache(&CacheInput { measured: Some(&[false, true]), steps: &steps, ..input(&records) });
+        let later = [step(100, 64, Some((36, 0)))];
+        let s = summarize_prefix_cache(&CacheInput { measured: Some(&[false, true]), steps: &steps, measured_steps: &later, ..input(&records) });
         assert_eq!((s.prompt_tokens, s.cached_tokens), (100, Some(64)), "the warm-up is not a measured request");
-        assert_eq!(s.connector.unwrap().hits, 100);
+        assert_eq!((s.scheduler.hits, s.connector.unwrap().hits), (64, 0), "counters of the measured steps only");
         assert!(s.crosscheck.unwrap().agree, "local 64 + connector 100 = 164 over the whole loop");
         // An engine that does not report cached tokens gives no figure, not 0.
         let s = summarize_prefix_cache(&input(&[request(10, None)]));

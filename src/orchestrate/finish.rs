@@ -6,11 +6,12 @@ use serde::Serialize;
 
 use super::outputs::OutputFiles;
 use super::plan::EvalPlan;
-use crate::protocol::{EvalCompletion, RawPoint};
+use crate::protocol::{EvalCompletion, RawPoint, ReplayPhase, RequestRecord, StepRecord};
 use crate::eval::tasks::TaskDef;
 use crate::eval::{Sample, aggregate, score_sample};
 use crate::metrics::crosscheck::cross_check;
 use crate::metrics::prefix_cache::{CacheInput, summarize_prefix_cache};
+use crate::metrics::sessions::summarize_sessions;
 use crate::metrics::spec::summarize_spec;
 use crate::metrics::steps::summarize_steps;
 use crate::metrics::{FigureSpec, point_figures};
@@ -50,8 +51,20 @@ pub fn finish_point(
 ) -> PointResult {
     let p = &raw.spec.point;
     let spec = FigureSpec { percentiles: &sweep.percentiles, gpus, goodput: sweep.goodput };
-    let figures = point_figures(&raw.records, raw.duration_s, spec);
-    let step_stats = summarize_steps(&raw.steps);
+    // Session workloads ran primers and warm-ups in the same loop: figures
+    // are of the measured requests and the steps from the measured phase on.
+    let measured_mask: Option<Vec<bool>> = (!raw.turns.is_empty())
+        .then(|| raw.turns.iter().map(|t| t.phase == ReplayPhase::Measured).collect());
+    let measured: Vec<RequestRecord> = match &measured_mask {
+        Some(mask) => raw.records.iter().zip(mask).filter(|(_, m)| **m).map(|(r, _)| r.clone()).collect(),
+        None => raw.records.clone(),
+    };
+    let measured_steps: &[StepRecord] = match raw.measure_start_s {
+        Some(t0) => &raw.steps[raw.steps.partition_point(|s| s.t_s < t0)..],
+        None => &raw.steps,
+    };
+    let figures = point_figures(&measured, measured_duration_s(raw, &measured), spec);
+    let step_stats = summarize_steps(measured_steps);
     let spec_decode = summarize_spec(raw.steps.iter().map(|s| s.spec.as_ref()), num_speculative_tokens, raw.vllm_spec.clone());
     if let Some(s) = spec_decode.as_ref().filter(|s| s.vllm_counters_agree == Some(false)) {
         tracing::warn!(
@@ -59,23 +72,30 @@ pub fn finish_point(
             p.isl, p.osl, p.conc, s.counts.drafts, s.counts.accepted_tokens, s.vllm_counters
         );
     }
-    let crosscheck = cross_check(&raw.records, &raw.engine_timings, step_stats.median_step_ms);
+    let timings: Vec<_> = match &measured_mask {
+        Some(mask) => raw.engine_timings.iter().zip(mask).filter(|(_, m)| **m).map(|(t, _)| *t).collect(),
+        None => raw.engine_timings.clone(),
+    };
+    let crosscheck = cross_check(&measured, &timings, step_stats.median_step_ms);
     if let Some(c) = crosscheck.as_ref().filter(|c| !c.agree && in_process) {
         tracing::warn!(
             "{}/{} conc {}: harness and vLLM disagree (TTFT median diff {:.2} ms, E2EL {:.2} ms, tolerance {:.2}/{:.2} ms)",
             p.isl, p.osl, p.conc, c.ttft.median_ms, c.e2el.median_ms, c.ttft.tolerance_ms, c.e2el.tolerance_ms
         );
     }
+    let theoretical: Vec<u32> = raw.turns.iter().map(|t| t.theoretical_hit_tokens).collect();
     // Without engine steps (the HTTP tier of `overhead`) there is nothing to say.
     let prefix_cache = (!raw.steps.is_empty()).then(|| {
         summarize_prefix_cache(&CacheInput {
             records: &raw.records,
-            measured: None,
+            measured: measured_mask.as_deref(),
             steps: &raw.steps,
-            theoretical_hit_tokens: None,
+            measured_steps,
+            theoretical_hit_tokens: (!raw.turns.is_empty()).then_some(theoretical.as_slice()),
             reset_before_point: raw.prefix_cache_reset == Some(true),
         })
     });
+    let sessions = (!raw.turns.is_empty()).then(|| summarize_sessions(&raw.records, &raw.turns));
     PointResult {
         conc: p.conc,
         isl: p.isl,
@@ -102,20 +122,41 @@ pub fn finish_point(
         crosscheck,
         spec_decode,
         prefix_cache,
+        sessions,
         telemetry: None,
         profile: None,
     }
 }
 
+/// The duration throughputs are divided by: for the random workloads, from
+/// the loop's start (the first send) to the last token, as bench serve; for
+/// session workloads, from the first measured send to the last measured
+/// token, as AgentX's aggregation (max request end - min request start).
+fn measured_duration_s(raw: &RawPoint, measured: &[RequestRecord]) -> f64 {
+    if raw.turns.is_empty() {
+        return raw.duration_s;
+    }
+    let first = measured.iter().map(|r| r.send_s).fold(f64::INFINITY, f64::min);
+    let last = measured.iter().filter_map(|r| r.last_token_s).fold(f64::NEG_INFINITY, f64::max);
+    if last > first { last - first } else { 0.0 }
+}
+
 pub fn point_line(p: &PointResult) -> String {
     let mut line = format!(
-        "{}/{} conc {}: {:.1} output tok/s, median TPOT {:.2} ms",
-        p.isl,
-        p.osl,
+        "{} conc {}: {:.1} output tok/s, median TPOT {:.2} ms",
+        p.shape(),
         p.conc,
         p.figures.output_throughput,
         p.figures.ms("median_tpot_ms")
     );
+    if let Some(c) = p.prefix_cache.as_ref().filter(|_| p.workload.is_sessions()) {
+        if let Some(h) = c.hit_rate {
+            line.push_str(&format!(", prefix-cache hit {:.1}%", h * 100.0));
+        }
+        if let Some(t) = c.theoretical_hit_rate {
+            line.push_str(&format!(" (theoretical {:.1}%)", t * 100.0));
+        }
+    }
     if let Some(s) = p.spec_decode.as_ref() {
         match (s.acceptance_rate, s.acceptance_length) {
             (Some(r), Some(l)) => line.push_str(&format!(", spec acceptance {:.1}% (length {l:.2})", r * 100.0)),

@@ -17,7 +17,7 @@ use super::progress::{Bar, say};
 use super::spawn::{Worker, spawn_worker};
 use crate::protocol::{Job, Message, PointSpec, STOP_SIGNAL, Task};
 use crate::report::result::{Evals, JobResult, PointResult, PointStatus, RunError, RunResult, Status, TelemetryInfo, Unfinished, UnfinishedStatus};
-use crate::telemetry::{Telemetry, TelemetryConfig, TelemetryReport, visible_gpus_from_env};
+use crate::telemetry::{Telemetry, TelemetryConfig, TelemetryReport, engine_gpus_from_ordinals, visible_gpus_for_engine};
 
 /// How a job ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,10 +77,14 @@ pub fn run_job(
     files.write_result(result)?;
 
     // The sampler starts before the engine, so the series covers its load.
+    // It samples every GPU the engine's environment (inherited + recipe)
+    // leaves visible; once the engine says which it runs on, the windows
+    // narrow to those.
+    let visible = visible_gpus_for_engine(&job.env, &job.config.env_unset);
     let telemetry = Telemetry::start(TelemetryConfig {
         interval: plan.telemetry_interval,
-        visible_gpus: visible_gpus_from_env(&job.env),
-        gpu_count_hint: job.config.tp,
+        visible_gpus: visible.clone(),
+        gpu_count_hint: None,
     });
     telemetry.mark("engine load");
     let mut worker = spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?;
@@ -88,7 +92,7 @@ pub fn run_job(
     result.jobs[index].worker_pid = Some(worker.child.id());
     files.write_result(result)?;
 
-    let mut end = WorkerWatch::new(plan, index, session, &telemetry).follow(&mut worker, result, files)?;
+    let mut end = WorkerWatch::new(plan, index, session, &telemetry, visible).follow(&mut worker, result, files)?;
     let status = worker.child.wait()?;
     let report = telemetry.stop();
     report.write_jsonl(&files.dir.join(&series_file))?;
@@ -200,6 +204,7 @@ fn telemetry_info(report: &TelemetryReport, series_file: String) -> TelemetryInf
         interval_ms: report.interval_ms,
         sources: report.sources.clone(),
         gpus: report.gpus.clone(),
+        engine_gpus: report.engine_gpus.clone(),
         markers: report.markers.clone(),
         samples: report.samples.len(),
         series_file,
@@ -216,6 +221,8 @@ struct WorkerWatch<'a> {
     ui: &'a MultiProgress,
     interrupts: &'a Interrupts,
     telemetry: &'a Telemetry,
+    /// The GPU ordinals the engine's environment leaves visible (`None`: all).
+    visible: Option<Vec<u32>>,
     bar: Bar<'a>,
     /// GPUs the engine spans (the per-GPU divisor), once it is ready.
     gpus: u32,
@@ -227,13 +234,14 @@ struct WorkerWatch<'a> {
 }
 
 impl<'a> WorkerWatch<'a> {
-    fn new(plan: &'a Plan, index: usize, session: &'a Session<'a>, telemetry: &'a Telemetry) -> WorkerWatch<'a> {
+    fn new(plan: &'a Plan, index: usize, session: &'a Session<'a>, telemetry: &'a Telemetry, visible: Option<Vec<u32>>) -> WorkerWatch<'a> {
         WorkerWatch {
             plan,
             index,
             ui: session.ui,
             interrupts: session.interrupts,
             telemetry,
+            visible,
             bar: Bar::new(session.ui),
             gpus: 1,
             deadline: None,
@@ -319,6 +327,11 @@ impl<'a> WorkerWatch<'a> {
                 telemetry.mark("engine ready");
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
                 self.gpus = engine.gpus();
+                let engine_gpus = engine_gpus_from_ordinals(self.visible.as_deref(), &engine.device_ordinals());
+                if let Err(e) = &engine_gpus {
+                    say(ui, &format!("  warning: telemetry cannot tell the engine's GPUs: {e}"));
+                }
+                telemetry.set_engine_gpus(engine_gpus);
                 j.fingerprint = Some(j.compute_fingerprint(&plan.model_path, engine.vllm.as_deref().unwrap_or("")));
                 if let Some(info) = j.python.as_mut() {
                     info.vllm = engine.vllm.clone();
@@ -357,7 +370,14 @@ impl<'a> WorkerWatch<'a> {
                 let point = job.specs.get(raw.point).map(|s| s.point);
                 match point.map(|p| crate::profile::attach::attach(&raw, &p, j, &files.dir)) {
                     Some(Ok(text)) => say(ui, &text),
-                    Some(Err(e)) => say(ui, &format!("warning: profile of {}: {e:#}", raw.trace.display())),
+                    // A profile that cannot be read, or a device profile
+                    // without device kernels, fails the job: never a table
+                    // of the wrong thing.
+                    Some(Err(e)) => {
+                        let message = format!("profile of {}: {e:#}", raw.trace.display());
+                        say(ui, &format!("error: {message}"));
+                        self.end.failure.get_or_insert(RunError { message, ..RunError::default() });
+                    }
                     None => say(ui, &format!("warning: profile of an unknown point {}", raw.point)),
                 }
                 self.deadline = plan.point_timeout.map(|t| Instant::now() + t);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::protocol::RawPoint;
+use crate::protocol::{RawPoint, TurnInfo};
 use crate::report::files::{JsonLines, write_json_atomic};
 use crate::report::result::{JobResult, PointResult, RunResult};
 
@@ -41,6 +41,14 @@ struct RequestLine<'a> {
     /// Prompt tokens served from the prefix cache (vLLM's num_cached_tokens).
     #[serde(skip_serializing_if = "Option::is_none")]
     cached_tokens: Option<u32>,
+    /// Session workloads: which trace / conversation, session tree, lane,
+    /// stream (0 root, k subagent) and turn the request was, its phase
+    /// (primer, warmup, measured) and the prompt tokens an infinite cache
+    /// would hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none", flatten)]
+    turn: Option<&'a TurnInfo>,
 }
 
 /// The files of a run folder (see the README's "Output files").
@@ -133,6 +141,8 @@ impl OutputFiles {
                 itl_chunk_tokens: (!r.chunk_tokens.is_empty()).then_some(r.chunk_tokens.as_slice()),
                 token_ids: raw.token_ids.get(i).map(Vec::as_slice),
                 cached_tokens: r.cached_tokens,
+                trace_name: raw.turns.get(i).and_then(|t| raw.trace_names.get(t.trace as usize)).map(String::as_str),
+                turn: raw.turns.get(i),
             })?;
         }
         if let Some(steps) = self.steps.as_mut() {

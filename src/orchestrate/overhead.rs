@@ -175,6 +175,9 @@ fn serve_point(server: &VllmServer, spec: &PointSpec, allowed: &[u32]) -> Result
         token_ids: Vec::new(),
         partial: false,
         prefix_cache_reset: None,
+        turns: Vec::new(),
+        trace_names: Vec::new(),
+        measure_start_s: None,
     })
 }
 

@@ -67,6 +67,10 @@ pub struct RunOptions {
     /// `--profile`: a torch profiler window per chosen point ([`crate::profile`]).
     #[serde(default)]
     pub profile: Option<crate::profile::ProfileOptions>,
+    /// `--workload`, `--trace-file`, `--conversation-file`, `--duration`,
+    /// `--no-prefix-cache-reset`.
+    #[serde(default)]
+    pub workload: crate::cli::WorkloadArgs,
 }
 
 /// The eval, prepared before any engine starts.
@@ -198,16 +202,20 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let telemetry_interval = opts
         .telemetry_interval
         .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
+    check_workload_files(&jobs)?;
     if let Some(p) = &opts.profile {
         let sweeps: Vec<_> = jobs.iter().map(|j| (j.specs.as_slice(), j.config.tp)).collect();
         crate::profile::select::check(p, &sweeps)?;
+        if jobs.iter().flat_map(|j| &j.specs).any(|s| s.workload.is_sessions()) {
+            return Err(usage("--profile profiles a batch of random prompts at a point's ISL/OSL; it does not apply to session workloads (trace, conversation)"));
+        }
     }
     let profile = opts.profile.clone();
     Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval, profile })
 }
 
-/// The GPUs a job's engine uses: tensor x pipeline parallel size (from the
-/// sweep's TP or the flags), 0 for a CPU recipe.
+/// The GPUs a job's engine uses: tensor x pipeline x prefill-context
+/// parallel size (from the sweep's TP or the flags), 0 for a CPU recipe.
 pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     if cpu {
         return 0;
@@ -223,7 +231,9 @@ pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     };
     let tp = job.config.tp.or_else(|| flag(&["--tensor-parallel-size", "-tp"])).unwrap_or(1);
     let pp = flag(&["--pipeline-parallel-size", "-pp"]).unwrap_or(1);
-    (tp * pp).max(1)
+    // vLLM's world size is PP x TP x PCP (vllm/config/parallel.py:944-949).
+    let pcp = flag(&["--prefill-context-parallel-size", "-pcp"]).unwrap_or(1);
+    (tp * pp * pcp).max(1)
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.
@@ -248,8 +258,33 @@ fn cli_sweep(opts: &RunOptions) -> Sweep {
         burstiness: opts.burstiness,
         percentiles: opts.percentiles.clone(),
         goodput: opts.goodput,
-        ..Sweep::default()
+        ..opts.workload.sweep()
     }
+}
+
+/// Reads and checks every trace and conversation file the points replay,
+/// once each, before any engine starts: a malformed line, a bad field or a
+/// replay setting out of range is a usage error (exit 2) naming it.
+fn check_workload_files(jobs: &[PlannedJob]) -> Result<()> {
+    use crate::workload::replay::ReplayConfig;
+    let mut seen = Vec::new();
+    for spec in jobs.iter().flat_map(|j| &j.specs) {
+        match &spec.workload {
+            Workload::Trace(t) => {
+                ReplayConfig::for_trace(t, spec.point.conc as usize, 0).check()?;
+                if !seen.contains(&t.path) {
+                    crate::workload::trace::load_trace(t)?;
+                    seen.push(t.path.clone());
+                }
+            }
+            Workload::Conversation(c) if !seen.contains(&c.path) => {
+                crate::workload::conversation::check_conversations(&c.path, c.max_turns)?;
+                seen.push(c.path.clone());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {

@@ -2,9 +2,7 @@
 //! extension module `enginebench_native`), reads a [`Job`] from stdin, builds one
 //! vLLM engine in that process, runs the points and the eval on it, and reports [`Message`]s.
 
-use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -19,21 +17,28 @@ use crate::engine::{StepEngine, WorkerEngine};
 use crate::protocol::STOP_SIGNAL;
 use crate::telemetry::mono_now_s;
 use crate::workload::arrivals::arrival_times;
-use crate::workload::{Pacing, Request, RequestIds, drive};
+use crate::workload::driver::drive_schedule;
+use crate::workload::replay::{ReplayConfig, SessionReplay};
+use crate::workload::synth::MARKER_TOKENS;
+use crate::workload::{Pacing, Request, RequestIds, conversation, drive, trace};
 
 /// The message channel: the worker's original stdout. Everything else that
 /// writes to fd 1 (Python, vLLM, C libraries) is sent to stderr instead.
-struct Channel(File);
+/// Its fd is kept from children ([`super::private_fd`]): a copy in vLLM's
+/// forked workers would hold off the end-of-file the orchestrator waits for
+/// when this process dies.
+struct Channel(super::private_fd::PrivateFd);
 
 impl Channel {
     fn take_stdout() -> Result<Channel> {
         // SAFETY: plain fd juggling at start-up, before any other thread exists.
         unsafe {
-            let fd = libc::dup(1);
+            // A copy of stdout, close-on-exec from the start (F_DUPFD_CLOEXEC).
+            let fd = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
             if fd < 0 || libc::dup2(2, 1) < 0 {
                 anyhow::bail!("cannot redirect stdout: {}", std::io::Error::last_os_error());
             }
-            Ok(Channel(File::from_raw_fd(fd)))
+            Ok(Channel(super::private_fd::PrivateFd::new(fd)?))
         }
     }
 
@@ -41,7 +46,7 @@ impl Channel {
         let mut line = serde_json::to_vec(msg).expect("messages serialise");
         line.push(b'\n');
         // If the orchestrator is gone there is nobody to tell; stop quietly.
-        if self.0.write_all(&line).and_then(|_| self.0.flush()).is_err() {
+        if self.0.file().write_all(&line).and_then(|_| self.0.file().flush()).is_err() {
             std::process::exit(1);
         }
     }
@@ -146,7 +151,8 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
         // The stand-in engine (tests of the runner; see crate::engine::fake).
         Some(cfg) => drive_job(FakeEngine::build(&job.engine_argv, cfg)?, job, channel, started),
         None => {
-            let engine = VllmEngine::build(&job.engine_argv).context("building the vLLM engine")?;
+            let profile_dir = crate::profile::worker_trace_dir(&job.profile);
+            let engine = VllmEngine::build(&job.engine_argv, profile_dir.as_deref()).context("building the vLLM engine")?;
             drive_job(engine, job, channel, started)
         }
     }
@@ -221,6 +227,9 @@ fn run_point(
 ) -> Result<RawPoint> {
     let p = &spec.point;
     let prefix_cache_reset = if spec.reset_prefix_cache { reset_prefix_cache(engine)? } else { None };
+    if spec.workload.is_sessions() {
+        return run_sessions(engine, spec, prefix_cache_reset, ids, channel);
+    }
     let total = (p.warmups + p.num_prompts) as usize;
     let mut workload = spec.dataset.draw(total, engine.allowed_token_ids());
     if spec.workload == Workload::ChatRandom {
@@ -268,6 +277,77 @@ fn run_point(
         token_ids: outcome.token_ids,
         partial: outcome.stopped || STOP.load(Ordering::Relaxed),
         prefix_cache_reset,
+        turns: Vec::new(),
+        trace_names: Vec::new(),
+        measure_start_s: None,
+    })
+}
+
+/// A point of a session workload: the file loaded (and checked against the
+/// engine's context) in the worker, which has the tokenizer, then replayed
+/// in one driver loop: primers and warm-ups first, then the measured phase.
+fn run_sessions(
+    engine: &mut impl WorkerEngine,
+    spec: &PointSpec,
+    prefix_cache_reset: Option<bool>,
+    ids: &mut RequestIds,
+    channel: &mut Channel,
+) -> Result<RawPoint> {
+    let p = &spec.point;
+    let lanes = p.conc as usize;
+    let (set, cfg) = match &spec.workload {
+        Workload::Trace(t) => {
+            let (set, _) = trace::load_trace(t)?;
+            if let Some(max) = engine.info().max_model_len {
+                trace::check_context(&set, max, if t.cache_bust { MARKER_TOKENS } else { 0 })?;
+            }
+            // A fresh marker per replay, as AgentX keys it by a per-run id.
+            let run_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            (set, ReplayConfig::for_trace(t, lanes, run_id))
+        }
+        Workload::Conversation(c) => {
+            let (set, _) = {
+                let engine = std::cell::RefCell::new(&mut *engine);
+                conversation::load_conversations(
+                    c,
+                    &mut |m| engine.borrow_mut().tokenize_chat(m),
+                    &mut |t| engine.borrow_mut().count_tokens(t),
+                )?
+            };
+            if let Some(max) = engine.info().max_model_len {
+                trace::check_context(&set, max, 0)?;
+            }
+            let cfg = ReplayConfig { max_requests: Some(p.num_prompts), ..ReplayConfig::for_conversations(lanes, spec.dataset.seed) };
+            (set, cfg)
+        }
+        other => anyhow::bail!("{} is not a session workload", other.name()),
+    };
+    let allowed = engine.allowed_token_ids().to_vec();
+    let mut replay = SessionReplay::new(&set, &allowed, cfg)?;
+    let phase = format!("{} conc {}", spec.workload.name(), p.conc);
+    let mut progress = Progress::new(phase, u64::from(p.num_prompts));
+    let started_mono_s = mono_now_s();
+    let spec_before = engine.spec_counters();
+    let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done))?;
+    let vllm_spec = spec_before.zip(engine.spec_counters()).map(|(before, after)| after.since(&before));
+    let turns = replay.turns().to_vec();
+    let measure_start_s = replay.measure_start_s();
+    Ok(RawPoint {
+        spec: spec.clone(),
+        requested_output_lens: turns.iter().map(|t| t.max_tokens).collect(),
+        records: outcome.records,
+        engine_timings: outcome.engine_timings,
+        // The telemetry window is the measured phase.
+        duration_s: outcome.duration_s - measure_start_s.unwrap_or(0.0),
+        started_mono_s: started_mono_s + measure_start_s.unwrap_or(0.0),
+        steps: outcome.steps,
+        vllm_spec,
+        token_ids: outcome.token_ids,
+        partial: outcome.stopped || STOP.load(Ordering::Relaxed),
+        prefix_cache_reset,
+        turns,
+        trace_names: set.names.clone(),
+        measure_start_s,
     })
 }
 
@@ -316,3 +396,4 @@ fn run_eval(
     channel.send(&Message::Eval { completions, duration_s: outcome.duration_s, max_tokens });
     Ok(())
 }
+

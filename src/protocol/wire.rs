@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::engine_info::EngineInfo;
 use super::point::{Point, RandomDataset};
 use super::profile::{ProfileRaw, ProfileTarget};
-use super::records::{RequestRecord, StepRecord};
+use super::records::{RequestRecord, StepRecord, TurnInfo};
 use super::step::{EngineTiming, Prompt, SpecCounts};
 use super::workload::Workload;
 
@@ -133,6 +133,18 @@ pub struct RawPoint {
     /// not asked, or this engine has no reset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache_reset: Option<bool>,
+    /// Session workloads: per record (same order), which session, stream
+    /// and turn it was, its phase (primer, warm-up, measured) and its
+    /// theoretical cache hit; `records` then hold warm-ups too. Empty for
+    /// the random workloads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnInfo>,
+    /// Names of the traces / conversations `turns[i].trace` indexes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trace_names: Vec<String>,
+    /// Session workloads: when the measured phase began, s on the records' clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measure_start_s: Option<f64>,
 }
 
 /// How `max_tokens` is set.

@@ -164,7 +164,16 @@ impl Recipe {
     pub fn load(path: &Path) -> Result<Recipe> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| usage(format!("cannot read recipe {}: {e}", path.display())))?;
-        Recipe::parse(&text, &path.display().to_string())
+        let mut recipe = Recipe::parse(&text, &path.display().to_string())?;
+        // Workload files named in the recipe are relative to the recipe's folder.
+        let dir = path.parent().unwrap_or(Path::new("."));
+        recipe.sweep.anchor_files(dir);
+        for v in recipe.variants.values_mut() {
+            if let Some(s) = v.sweep.as_mut() {
+                s.anchor_files(dir);
+            }
+        }
+        Ok(recipe)
     }
 
     /// Parses recipe text; `origin` names it in error messages.

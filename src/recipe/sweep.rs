@@ -219,6 +219,16 @@ impl Sweep {
         s
     }
 
+    /// Makes the workload files relative paths relative to `dir`.
+    pub fn anchor_files(&mut self, dir: &std::path::Path) {
+        let files = [self.trace.as_mut().and_then(|t| t.file.as_mut()), self.conversation.as_mut().and_then(|c| c.file.as_mut())];
+        for f in files.into_iter().flatten() {
+            if f.is_relative() {
+                *f = dir.join(&*f);
+            }
+        }
+    }
+
     /// Fills defaults and checks values. Errors name the key and the valid range.
     pub fn resolve(&self) -> Result<ResolvedSweep, String> {
         let workload = super::workload::resolve(

@@ -174,6 +174,10 @@ pub struct TelemetryInfo {
     pub interval_ms: f64,
     pub sources: Vec<crate::telemetry::SourceStatus>,
     pub gpus: Vec<crate::telemetry::GpuInfo>,
+    /// The engine's GPUs among them (source indices), whose readings the
+    /// points' windows cover; absent when the engine never said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_gpus: Option<Vec<u32>>,
     pub markers: Vec<crate::telemetry::Marker>,
     /// Samples taken (lines of the series file).
     pub samples: usize,
@@ -349,6 +353,10 @@ pub struct PointResult {
     /// results written before they were kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache: Option<crate::metrics::prefix_cache::PrefixCacheSummary>,
+    /// Session workloads: sessions, measured and warm-up requests, first-
+    /// vs later-turn TTFT, session durations; absent for random workloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<crate::metrics::sessions::SessionSummary>,
     /// GPU and host telemetry over the measured window: power, energy,
     /// J/token (InferenceX's `avg_power_w`, `total_gpu_energy_j`,
     /// `joules_per_*_token`, `power_valid`), temperatures, clocks, utilisation,
@@ -359,6 +367,14 @@ pub struct PointResult {
     /// top-kernels table, profiler overhead; absent when not profiled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<super::kernels::PointProfile>,
+}
+
+impl PointResult {
+    /// The point's shape for people: `ISL/OSL`, or the session workload's
+    /// name (`trace`, `conversation`), which has no fixed lengths.
+    pub fn shape(&self) -> String {
+        if self.workload.is_sessions() { self.workload.name().to_string() } else { format!("{}/{}", self.isl, self.osl) }
+    }
 }
 
 #[cfg(test)]
@@ -386,6 +402,7 @@ impl PointResult {
             crosscheck: None,
             spec_decode: None,
             prefix_cache: None,
+            sessions: None,
             telemetry: None,
             profile: None,
         }

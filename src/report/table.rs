@@ -46,7 +46,7 @@ pub fn points_table(points: &[PointResult]) -> String {
             format!("{}/{}", f.completed, p.num_prompts)
         };
         let mut row = vec![
-            format!("{}/{}", p.isl, p.osl),
+            p.shape(),
             p.conc.to_string(),
             done,
             format!("{:.2}", f.request_throughput),
