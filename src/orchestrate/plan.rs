@@ -70,7 +70,7 @@ pub struct RunOptions {
     /// `--workload`, `--trace-file`, `--conversation-file`, `--duration`,
     /// `--no-prefix-cache-reset`.
     #[serde(default)]
-    pub workload: crate::cli::WorkloadArgs,
+    pub workload: crate::recipe::overrides::WorkloadArgs,
 }
 
 /// The eval, prepared before any engine starts.
