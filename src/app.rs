@@ -67,7 +67,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             run_options(a.run, cli.verbose).and_then(|o| orchestrate::ab::ab(&o, &req))
         }
         Command::Doctor(a) => orchestrate::doctor::doctor(a.json),
-        Command::Plot(a) => ab::run_plot(&a.result, a.output.as_deref()).map(|files| {
+        Command::Plot(a) => report::plot::run_plot(&a.result, a.output.as_deref()).map(|files| {
             for f in files {
                 outln!("{}", f.display());
             }

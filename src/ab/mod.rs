@@ -48,7 +48,7 @@ pub fn write_outputs(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>> {
     put("ab.md", markdown::render(c))?;
     put("ab.json", serde_json::to_string_pretty(c)? + "\n")?;
     put("changelog.yaml", changelog::render(c))?;
-    files.extend(plot::write_all(&plot::from_comparison(c), dir, "ab_")?);
+    files.extend(crate::report::plot::write_all(&plot::from_comparison(c), dir, "ab_")?);
     Ok(files)
 }
 
@@ -89,16 +89,4 @@ pub fn run_compare(req: &CompareRequest) -> Result<i32> {
         outln!("{}", f.display());
     }
     Ok(cmp.exit_code())
-}
-
-/// `enginebench plot`: every job of one result, PNG and SVG per ISL/OSL,
-/// into `output` (default: beside the result). Returns the files written.
-pub fn run_plot(result: &Path, output: Option<&Path>) -> Result<Vec<PathBuf>> {
-    let r = crate::report::export::read_result(result)?;
-    let charts = plot::from_result(&r);
-    if charts.is_empty() {
-        return Err(crate::error::usage(format!("{}: no measured point to plot", result.display())));
-    }
-    let dir = output.map(Path::to_path_buf).unwrap_or_else(|| result.parent().map(Path::to_path_buf).unwrap_or_default());
-    plot::write_all(&charts, &dir, "")
 }

@@ -400,10 +400,10 @@ fn loads_two_labels_from_one_result_folder() {
     let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
     assert!(md.contains("| conc | before | after | delta |"));
     // `plot` on the same file draws both labels.
-    let files = super::run_plot(&path, Some(&dir.path().join("plots"))).unwrap();
+    let files = crate::report::plot::run_plot(&path, Some(&dir.path().join("plots"))).unwrap();
     assert_eq!(files.len(), 6);
     let svg = std::fs::read_to_string(files.iter().find(|f| f.extension().unwrap() == "svg").unwrap()).unwrap();
-    let texts = super::plot::tests::svg_texts(&svg);
+    let texts = crate::report::plot::tests::svg_texts(&svg);
     assert!(texts.contains(&"base".to_string()) && texts.contains(&"knob".to_string()), "{texts:?}");
 }
 
