@@ -7,7 +7,7 @@
 //!   concurrency, on a log2 concurrency axis.
 //!
 //! One curve per job label of a run (and, for `ab`, per variant and TP
-//! size: [`crate::ab::plot`]), labelled in a legend. Text is drawn
+//! size, from `ab`'s comparison), labelled in a legend. Text is drawn
 //! with a bundled subset of DejaVu Sans (`font/`, Bitstream Vera license),
 //! so no system font library is needed.
 
