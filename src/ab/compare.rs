@@ -286,7 +286,7 @@ pub struct Comparison {
     pub context: Context,
     pub options: Options,
     /// What differs between the two engine configurations (first repeats):
-    /// env and `vllm serve` flags, one phrase each ([`super::changelog::config_changes`]).
+    /// env and `vllm serve` flags, one phrase each ([`super::config_diff::config_changes`]).
     pub changes: Vec<String>,
     /// Sorted by ISL, OSL, TP, conc.
     pub rows: Vec<Row>,
@@ -533,7 +533,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         candidate_label: candidate.label.clone(),
         context,
         options,
-        changes: super::changelog::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job),
+        changes: super::config_diff::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job),
         rows,
         accuracy,
         notes,
@@ -732,9 +732,9 @@ pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResul
                     r.tp,
                     r.conc,
                     f.metric.title(),
-                    super::markdown::pct(f.delta),
-                    super::markdown::ci_text(f.ci),
-                    super::markdown::pct_unsigned(o.max_regression)
+                    super::numbers::pct(f.delta),
+                    super::numbers::ci_text(f.ci),
+                    super::numbers::pct_unsigned(o.max_regression)
                 ));
             }
         }
@@ -742,7 +742,7 @@ pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResul
     if let Some(a) = accuracy.filter(|a| !a.held) {
         for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
             if !m.held {
-                let p = m.mcnemar.map_or(String::new(), |t| format!(", McNemar p = {}", super::markdown::p_text(t.p_value)));
+                let p = m.mcnemar.map_or(String::new(), |t| format!(", McNemar p = {}", super::numbers::p_text(t.p_value)));
                 failures.push(format!(
                     "accuracy did not hold: {name} {:.2}% -> {:.2}% ({:+.2} points{p}; allowed drop {:.2} points)",
                     m.baseline * 100.0,

@@ -16,9 +16,11 @@ pub mod changelog;
 #[cfg(test)]
 mod coverage;
 pub mod compare;
+pub mod config_diff;
 pub mod distributions;
 pub mod input;
 pub mod markdown;
+pub mod numbers;
 pub mod plot;
 pub mod prefix_cache;
 pub mod spec;

@@ -253,7 +253,7 @@ fn run_arms(
     let mut exec = executor_for(&opts.exec, &runner.plan)?;
     let most = until.map_or(req.repeats, |(_, n)| n);
     let plan_text = match until {
-        Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::markdown::pct_unsigned(p)),
+        Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::numbers::pct_unsigned(p)),
         None => format!("{} repeat(s)", req.repeats),
     };
     errln!("enginebench ab: {} vs {}, {plan_text} -> {}", arms.candidate, arms.baseline, out_dir.display());
@@ -299,11 +299,11 @@ fn run_arms(
     if let Some((target, _)) = until {
         let done = jobs_run / per_repeat;
         if unresolved.is_empty() {
-            cmp.notes.push(format!("--until-ci: every row's CI half-width is below {} after {done} repeats", ab::markdown::pct_unsigned(target)));
+            cmp.notes.push(format!("--until-ci: every row's CI half-width is below {} after {done} repeats", ab::numbers::pct_unsigned(target)));
         } else {
             cmp.notes.push(format!(
                 "--until-ci: after {done} repeats (the --max-repeats limit) still wider than ±{}: {}",
-                ab::markdown::pct_unsigned(target),
+                ab::numbers::pct_unsigned(target),
                 unresolved.join("; ")
             ));
         }
@@ -354,21 +354,21 @@ fn compare_now(path: &Path, arms: &Arms, req: &AbRequest, noise: Option<&NoiseFl
 fn unresolved_rows(rows: &[Row], target: f64) -> Vec<String> {
     rows.iter()
         .filter(|r| r.half_width().is_none_or(|h| h >= target))
-        .map(|r| format!("{}: ±{}", r.key_text(), r.half_width().map_or("no CI".into(), ab::markdown::pct_unsigned)))
+        .map(|r| format!("{}: ±{}", r.key_text(), r.half_width().map_or("no CI".into(), ab::numbers::pct_unsigned)))
         .collect()
 }
 
 /// `after 3 repeats: ISL/OSL 64/32 TP 1 conc 4: tok/s/gpu +1.2% [-3.0%, +5.6%], widest ±4.3% (target 2%)`.
 fn progress_line(r: &Row, done: u32, target: f64) -> String {
     let f = r.figure(crate::ab::compare::Metric::TputPerGpu);
-    let widest = r.half_width().map_or("no CI".into(), |h| format!("±{}", ab::markdown::pct_unsigned(h)));
+    let widest = r.half_width().map_or("no CI".into(), |h| format!("±{}", ab::numbers::pct_unsigned(h)));
     let state = if r.half_width().is_some_and(|h| h < target) { "resolved" } else { "open" };
     format!(
         "after {done} repeats: {}: {} {} {}, widest CI {widest} (target ±{}): {state}",
         r.key_text(),
         f.metric.short(),
-        ab::markdown::pct(f.delta),
-        ab::markdown::ci_text(f.ci),
-        ab::markdown::pct_unsigned(target)
+        ab::numbers::pct(f.delta),
+        ab::numbers::ci_text(f.ci),
+        ab::numbers::pct_unsigned(target)
     )
 }
