@@ -406,9 +406,9 @@ pub fn apply_noise(c: &mut Comparison, noise: &NoiseFloor) {
 }
 
 impl Comparison {
-    /// Process exit code: 0 when the gate passed, 1 when it failed.
-    pub fn exit_code(&self) -> i32 {
-        if self.gate.passed { crate::error::exit::OK } else { crate::error::exit::FAILED }
+    /// Ok when the gate passed, failed (exit code 1) when it did not.
+    pub fn exit_status(&self) -> crate::error::ExitStatus {
+        if self.gate.passed { crate::error::ExitStatus::Ok } else { crate::error::ExitStatus::Failed }
     }
 }
 

@@ -9,7 +9,7 @@
 //! let cmp = ab::compare::compare(&baseline_arm, &candidate_arm, context, options)?;
 //! out!("{}", ab::markdown::terminal(&cmp));
 //! let files = ab::write_outputs(&cmp, &out_dir)?;   // ab.md, ab.json, changelog.yaml, plots
-//! std::process::exit(cmp.exit_code());
+//! std::process::exit(cmp.exit_status().code());
 //! ```
 
 pub mod changelog;
@@ -70,7 +70,7 @@ pub struct CompareRequest {
 /// `enginebench compare`: loads both results, compares, prints the table,
 /// accuracy block and gate, writes the files. Exit code 0 (gate passed),
 /// 1 (gate failed); bad input is a usage error (2).
-pub fn run_compare(req: &CompareRequest) -> Result<i32> {
+pub fn run_compare(req: &CompareRequest) -> Result<crate::error::ExitStatus> {
     let (_, base) = load_arm(&req.baseline, req.baseline_label.as_deref(), "baseline", "--baseline-label")?;
     let (cand_result, cand) = load_arm(&req.candidate, req.candidate_label.as_deref(), "candidate", "--candidate-label")?;
     if req.baseline == req.candidate && base.label == cand.label {
@@ -90,5 +90,5 @@ pub fn run_compare(req: &CompareRequest) -> Result<i32> {
     for f in write_outputs(&cmp, &dir)? {
         outln!("{}", f.display());
     }
-    Ok(cmp.exit_code())
+    Ok(cmp.exit_status())
 }

@@ -20,11 +20,11 @@ use anyhow::Result;
 
 use super::plan::{PlannedJob, RunOptions, plan};
 use super::progress::say;
-use super::runner::{EXIT_INTERRUPTED, ExecChoice, Folder, Runner, executor_for, output_dir};
+use super::runner::{ExecChoice, Folder, Runner, executor_for, output_dir};
 use crate::report::result::Status;
 use crate::ab::compare::{NoiseFloor, Row, apply_noise};
 use crate::ab::{self, Comparison, Context, Options, load_arm};
-use crate::error::{exit, usage};
+use crate::error::{ExitStatus, usage};
 use crate::python::{self, Interpreter};
 
 /// What `enginebench ab` was asked.
@@ -66,7 +66,7 @@ pub const PYTHON_AB_SUFFIX: &str = "@candidate";
 /// Errors (usage, before anything runs): bad recipe/variants/options, as
 /// `run`; a bad `--noise` file; `--until-ci` without a target above 0 or
 /// with `--max-repeats` below `--repeats`; `--calibrate`/`--noise` with `--aa`.
-pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
+pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<ExitStatus> {
     if !opts.variants.is_empty() || opts.resume.is_some() {
         return Err(usage("ab takes --baseline and --candidate (not --variant/--variants/--resume)"));
     }
@@ -143,8 +143,8 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
             pythons: ArmPythons { baseline: pythons.baseline.clone(), candidate: pythons.baseline.clone() },
         };
         match run_arms(&aa_opts, &arms, req, None, &out_dir.join("aa"), None)? {
-            Finished::Interrupted => return Ok(EXIT_INTERRUPTED),
-            Finished::Done { code, .. } if code != exit::OK => {
+            Finished::Interrupted => return Ok(ExitStatus::Interrupted),
+            Finished::Done { code, .. } if code != ExitStatus::Ok => {
                 errln!("enginebench ab --calibrate: a job of the A/A failed; no A/B run");
                 return Ok(code);
             }
@@ -155,8 +155,8 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
     };
     let arms = Arms { baseline: req.baseline.clone(), candidate, aa, copy: same_variant, pythons };
     match run_arms(&opts, &arms, req, until, &out_dir, noise.as_ref())? {
-        Finished::Interrupted => Ok(EXIT_INTERRUPTED),
-        Finished::Done { cmp, code } => Ok(if code != exit::OK { code } else { cmp.exit_code() }),
+        Finished::Interrupted => Ok(ExitStatus::Interrupted),
+        Finished::Done { cmp, code } => Ok(if code != ExitStatus::Ok { code } else { cmp.exit_status() }),
     }
 }
 
@@ -194,7 +194,7 @@ fn job_label(job: &PlannedJob) -> String {
 enum Finished {
     Interrupted,
     /// `code`: the runner's exit code (0 every job ran ok).
-    Done { cmp: Comparison, code: i32 },
+    Done { cmp: Comparison, code: ExitStatus },
 }
 
 /// Plans the variants of `opts`, runs the ABBA schedule into `out_dir`

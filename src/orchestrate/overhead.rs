@@ -40,7 +40,7 @@ const TIERS: [&str; 3] = ["in-process", "engine-core process", "vllm serve"];
 ///
 /// Errors (usage): as `run`, and a recipe selection that is not exactly one
 /// engine configuration.
-pub fn overhead(opts: &RunOptions) -> Result<i32> {
+pub fn overhead(opts: &RunOptions) -> Result<crate::error::ExitStatus> {
     if opts.exec != ExecChoice::Local {
         return Err(usage(
             "overhead compares three serving tiers of one engine on one machine: it takes neither --slurm nor --parallel-jobs \

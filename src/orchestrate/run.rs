@@ -17,7 +17,7 @@ use super::runner::{Folder, Runner, executor_for};
 /// does not match, an executor that cannot run this plan. Engine failures
 /// are not errors here: they are recorded in the result, and the next job
 /// still runs.
-pub fn run(opts: &RunOptions) -> Result<i32> {
+pub fn run(opts: &RunOptions) -> Result<crate::error::ExitStatus> {
     let plan = plan(opts)?;
     let mut exec = executor_for(&opts.exec, &plan)?;
     let name = plan.recipe.name.clone();

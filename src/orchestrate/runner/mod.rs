@@ -38,7 +38,7 @@ use super::interrupt::Interrupts;
 use super::job::{JobOutcome, Session};
 use super::outputs::OutputFiles;
 use super::plan::{Plan, PlannedJob, RunOptions};
-use crate::error::exit;
+use crate::error::ExitStatus;
 use crate::report::result::{RunResult, Status};
 
 pub use executor::{ExecChoice, Executor, executor_for};
@@ -46,7 +46,6 @@ pub use folder::{new_result, now_rfc3339, output_dir, pending_job, print_summary
 pub use sink::Sink;
 
 /// Exit code after Ctrl-C (128 + SIGINT), as shells report it.
-pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// Where a runner keeps its files.
 pub enum Folder<'a> {
@@ -199,34 +198,34 @@ impl Runner {
     }
 
     /// Sets the run's final status, writes the result, prints the summary
-    /// and returns the exit code ([`exit_code`]).
-    pub fn finish(&mut self) -> Result<i32> {
+    /// and returns how the run ended ([`exit_status`]).
+    pub fn finish(&mut self) -> Result<ExitStatus> {
         self.finish_printing(true)
     }
 
     /// [`Runner::finish`], printing the per-job summary only if `print`.
-    pub fn finish_printing(&mut self, print: bool) -> Result<i32> {
+    pub fn finish_printing(&mut self, print: bool) -> Result<ExitStatus> {
         if self.sink.is_detached() {
             self.sink.write()?;
             let dir = self.dir().display();
             outln!("submitted: `enginebench status {dir}` shows the tasks, `enginebench collect {dir}` waits for them and merges the result");
-            return Ok(exit::OK);
+            return Ok(ExitStatus::Ok);
         }
         let status = run_status(self.result(), self.sink.is_interrupted());
         self.sink.close(status)?;
         if print || status == Status::Interrupted {
             print_summary(self.result(), self.dir(), self.opts.verbose);
         }
-        Ok(exit_code(self.result()))
+        Ok(exit_status(self.result()))
     }
 
-    /// The exit code of `jobs` alone (a task's jobs), as [`exit_code`]
-    /// gives a run's.
-    pub fn exit_code_of(&self, jobs: &[usize]) -> i32 {
+    /// How `jobs` alone (a task's jobs) ended, as [`exit_status`] says of a
+    /// run.
+    pub fn exit_status_of(&self, jobs: &[usize]) -> ExitStatus {
         let mut mine = self.result().clone();
         mine.jobs = jobs.iter().map(|&i| self.result().jobs[i].clone()).collect();
         mine.status = run_status(&mine, self.sink.is_interrupted());
-        exit_code(&mine)
+        exit_status(&mine)
     }
 }
 
@@ -242,18 +241,18 @@ pub fn run_status(result: &RunResult, interrupted: bool) -> Status {
     }
 }
 
-/// The exit code of a finished run (the README's "Exit codes"): 130
-/// interrupted; 0 every job ok; 2 the only failures are bad input (a flag the
-/// engine rejected); else 1.
-pub fn exit_code(result: &RunResult) -> i32 {
+/// How a finished run ended (the README's "Exit codes"): interrupted (130);
+/// ok (0) when every job is ok; bad input (2) when the only failures are bad
+/// input (a flag the engine rejected); else failed (1).
+pub fn exit_status(result: &RunResult) -> ExitStatus {
     match result.status {
-        Status::Interrupted => EXIT_INTERRUPTED,
-        Status::Ok => exit::OK,
+        Status::Interrupted => ExitStatus::Interrupted,
+        Status::Ok => ExitStatus::Ok,
         _ => {
             let outcomes: Vec<JobOutcome> = result.jobs.iter().filter_map(JobOutcome::of).collect();
             let only_bad_input = outcomes.iter().all(|o| matches!(o, JobOutcome::Ok | JobOutcome::BadInput))
                 && outcomes.contains(&JobOutcome::BadInput);
-            if only_bad_input { exit::USAGE } else { exit::FAILED }
+            if only_bad_input { ExitStatus::Usage } else { ExitStatus::Failed }
         }
     }
 }
@@ -297,7 +296,7 @@ mod tests {
     fn code(jobs: &[(Status, bool)], interrupted: bool) -> (Status, i32) {
         let mut r = result(jobs);
         r.status = run_status(&r, interrupted);
-        (r.status, exit_code(&r))
+        (r.status, exit_status(&r).code())
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::super::plan::{PlannedJob, RunOptions, plan};
 use super::local::{DEVICE_VARS, Sequential, local_placement};
 use super::{Run, Runner, Sink, node_name};
-use crate::error::usage;
+use crate::error::{ExitStatus, usage};
 use crate::report::files::write_json_atomic;
 use crate::report::result::{Placement, SlurmTask};
 
@@ -69,11 +69,11 @@ pub fn load(dir: &Path) -> Result<SavedPlan> {
 pub const CONCURRENT_VAR: &str = "ENGINEBENCH_CONCURRENT";
 
 /// `enginebench __task DIR KEY [--probe TOKEN]`: runs the jobs of task KEY.
-/// Returns the exit code of those jobs (as a run's).
+/// Returns how those jobs ended (as a run's).
 ///
 /// Errors (usage): the probe file is missing or different (the folder is not
 /// shared with this node), no plan, no such task.
-pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<i32> {
+pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<ExitStatus> {
     if let Some(token) = probe {
         let node = node_name();
         let path = dir.join("slurm").join("probe");
@@ -109,7 +109,7 @@ pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<i32> {
     let node = task_node();
     let heading = |r: &crate::report::result::RunResult, i: usize| Some(format!("enginebench task {key}: job {i} ({}) on {node}", r.jobs[i].label));
     runner.run_jobs(&mut Sequential::placed_by(task_placement), &[jobs.clone()], &heading)?;
-    Ok(runner.exit_code_of(&jobs))
+    Ok(runner.exit_status_of(&jobs))
 }
 
 /// The node a task runs on: Slurm's name for it, else the host name.

@@ -25,7 +25,7 @@ use super::merge::{Fault, TaskEnd, points_so_far};
 use super::task::{self, task_dir};
 use super::watch::Watch;
 use super::{ExecChoice, Executor, Folder, Run, Runner, Sink, now_rfc3339};
-use crate::error::usage;
+use crate::error::{ExitStatus, usage};
 use crate::report::files::write_json_atomic;
 use crate::report::result::Execution;
 use commands::Tools;
@@ -290,7 +290,7 @@ fn slurm_options(saved: &task::SavedPlan, dir: &Path) -> Result<SlurmOptions> {
 /// `enginebench status DIR`: each task's Slurm state, node and points so far.
 ///
 /// Errors (usage): not a Slurm run folder.
-pub fn status(dir: &Path) -> Result<i32> {
+pub fn status(dir: &Path) -> Result<ExitStatus> {
     let saved = task::load(dir)?;
     let sub = load_submission(dir)?;
     let tools = Tools { bin: slurm_options(&saved, dir)?.bin };
@@ -310,14 +310,14 @@ pub fn status(dir: &Path) -> Result<i32> {
         };
         outln!("  task {}_{key}: {state} on {node}: {} - {points}", sub.array_job_id, labels.join(", "));
     }
-    Ok(crate::error::exit::OK)
+    Ok(ExitStatus::Ok)
 }
 
 /// `enginebench collect DIR`: follows a detached Slurm run to its end,
 /// merges it, prints the summary and returns the run's exit code.
 ///
 /// Errors (usage): not a Slurm run folder.
-pub fn collect(dir: &Path) -> Result<i32> {
+pub fn collect(dir: &Path) -> Result<ExitStatus> {
     let saved = task::load(dir)?;
     let sub = load_submission(dir)?;
     let opts = slurm_options(&saved, dir)?;
