@@ -1,7 +1,7 @@
 //! One file per subcommand, each with its thin entry point: it turns the
 //! parsed arguments ([`crate::cli`]) into the request of the module that
 //! does the work and returns how the command ended ([`ExitStatus`]).
-//! [`crate::app`] only parses and dispatches here.
+//! The binary's `app::main` only parses and dispatches here.
 //!
 //! | command | file | does the work |
 //! |---|---|---|
