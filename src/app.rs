@@ -19,7 +19,6 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             return if e.use_stderr() { ExitStatus::Usage } else { ExitStatus::Ok }.code();
         }
     };
-    crate::python::set_cli_choice(cli.python.clone());
     init_tracing(cli.verbose);
     let g = Global { verbose: cli.verbose, python: cli.python };
     let outcome = match cli.command {

@@ -22,5 +22,5 @@ pub fn run(a: AbArgs, g: &Global) -> Result<ExitStatus> {
         baseline_python: a.baseline_python.clone(),
         candidate_python: a.candidate_python.clone(),
     };
-    options::run_options(a.run, g.verbose).and_then(|o| orchestrate::ab::ab(&o, &req))
+    options::run_options(a.run, g).and_then(|(o, how)| orchestrate::ab::ab(&o, &how, &req))
 }

@@ -7,6 +7,6 @@ use crate::cli::DirArgs;
 use crate::orchestrate;
 
 /// Follows and merges `a.dir`; see [`orchestrate::runner::slurm::collect`].
-pub fn run(a: DirArgs, _: &Global) -> Result<ExitStatus> {
-    orchestrate::runner::slurm::collect(&a.dir)
+pub fn run(a: DirArgs, g: &Global) -> Result<ExitStatus> {
+    orchestrate::runner::slurm::collect(&a.dir, g.python.as_deref())
 }

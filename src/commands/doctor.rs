@@ -7,6 +7,6 @@ use crate::cli::DoctorArgs;
 use crate::orchestrate;
 
 /// Runs the checks; see [`orchestrate::doctor::doctor`].
-pub fn run(a: DoctorArgs, _: &Global) -> Result<ExitStatus> {
-    orchestrate::doctor::doctor(a.json)
+pub fn run(a: DoctorArgs, g: &Global) -> Result<ExitStatus> {
+    orchestrate::doctor::doctor(a.json, g.python.as_deref())
 }

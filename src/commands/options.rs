@@ -1,12 +1,16 @@
-//! The options the engine commands share: [`RunOptions`] from `run`'s
-//! flags (also `overhead`'s and `ab`'s), the executor, the eval flags, the
-//! gate of `ab`/`compare`, and a recipe from an InferenceX checkout.
+//! The options the engine commands share: what to run ([`RunOptions`]) and
+//! how ([`ExecOptions`]) from `run`'s flags (also `overhead`'s and `ab`'s),
+//! the executor, the eval flags, the gate of `ab`/`compare`, and a recipe
+//! from an InferenceX checkout.
 
 use crate::cli;
 use crate::error;
 use crate::import;
 use crate::orchestrate;
 use crate::orchestrate::plan::RunOptions;
+use crate::orchestrate::runner::ExecOptions;
+
+use super::Global;
 use crate::{ab, recipe};
 
 /// `--inferencex-checkout DIR --key K`: the imported recipe, or None without it.
@@ -17,11 +21,12 @@ pub fn from_checkout(c: &cli::CheckoutArgs) -> anyhow::Result<Option<import::che
     }
 }
 
-/// The run options of `run`'s flags (and `overhead`'s, `ab`'s).
+/// What to run and how, from `run`'s flags (and `overhead`'s, `ab`'s) and
+/// the global ones.
 ///
 /// Errors (usage): a bad `--goodput`, an InferenceX entry that cannot be
 /// imported, the current folder unreadable.
-pub fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
+pub fn run_options(a: cli::RunArgs, g: &Global) -> anyhow::Result<(RunOptions, ExecOptions)> {
     let goodput = match &a.goodput {
         Some(items) => Some(recipe::sweep::parse_goodput(items).map_err(error::usage)?),
         None => None,
@@ -57,17 +62,18 @@ pub fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions>
         step_trace: a.step_trace,
         point_timeout: a.point_timeout.map(std::time::Duration::from_secs_f64),
         telemetry_interval: Some(std::time::Duration::from_millis(a.telemetry_interval_ms)),
-        resume: a.resume,
-        force: a.force,
-        output: a.output,
-        verbose,
-        exec: exec_choice(a.exec),
         profile: a.profile.options(),
         workload: a.workload.absolute()?,
         ..RunOptions::default()
     };
     apply_eval_flags(&mut o, a.eval);
-    Ok(o)
+    let how = ExecOptions { output: a.output, resume: a.resume, force: a.force, ..exec_options(a.exec, g) };
+    Ok((o, how))
+}
+
+/// How to run, from the executor flags and the global ones (no folder yet).
+pub fn exec_options(a: cli::ExecArgs, g: &Global) -> ExecOptions {
+    ExecOptions { verbose: g.verbose, exec: exec_choice(a), python: g.python.clone(), ..ExecOptions::default() }
 }
 
 /// The executor the command line asks for.

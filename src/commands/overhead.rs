@@ -13,5 +13,5 @@ pub fn run(a: RunArgs, g: &Global) -> Result<ExitStatus> {
     if a.profile.profile {
         return Err(error::usage("overhead does not take --profile: profile with `run --profile` (the engine in-process)"));
     }
-    options::run_options(a, g.verbose).and_then(|o| orchestrate::overhead::overhead(&o))
+    options::run_options(a, g).and_then(|(o, how)| orchestrate::overhead::overhead(&o, &how))
 }

@@ -8,11 +8,11 @@ use crate::cli;
 use crate::{error, orchestrate, recipe};
 
 /// Dispatches `recipe check` and `recipe show`.
-pub fn run(c: cli::RecipeCommand, _: &Global) -> Result<ExitStatus> {
+pub fn run(c: cli::RecipeCommand, g: &Global) -> Result<ExitStatus> {
     match c {
         cli::RecipeCommand::Check(a) => from_checkout(&a.checkout).and_then(|ix| match ix {
-            Some(p) => orchestrate::check::check(&[p.recipe], a.variant.as_deref()),
-            None => orchestrate::check::check(&a.recipes, a.variant.as_deref()),
+            Some(p) => orchestrate::check::check(&[p.recipe], a.variant.as_deref(), g.python.as_deref()),
+            None => orchestrate::check::check(&a.recipes, a.variant.as_deref(), g.python.as_deref()),
         }),
         cli::RecipeCommand::Show(a) => show_recipe(&a),
     }

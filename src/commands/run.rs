@@ -8,5 +8,5 @@ use crate::orchestrate;
 
 /// Runs `a`'s recipe; see [`orchestrate::run::run`].
 pub fn run(a: RunArgs, g: &Global) -> Result<ExitStatus> {
-    options::run_options(a, g.verbose).and_then(|o| orchestrate::run::run(&o))
+    options::run_options(a, g).and_then(|(o, how)| orchestrate::run::run(&o, &how))
 }

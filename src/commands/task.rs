@@ -8,6 +8,6 @@ use crate::cli::TaskArgs;
 use crate::orchestrate;
 
 /// Runs task `a.key` of `a.dir`; see [`orchestrate::runner::task::run_task`].
-pub fn run(a: TaskArgs, _: &Global) -> Result<ExitStatus> {
-    orchestrate::runner::task::run_task(&a.dir, a.key, a.probe.as_deref())
+pub fn run(a: TaskArgs, g: &Global) -> Result<ExitStatus> {
+    orchestrate::runner::task::run_task(&a.dir, a.key, a.probe.as_deref(), g.python.as_deref())
 }

@@ -20,7 +20,7 @@ use anyhow::Result;
 
 use super::plan::{PlannedJob, RunOptions, plan};
 use super::progress::say;
-use super::runner::{ExecChoice, Folder, Runner, executor_for, output_dir};
+use super::runner::{ExecChoice, ExecOptions, Folder, Runner, executor_for, output_dir};
 use crate::report::result::Status;
 use crate::ab::compare::{NoiseFloor, Row, apply_noise};
 use crate::ab::{self, Comparison, Context, Options, load_arm};
@@ -66,8 +66,8 @@ pub const PYTHON_AB_SUFFIX: &str = "@candidate";
 /// Errors (usage, before anything runs): bad recipe/variants/options, as
 /// `run`; a bad `--noise` file; `--until-ci` without a target above 0 or
 /// with `--max-repeats` below `--repeats`; `--calibrate`/`--noise` with `--aa`.
-pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<ExitStatus> {
-    if !opts.variants.is_empty() || opts.resume.is_some() {
+pub fn ab(opts: &RunOptions, how: &ExecOptions, req: &AbRequest) -> Result<ExitStatus> {
+    if !opts.variants.is_empty() || how.resume.is_some() {
         return Err(usage("ab takes --baseline and --candidate (not --variant/--variants/--resume)"));
     }
     let same_variant = req.candidate.as_deref().is_none_or(|c| c == req.baseline);
@@ -99,7 +99,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<ExitStatus> {
         (None, Some(_)) => return Err(usage("--max-repeats goes with --until-ci PCT")),
         (None, None) => None,
     };
-    if matches!(&opts.exec, ExecChoice::Slurm(s) if s.detach) {
+    if matches!(&how.exec, ExecChoice::Slurm(s) if s.detach) {
         return Err(usage("ab compares once every repeat has run: it takes --slurm without --detach"));
     }
     let noise = req.noise.as_deref().map(NoiseFloor::load).transpose()?;
@@ -119,7 +119,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<ExitStatus> {
 
     let mut opts = opts.clone();
     opts.variants = if same_variant { vec![req.baseline.clone()] } else { vec![req.baseline.clone(), candidate.clone()] };
-    let plan0 = plan(&opts)?;
+    let plan0 = plan(&opts, how.python.as_deref())?;
     // Every interpreter a job will run in (the arm's override, else the
     // job's own), before the output folder exists and any engine starts.
     for job in &plan0.jobs {
@@ -128,7 +128,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<ExitStatus> {
             python::require_engine_packages(pythons.candidate.as_ref().unwrap_or(&job.python))?;
         }
     }
-    let out_dir = output_dir(opts.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
+    let out_dir = output_dir(how.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
 
     let noise = if req.calibrate {
         errln!("enginebench ab --calibrate: A/A of {} first ({} repeats) -> {}", req.baseline, req.repeats, out_dir.join("aa").display());
@@ -142,7 +142,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<ExitStatus> {
             copy: true,
             pythons: ArmPythons { baseline: pythons.baseline.clone(), candidate: pythons.baseline.clone() },
         };
-        match run_arms(&aa_opts, &arms, req, None, &out_dir.join("aa"), None)? {
+        match run_arms(&aa_opts, how, &arms, req, None, &out_dir.join("aa"), None)? {
             Finished::Interrupted => return Ok(ExitStatus::Interrupted),
             Finished::Done { code, .. } if code != ExitStatus::Ok => {
                 errln!("enginebench ab --calibrate: a job of the A/A failed; no A/B run");
@@ -154,7 +154,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<ExitStatus> {
         noise
     };
     let arms = Arms { baseline: req.baseline.clone(), candidate, aa, copy: same_variant, pythons };
-    match run_arms(&opts, &arms, req, until, &out_dir, noise.as_ref())? {
+    match run_arms(&opts, how, &arms, req, until, &out_dir, noise.as_ref())? {
         Finished::Interrupted => Ok(ExitStatus::Interrupted),
         Finished::Done { cmp, code } => Ok(if code != ExitStatus::Ok { code } else { cmp.exit_status() }),
     }
@@ -202,13 +202,14 @@ enum Finished {
 /// prints and writes the outputs.
 fn run_arms(
     opts: &RunOptions,
+    how: &ExecOptions,
     arms: &Arms,
     req: &AbRequest,
     until: Option<(f64, u32)>,
     out_dir: &Path,
     noise: Option<&NoiseFloor>,
 ) -> Result<Finished> {
-    let mut plan = plan(opts)?;
+    let mut plan = plan(opts, how.python.as_deref())?;
     // Every job of a variant carries the variant's name: the comparison pairs
     // jobs by label and keeps TP sizes apart by their `tp`. An A/A runs the
     // baseline's jobs twice, the second time labelled as its copy.
@@ -249,8 +250,8 @@ fn run_arms(
         plan.jobs.extend(repeat_jobs(r));
     }
 
-    let mut runner = Runner::open(plan, opts, Folder::At(out_dir))?;
-    let mut exec = executor_for(&opts.exec, &runner.plan)?;
+    let mut runner = Runner::open(plan, opts, how, Folder::At(out_dir))?;
+    let mut exec = executor_for(&how.exec, &runner.plan)?;
     let most = until.map_or(req.repeats, |(_, n)| n);
     let plan_text = match until {
         Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::numbers::pct_unsigned(p)),

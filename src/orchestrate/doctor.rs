@@ -22,10 +22,10 @@ use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
 
 /// Runs the checks and prints them (`--json`: one JSON object on stdout).
 /// Returns ok when a run can start, bad input (exit code 2) otherwise.
-pub fn doctor(json: bool) -> Result<ExitStatus> {
+pub fn doctor(json: bool, python: Option<&std::path::Path>) -> Result<ExitStatus> {
     let mut problems: Vec<String> = Vec::new();
     let mut out = serde_json::Map::new();
-    let python = match python::default_interpreter() {
+    let python = match python::default_interpreter(python) {
         Ok(p) => p,
         Err(e) => {
             // Nothing else can be asked without an interpreter.

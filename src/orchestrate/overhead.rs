@@ -26,7 +26,7 @@ use super::plan::{MP_VAR, PlannedJob, RunOptions, plan};
 use super::progress::say;
 use crate::protocol::{PointSpec, RawPoint};
 use super::runner::local::Sequential;
-use super::runner::{ExecChoice, Folder, Runner, Sink, pending_job};
+use super::runner::{ExecChoice, ExecOptions, Folder, Runner, Sink, pending_job};
 use crate::error::usage;
 use crate::metrics::{FigureSpec, point_figures};
 use crate::report::files::write_json_atomic;
@@ -40,8 +40,8 @@ const TIERS: [&str; 3] = ["in-process", "engine-core process", "vllm serve"];
 ///
 /// Errors (usage): as `run`, and a recipe selection that is not exactly one
 /// engine configuration.
-pub fn overhead(opts: &RunOptions) -> Result<crate::error::ExitStatus> {
-    if opts.exec != ExecChoice::Local {
+pub fn overhead(opts: &RunOptions, how: &ExecOptions) -> Result<crate::error::ExitStatus> {
+    if how.exec != ExecChoice::Local {
         return Err(usage(
             "overhead compares three serving tiers of one engine on one machine: it takes neither --slurm nor --parallel-jobs \
              (on a cluster, run it on a node: srun ... enginebench overhead RECIPE)",
@@ -49,7 +49,7 @@ pub fn overhead(opts: &RunOptions) -> Result<crate::error::ExitStatus> {
     }
     let mut opts = opts.clone();
     opts.no_eval = true;
-    let mut plan = plan(&opts)?;
+    let mut plan = plan(&opts, how.python.as_deref())?;
     if plan.jobs.len() != 1 {
         return Err(usage(format!(
             "overhead compares serving tiers of one engine configuration, but this selection has {} (pick one --variant and one TP)",
@@ -70,7 +70,7 @@ pub fn overhead(opts: &RunOptions) -> Result<crate::error::ExitStatus> {
     plan.jobs = vec![PlannedJob { label: Some(TIERS[0].into()), ..base }, mp];
 
     let name = format!("{}-overhead", plan.recipe.name);
-    let mut runner = Runner::open(plan, &opts, Folder::New { name: &name })?;
+    let mut runner = Runner::open(plan, &opts, how, Folder::New { name: &name })?;
     errln!("enginebench overhead: recipe {} -> {}", runner.plan.recipe.name, runner.dir().display());
     let heading = |_: &crate::report::result::RunResult, i: usize| Some(format!("tier {}: {}", i + 1, TIERS[i]));
     // The tiers compare one engine on one machine: they run here, one after another.

@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use super::plan::{RunOptions, plan};
-use super::runner::{Folder, Runner, executor_for};
+use super::runner::{ExecOptions, Folder, Runner, executor_for};
 
 /// Runs a recipe end to end: every job (variant x TP) in its own worker.
 /// Returns the exit code: 0 all points ok and every accuracy gate passed;
@@ -17,15 +17,15 @@ use super::runner::{Folder, Runner, executor_for};
 /// does not match, an executor that cannot run this plan. Engine failures
 /// are not errors here: they are recorded in the result, and the next job
 /// still runs.
-pub fn run(opts: &RunOptions) -> Result<crate::error::ExitStatus> {
-    let plan = plan(opts)?;
-    let mut exec = executor_for(&opts.exec, &plan)?;
+pub fn run(opts: &RunOptions, how: &ExecOptions) -> Result<crate::error::ExitStatus> {
+    let plan = plan(opts, how.python.as_deref())?;
+    let mut exec = executor_for(&how.exec, &plan)?;
     let name = plan.recipe.name.clone();
-    let folder = match &opts.resume {
+    let folder = match &how.resume {
         Some(dir) => Folder::Resume(dir),
         None => Folder::New { name: &name },
     };
-    let mut runner = Runner::open(plan, opts, folder)?;
+    let mut runner = Runner::open(plan, opts, how, folder)?;
     announce(&runner);
     let n = runner.plan.jobs.len();
     let groups: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();

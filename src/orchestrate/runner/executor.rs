@@ -1,6 +1,8 @@
 //! How jobs are executed: the [`Executor`] trait and the choice the command
 //! line makes (`--parallel-jobs`, `--slurm`).
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +26,25 @@ pub trait Executor {
 
     /// What the result records about this executor.
     fn describe(&self) -> Execution;
+}
+
+/// How a run is executed, as opposed to what it runs
+/// ([`super::super::plan::RunOptions`]): where its folder goes, whether it
+/// continues one, which executor, which interpreter, how much it says.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOptions {
+    /// `--output`: the run folder (default `results/<name>-<UTC time>`).
+    pub output: Option<PathBuf>,
+    /// `--resume`: continue an earlier run in this folder (only missing or failed points run).
+    pub resume: Option<PathBuf>,
+    /// `--force`, with `resume`: accept jobs whose configuration changed.
+    pub force: bool,
+    /// `--verbose`: the engine's log live, Python tracebacks on failure.
+    pub verbose: bool,
+    /// `--parallel-jobs`, `--slurm`, else local.
+    pub exec: ExecChoice,
+    /// `--python`: the interpreter jobs run in unless their variant names another.
+    pub python: Option<PathBuf>,
 }
 
 /// The executor a command asked for.

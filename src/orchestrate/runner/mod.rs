@@ -4,8 +4,8 @@
 //! at the end.
 //!
 //! ```text
-//! let mut runner = Runner::open(plan, &opts, Folder::New { name })?;
-//! let mut exec = executor_for(&opts.exec, &runner.plan)?;
+//! let mut runner = Runner::open(plan, &opts, &how, Folder::New { name })?;
+//! let mut exec = executor_for(&how.exec, &runner.plan)?;
 //! runner.run_jobs(exec.as_mut(), &groups, &heading)?;
 //! let code = runner.finish()?;  // 0 ok, 1 failed, 2 bad input only, 130 interrupted
 //! ```
@@ -41,7 +41,7 @@ use super::plan::{Plan, PlannedJob, RunOptions};
 use crate::error::ExitStatus;
 use crate::report::result::{RunResult, Status};
 
-pub use executor::{ExecChoice, Executor, executor_for};
+pub use executor::{ExecChoice, ExecOptions, Executor, executor_for};
 pub use folder::{new_result, now_rfc3339, output_dir, pending_job, print_summary};
 pub use sink::Sink;
 
@@ -66,17 +66,19 @@ pub type Heading<'a> = dyn Fn(&RunResult, usize) -> Option<String> + 'a;
 pub struct Runner {
     pub plan: Plan,
     pub opts: RunOptions,
+    pub how: ExecOptions,
     pub ui: MultiProgress,
     pub interrupts: Interrupts,
     /// The result and the run folder's files: what executors record into.
     pub sink: Sink,
 }
 
-/// A run as its executor reads it: the plan, the command's options, the
-/// terminal, Ctrl-C, and the heading printed before each job.
+/// A run as its executor reads it: the plan, what the command asked to run
+/// and how, the terminal, Ctrl-C, and the heading printed before each job.
 pub struct Run<'a> {
     pub plan: &'a Plan,
     pub opts: &'a RunOptions,
+    pub how: &'a ExecOptions,
     pub ui: &'a MultiProgress,
     pub interrupts: &'a Interrupts,
     pub heading: &'a Heading<'a>,
@@ -85,7 +87,7 @@ pub struct Run<'a> {
 impl<'a> Run<'a> {
     /// What each job's worker shares: the terminal, Ctrl-C, `-v`.
     pub fn session(&self) -> Session<'a> {
-        Session { ui: self.ui, interrupts: self.interrupts, verbose: self.opts.verbose }
+        Session { ui: self.ui, interrupts: self.interrupts, verbose: self.how.verbose }
     }
 }
 
@@ -96,13 +98,13 @@ impl Runner {
     /// Errors (usage): an interpreter without vLLM or torch (before the
     /// folder exists, see [`crate::python::require_engine_packages`]); see
     /// [`output_dir`] and [`folder::resume`].
-    pub fn open(mut plan: Plan, opts: &RunOptions, folder: Folder<'_>) -> Result<Runner> {
+    pub fn open(mut plan: Plan, opts: &RunOptions, how: &ExecOptions, folder: Folder<'_>) -> Result<Runner> {
         for job in &plan.jobs {
             crate::python::require_engine_packages(&job.python)?;
         }
         let (dir, result, files) = match folder {
             Folder::New { name } => {
-                let dir = output_dir(opts.output.as_deref(), name)?;
+                let dir = output_dir(how.output.as_deref(), name)?;
                 let files = OutputFiles::create(&dir, opts.step_trace)?;
                 (dir, new_result(&plan), files)
             }
@@ -112,7 +114,7 @@ impl Runner {
                 (dir.to_path_buf(), new_result(&plan), files)
             }
             Folder::Resume(dir) => {
-                let (result, files) = folder::resume(dir, &mut plan, opts.force, opts.step_trace)?;
+                let (result, files) = folder::resume(dir, &mut plan, how.force, opts.step_trace)?;
                 (dir.to_path_buf(), result, files)
             }
             Folder::Existing(dir) => {
@@ -124,7 +126,7 @@ impl Runner {
         };
         let sink = Sink::new(result, files, &dir);
         sink.write()?;
-        Ok(Runner::with(plan, opts, sink))
+        Ok(Runner::with(plan, opts, how, sink))
     }
 
     /// The runner of task `key` of the run in `dir` (`enginebench __task`):
@@ -135,17 +137,17 @@ impl Runner {
     ///
     /// Errors: the run's result.json is missing or unreadable, the task's
     /// folder cannot be created.
-    pub fn for_task(plan: Plan, opts: &RunOptions, dir: &Path, key: u32) -> Result<Runner> {
+    pub fn for_task(plan: Plan, opts: &RunOptions, how: &ExecOptions, dir: &Path, key: u32) -> Result<Runner> {
         let result = crate::report::export::read_result(&dir.join("result.json"))?;
         let tdir = task::task_dir(dir, key);
         std::fs::create_dir_all(&tdir).with_context(|| format!("creating {}", tdir.display()))?;
         let mut files = OutputFiles::for_task(dir, &tdir, opts.step_trace)?;
         files.resumes = result.resumes;
-        Ok(Runner::with(plan, opts, Sink::new(result, files, dir)))
+        Ok(Runner::with(plan, opts, how, Sink::new(result, files, dir)))
     }
 
-    fn with(plan: Plan, opts: &RunOptions, sink: Sink) -> Runner {
-        Runner { plan, opts: opts.clone(), ui: MultiProgress::new(), interrupts: Interrupts::install(), sink }
+    fn with(plan: Plan, opts: &RunOptions, how: &ExecOptions, sink: Sink) -> Runner {
+        Runner { plan, opts: opts.clone(), how: how.clone(), ui: MultiProgress::new(), interrupts: Interrupts::install(), sink }
     }
 
     /// The run folder.
@@ -187,7 +189,7 @@ impl Runner {
 
     /// The run as an executor reads it, and the sink it records into.
     pub fn parts<'a>(&'a mut self, heading: &'a Heading<'a>) -> (Run<'a>, &'a mut Sink) {
-        let run = Run { plan: &self.plan, opts: &self.opts, ui: &self.ui, interrupts: &self.interrupts, heading };
+        let run = Run { plan: &self.plan, opts: &self.opts, how: &self.how, ui: &self.ui, interrupts: &self.interrupts, heading };
         (run, &mut self.sink)
     }
 
@@ -214,7 +216,7 @@ impl Runner {
         let status = run_status(self.result(), self.sink.is_interrupted());
         self.sink.close(status)?;
         if print || status == Status::Interrupted {
-            print_summary(self.result(), self.dir(), self.opts.verbose);
+            print_summary(self.result(), self.dir(), self.how.verbose);
         }
         Ok(exit_status(self.result()))
     }

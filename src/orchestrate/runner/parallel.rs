@@ -141,7 +141,7 @@ impl Executor for Parallel {
                 }
                 let log = std::fs::File::create(sink.dir().join(format!("task-{key}.log")))?;
                 let mut cmd = Command::new(&exe);
-                if let Some(p) = crate::python::cli_choice() {
+                if let Some(p) = &run.how.python {
                     cmd.arg("--python").arg(p);
                 }
                 cmd.arg("__task").arg(sink.dir()).arg(key.to_string());

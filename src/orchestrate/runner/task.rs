@@ -12,6 +12,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::super::plan::{PlannedJob, RunOptions, plan};
+use super::{ExecChoice, ExecOptions};
 use super::local::{DEVICE_VARS, Sequential, local_placement};
 use super::{Run, Runner, Sink, node_name};
 use crate::error::{ExitStatus, usage};
@@ -21,10 +22,17 @@ use crate::report::result::{Placement, SlurmTask};
 /// The saved plan of a run folder (`plan.json`).
 #[derive(Serialize, Deserialize)]
 pub struct SavedPlan {
-    /// The command's options (recipe, overrides, executor).
+    /// What the command runs (recipe, overrides).
     pub options: RunOptions,
     /// The global `--python` of the submitting command.
     pub python: Option<PathBuf>,
+    /// The submitting command's executor (`status` and `collect` read its
+    /// Slurm options).
+    #[serde(default)]
+    pub exec: ExecChoice,
+    /// The submitting command's `--verbose`.
+    #[serde(default)]
+    pub verbose: bool,
     /// Every job, as planned (an `ab` schedule included).
     pub jobs: Vec<PlannedJob>,
     /// Task key (a Slurm array index) -> the jobs it runs, in order.
@@ -46,7 +54,9 @@ pub fn task_dir(dir: &Path, key: u32) -> PathBuf {
 pub fn save(run: &Run<'_>, sink: &Sink, tasks: &BTreeMap<u32, Vec<usize>>, probe_token: Option<String>) -> Result<()> {
     let saved = SavedPlan {
         options: run.opts.clone(),
-        python: crate::python::cli_choice(),
+        python: run.how.python.clone(),
+        exec: run.how.exec.clone(),
+        verbose: run.how.verbose,
         jobs: run.plan.jobs.clone(),
         tasks: tasks.clone(),
         probe_token,
@@ -62,7 +72,32 @@ pub fn load(dir: &Path) -> Result<SavedPlan> {
     let path = dir.join(PLAN_FILE);
     let text = std::fs::read_to_string(&path)
         .map_err(|e| usage(format!("{}: {e} (a parallel or Slurm run folder holds the plan its tasks run)", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))
+    let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    lift_exec_options(&mut value);
+    serde_json::from_value(value).map_err(|e| usage(format!("{}: {e}", path.display())))
+}
+
+/// A `plan.json` of an older build kept the executor and `--verbose` inside
+/// `options`: lifted to the top, where this build keeps them.
+fn lift_exec_options(value: &mut serde_json::Value) {
+    let Some(top) = value.as_object_mut() else { return };
+    for key in ["exec", "verbose"] {
+        if top.contains_key(key) {
+            continue;
+        }
+        if let Some(v) = top.get_mut("options").and_then(|o| o.as_object_mut()).and_then(|o| o.remove(key)) {
+            top.insert(key.to_string(), v);
+        }
+    }
+}
+
+impl SavedPlan {
+    /// How a task or `collect` runs the saved plan: the submitter's
+    /// `--verbose`, the local executor, the interpreter `python` (this
+    /// process's `--python`).
+    pub fn exec_options(&self, python: Option<&Path>) -> ExecOptions {
+        ExecOptions { verbose: self.verbose, python: python.map(Path::to_path_buf), ..ExecOptions::default() }
+    }
 }
 
 /// The environment variable that tells a task it shares its node with other jobs.
@@ -73,7 +108,7 @@ pub const CONCURRENT_VAR: &str = "ENGINEBENCH_CONCURRENT";
 ///
 /// Errors (usage): the probe file is missing or different (the folder is not
 /// shared with this node), no plan, no such task.
-pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<ExitStatus> {
+pub fn run_task(dir: &Path, key: u32, probe: Option<&str>, python: Option<&Path>) -> Result<ExitStatus> {
     if let Some(token) = probe {
         let node = node_name();
         let path = dir.join("slurm").join("probe");
@@ -94,7 +129,8 @@ pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<ExitStatus>
     }
     let saved = load(dir)?;
     let jobs = saved.tasks.get(&key).cloned().ok_or_else(|| usage(format!("{}: no task {key} in {PLAN_FILE}", dir.display())))?;
-    let mut plan = plan(&saved.options)?;
+    let mut plan = plan(&saved.options, python)?;
+    let how = saved.exec_options(python);
     plan.jobs = saved.jobs;
     // The devices this process was given (by the parallel executor or
     // Slurm) reach the worker, and the sampler attributes them to this job.
@@ -105,7 +141,7 @@ pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<ExitStatus>
             }
         }
     }
-    let mut runner = Runner::for_task(plan, &saved.options, dir, key)?;
+    let mut runner = Runner::for_task(plan, &saved.options, &how, dir, key)?;
     let node = task_node();
     let heading = |r: &crate::report::result::RunResult, i: usize| Some(format!("enginebench task {key}: job {i} ({}) on {node}", r.jobs[i].label));
     runner.run_jobs(&mut Sequential::placed_by(task_placement), &[jobs.clone()], &heading)?;
@@ -133,4 +169,34 @@ fn slurm_env() -> Option<SlurmTask> {
         job_id: num("SLURM_JOB_ID"),
         ..SlurmTask::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `plan.json` written before the execution options left `options`
+    /// still reads, with its executor and `--verbose` where this build keeps them.
+    #[test]
+    fn older_plan_json_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = serde_json::json!({
+            "options": {
+                "recipe": "r.toml", "variants": ["a"], "inferencex": false, "no_eval": true, "only_eval": false,
+                "step_trace": false, "force": false, "output": "/tmp/out", "resume": null, "verbose": true,
+                "exec": {"parallel": {"jobs": "auto", "share_cpu": true}}
+            },
+            "python": "/usr/bin/python3",
+            "jobs": [],
+            "tasks": {"0": [0]}
+        });
+        std::fs::write(dir.path().join(PLAN_FILE), old.to_string()).unwrap();
+        let saved = load(dir.path()).unwrap();
+        assert_eq!(saved.options.recipe.as_deref(), Some(Path::new("r.toml")));
+        assert_eq!(saved.options.variants, ["a"]);
+        assert!(saved.verbose);
+        assert!(matches!(saved.exec, ExecChoice::Parallel { share_cpu: true, .. }), "{:?}", saved.exec);
+        assert_eq!(saved.python.as_deref(), Some(Path::new("/usr/bin/python3")));
+        assert_eq!(saved.tasks[&0], [0]);
+    }
 }

@@ -229,7 +229,7 @@ impl Executor for Slurm {
         task::save(run, sink, &tasks, Some(token.clone()))?;
         let dir = std::fs::canonicalize(sink.dir())?;
         let exe = std::env::current_exe().context("locating the enginebench binary")?;
-        let python = crate::python::cli_choice();
+        let python = run.how.python.clone();
         let keys: Vec<u32> = tasks.keys().copied().collect();
         let name = format!("enginebench-{}", run.plan.recipe.name);
         let spec = script::ScriptSpec {
@@ -281,7 +281,7 @@ pub fn load_submission(dir: &Path) -> Result<Submission> {
 }
 
 fn slurm_options(saved: &task::SavedPlan, dir: &Path) -> Result<SlurmOptions> {
-    match &saved.options.exec {
+    match &saved.exec {
         ExecChoice::Slurm(o) => Ok(o.clone()),
         _ => Err(usage(format!("{}: this run was not submitted with --slurm", dir.display()))),
     }
@@ -317,14 +317,15 @@ pub fn status(dir: &Path) -> Result<ExitStatus> {
 /// merges it, prints the summary and returns the run's exit code.
 ///
 /// Errors (usage): not a Slurm run folder.
-pub fn collect(dir: &Path) -> Result<ExitStatus> {
+pub fn collect(dir: &Path, python: Option<&Path>) -> Result<ExitStatus> {
     let saved = task::load(dir)?;
     let sub = load_submission(dir)?;
     let opts = slurm_options(&saved, dir)?;
-    let mut plan = plan(&saved.options)?;
+    let mut plan = plan(&saved.options, python)?;
     plan.jobs = saved.jobs.clone();
     let slurm = Slurm::new(&plan, opts)?;
-    let mut runner = Runner::open(plan, &saved.options, Folder::Existing(dir))?;
+    let how = saved.exec_options(python);
+    let mut runner = Runner::open(plan, &saved.options, &how, Folder::Existing(dir))?;
     errln!("enginebench collect: Slurm array {} -> {}", sub.array_job_id, dir.display());
     let no_heading = |_: &crate::report::result::RunResult, _: usize| None;
     let (run, sink) = runner.parts(&no_heading);
