@@ -3,14 +3,12 @@
 //! and the server (every process of its group) gone afterwards, also when
 //! the test body panics.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{engine_lock, install};
+use crate::util::{engine_lock, install};
 use enginebench::metrics::stats::{mean, median};
 use enginebench::protocol::RequestRecord;
 use enginebench::serve::client::ServeOutcome;

@@ -1,9 +1,7 @@
 //! Bad input that is caught before any engine starts: exit code 2 and a
 //! message naming the problem.
 
-mod common;
-
-use common::{enginebench, text};
+use crate::util::{enginebench, text};
 
 #[test]
 fn missing_recipe_file() {
@@ -52,12 +50,10 @@ fn telemetry_interval_out_of_range() {
 /// crash: before `outln!`, `println!` panicked on EPIPE with exit 101.
 #[test]
 fn closed_stdout_is_not_a_panic() {
-    common::install();
+    crate::util::install();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader); // every write to `writer` is now EPIPE (Rust ignores SIGPIPE)
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_enginebench"))
-        .args(["recipe", "show", "recipes/cpu/smollm2-135m.toml"])
-        .current_dir(common::repo())
+    let out = crate::util::command(&["recipe", "show", "recipes/cpu/smollm2-135m.toml"])
         .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .output()

@@ -1,8 +1,6 @@
 //! End to end on real vLLM (CPU build) and the real bundled model.
 
-mod common;
-
-use common::{engine_lock, enginebench, install, read_json, repo, text};
+use crate::util::{engine_lock, enginebench, install, read_json, repo, text};
 
 /// `a` and `b` agree within a relative tolerance (figures are rounded nowhere,
 /// but a duration is summed from floats).
