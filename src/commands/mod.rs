@@ -10,7 +10,7 @@
 //! | `recipe check`/`show`, `import` | [`recipe`], [`import`] | [`crate::orchestrate::check`], [`crate::recipe`], [`crate::import`] |
 //! | `doctor`, `telemetry` | [`doctor`], [`telemetry`] | [`crate::orchestrate::doctor`], [`crate::telemetry`] |
 //! | `status`, `collect`, hidden `__task` | [`status`], [`collect`], [`task`] | [`crate::orchestrate::runner`] |
-//! | the worker process (no subcommand) | [`worker`] | [`crate::orchestrate::worker`] |
+//! | the worker process (no subcommand; the `python` feature) | `worker` | `orchestrate::worker` |
 //!
 //! [`options`] builds the run options the engine commands share.
 

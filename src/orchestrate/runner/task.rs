@@ -144,7 +144,7 @@ pub fn run_task(dir: &Path, key: u32, probe: Option<&str>, python: Option<&Path>
     let mut runner = Runner::for_task(plan, &saved.options, &how, dir, key)?;
     let node = task_node();
     let heading = |r: &crate::report::result::RunResult, i: usize| Some(format!("enginebench task {key}: job {i} ({}) on {node}", r.jobs[i].label));
-    runner.run_jobs(&mut Sequential::placed_by(task_placement), &[jobs.clone()], &heading)?;
+    runner.run_jobs(&mut Sequential::placed_by(task_placement), std::slice::from_ref(&jobs), &heading)?;
     Ok(runner.exit_status_of(&jobs))
 }
 
