@@ -59,8 +59,13 @@ pub fn command(args: &[&str]) -> Command {
 
 /// Runs the enginebench binary with `args` from the repository root.
 pub fn enginebench(args: &[&str]) -> Output {
+    enginebench_env(args, &[])
+}
+
+/// The same with extra environment variables.
+pub fn enginebench_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     install();
-    command(args).output().expect("enginebench runs")
+    command(args).envs(env.iter().copied()).output().expect("enginebench runs")
 }
 
 /// Runs `c` to its end: its output and its stdout + stderr as text.
