@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-machine Slurm cluster for the Slurm end-to-end tests (tests/slurm_e2e.rs).
+# A one-machine Slurm cluster for the Slurm end-to-end tests (tests/it/slurm_e2e.rs).
 #
 #   ci/slurm.sh start   install slurm-wlm + munge if missing (root, apt-get),
 #                       write slurm.conf into $ENGINEBENCH_SLURM_DIR (default

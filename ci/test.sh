@@ -14,7 +14,7 @@ if [ "$(id -u)" = 0 ] && ! [ -x /usr/bin/rocm-smi ]; then
         { apt-get update -q >/dev/null && apt-get install -y -q librocm-smi64-1 rocm-smi >/dev/null; }) ||
         echo "[test] could not install rocm-smi; the ROCm SMI test will skip" >&2
 fi
-# A one-machine Slurm cluster for tests/slurm_e2e.rs (installs slurm-wlm and
+# A one-machine Slurm cluster for tests/it/slurm_e2e.rs (installs slurm-wlm and
 # munge when missing, as root), stopped again when the tests end.
 "$repo/ci/slurm.sh" start
 export "$("$repo/ci/slurm.sh" env)"

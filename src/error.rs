@@ -11,9 +11,35 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
 }
 
-/// Exit codes: 0 all points ok, 1 a point or the engine failed, 2 bad input.
-pub mod exit {
-    pub const OK: i32 = 0;
-    pub const FAILED: i32 = 1;
-    pub const USAGE: i32 = 2;
+/// How a command ended, and so the process's exit code (the README's
+/// "Exit codes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// 0: every point, job and gate passed.
+    Ok,
+    /// 1: a point, job, engine or gate failed.
+    Failed,
+    /// 2: bad input ([`UsageError`]): a recipe, flag, path or data file that
+    /// cannot be used.
+    Usage,
+    /// 130 (128 + SIGINT, as shells report a Ctrl-C): stopped by Ctrl-C.
+    Interrupted,
+}
+
+impl ExitStatus {
+    /// The process exit code: 0, 1, 2 or 130.
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Ok => 0,
+            ExitStatus::Failed => 1,
+            ExitStatus::Usage => 2,
+            ExitStatus::Interrupted => 130,
+        }
+    }
+
+    /// The status of a command that ended with `e`: bad input when it
+    /// carries a [`UsageError`], else failed.
+    pub fn of_error(e: &anyhow::Error) -> ExitStatus {
+        if e.downcast_ref::<UsageError>().is_some() { ExitStatus::Usage } else { ExitStatus::Failed }
+    }
 }

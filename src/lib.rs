@@ -8,6 +8,7 @@ mod print;
 
 pub mod ab;
 pub mod cli;
+pub mod commands;
 pub mod engine;
 pub mod error;
 pub mod eval;

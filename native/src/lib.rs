@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 /// Runs the engine worker; returns its exit code (0 ok, 1 failed).
 #[pyfunction]
 fn worker_main(py: Python<'_>) -> i32 {
-    py.detach(enginebench::orchestrate::worker::main)
+    py.detach(enginebench::commands::worker::main)
 }
 
 /// Runs the command line `argv` (program name first); returns the exit code.

@@ -9,7 +9,8 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::input::{Arm, Repeat, RequestRow};
-use super::stats::{self, BootstrapOptions, IntervalMethod, McNemar, RepeatData, Verdict};
+use super::distributions::{self, McNemar};
+use super::stats::{self, BootstrapOptions, IntervalMethod, RepeatData, Verdict};
 use crate::error::usage;
 use crate::eval::score::{Sample, aggregate};
 use crate::report::result::{PointResult, RecipeInfo};
@@ -285,7 +286,7 @@ pub struct Comparison {
     pub context: Context,
     pub options: Options,
     /// What differs between the two engine configurations (first repeats):
-    /// env and `vllm serve` flags, one phrase each ([`super::changelog::config_changes`]).
+    /// env and `vllm serve` flags, one phrase each ([`super::config_diff::config_changes`]).
     pub changes: Vec<String>,
     /// Sorted by ISL, OSL, TP, conc.
     pub rows: Vec<Row>,
@@ -405,9 +406,9 @@ pub fn apply_noise(c: &mut Comparison, noise: &NoiseFloor) {
 }
 
 impl Comparison {
-    /// Process exit code: 0 when the gate passed, 1 when it failed.
-    pub fn exit_code(&self) -> i32 {
-        if self.gate.passed { crate::error::exit::OK } else { crate::error::exit::FAILED }
+    /// Ok when the gate passed, failed (exit code 1) when it did not.
+    pub fn exit_status(&self) -> crate::error::ExitStatus {
+        if self.gate.passed { crate::error::ExitStatus::Ok } else { crate::error::ExitStatus::Failed }
     }
 }
 
@@ -532,7 +533,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         candidate_label: candidate.label.clone(),
         context,
         options,
-        changes: super::changelog::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job),
+        changes: super::config_diff::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job),
         rows,
         accuracy,
         notes,
@@ -653,7 +654,7 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
         let mcnemar = have_pairs.then(|| {
             let n01 = pairs.iter().filter(|(x, y)| right(x) && !right(y)).count() as u64;
             let n10 = pairs.iter().filter(|(x, y)| !right(x) && right(y)).count() as u64;
-            stats::mcnemar(n01, n10)
+            distributions::mcnemar(n01, n10)
         });
         let diff = c - b;
         let significant_drop = mcnemar.is_some_and(|m| m.p_value < o.alpha) && diff < 0.0;
@@ -731,9 +732,9 @@ pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResul
                     r.tp,
                     r.conc,
                     f.metric.title(),
-                    super::markdown::pct(f.delta),
-                    super::markdown::ci_text(f.ci),
-                    super::markdown::pct_unsigned(o.max_regression)
+                    super::numbers::pct(f.delta),
+                    super::numbers::ci_text(f.ci),
+                    super::numbers::pct_unsigned(o.max_regression)
                 ));
             }
         }
@@ -741,7 +742,7 @@ pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResul
     if let Some(a) = accuracy.filter(|a| !a.held) {
         for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
             if !m.held {
-                let p = m.mcnemar.map_or(String::new(), |t| format!(", McNemar p = {}", super::markdown::p_text(t.p_value)));
+                let p = m.mcnemar.map_or(String::new(), |t| format!(", McNemar p = {}", super::numbers::p_text(t.p_value)));
                 failures.push(format!(
                     "accuracy did not hold: {name} {:.2}% -> {:.2}% ({:+.2} points{p}; allowed drop {:.2} points)",
                     m.baseline * 100.0,

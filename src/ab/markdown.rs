@@ -6,70 +6,9 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
 
 use super::compare::{Accuracy, Comparison, Figure, METRICS, PairedMetric, Row};
-use super::stats::{CONFIDENCE, McNemarMethod, Verdict};
-
-/// A delta (fraction) as a signed percentage, one decimal as a rule: `+4.2%`.
-///
-/// Precision follows size so no figure reads as zero or as false precision:
-/// two decimals below 0.1% (`+0.04%`), none from 100% up (`+412%`).
-pub fn pct(delta: f64) -> String {
-    if !delta.is_finite() {
-        return "-".into();
-    }
-    let v = delta * 100.0;
-    match v.abs() {
-        a if a >= 100.0 => format!("{v:+.0}%"),
-        a if a > 0.0 && a < 0.1 => format!("{v:+.2}%"),
-        _ => format!("{v:+.1}%"),
-    }
-}
-
-/// A fraction as an unsigned percentage: `5%`, `2.5%`.
-/// (`0.04%` below 0.1%, as [`pct`]).
-pub fn pct_unsigned(x: f64) -> String {
-    let v = x * 100.0;
-    if (v - v.round()).abs() < 1e-9 || v.abs() >= 100.0 {
-        format!("{v:.0}%")
-    } else if v.abs() < 0.1 {
-        format!("{v:.2}%")
-    } else {
-        format!("{v:.1}%")
-    }
-}
-
-/// A delta interval: `[-1.2%, +2.9%]`, or `[no CI]`.
-pub fn ci_text(ci: Option<(f64, f64)>) -> String {
-    match ci {
-        Some((lo, hi)) => format!("[{}, {}]", pct(lo), pct(hi)),
-        None => "[no CI]".into(),
-    }
-}
-
-/// A p-value: two decimals from 0.1 up (`0.15`, `1.00`), two significant
-/// digits below (`0.018`, `0.00030`), `<0.0001` below that.
-pub fn p_text(p: f64) -> String {
-    if p < 1e-4 {
-        "<0.0001".into()
-    } else if p >= 0.1 {
-        format!("{p:.2}")
-    } else {
-        let decimals = (1.0 - p.log10().floor()) as usize;
-        format!("{p:.decimals$}")
-    }
-}
-
-/// A figure in its unit with about 3 significant digits (as the run table).
-pub fn num(v: f64) -> String {
-    if !v.is_finite() {
-        "-".into()
-    } else if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
+use super::distributions::McNemarMethod;
+use super::numbers::{ci_text, num, p_text, pct, pct_abs, pct_unsigned};
+use super::stats::{CONFIDENCE, Verdict};
 
 /// A figure's verdict in words, with its resolution: a change within the
 /// A/A noise floor reads "no significant change (within this machine's
@@ -86,11 +25,6 @@ pub fn verdict_text(f: &Figure, repeats: usize) -> String {
 /// `no change larger than 4.1% at 3 repeats`.
 pub fn resolution_text(mde: f64, repeats: usize) -> String {
     format!("no change larger than {} at {repeats} {}", pct_abs(mde), if repeats == 1 { "repeat" } else { "repeats" })
-}
-
-/// A non-negative fraction as a percentage with one decimal: `4.1%`.
-fn pct_abs(x: f64) -> String {
-    if x.is_finite() { format!("{:.1}%", x * 100.0) } else { "-".into() }
 }
 
 /// How the intervals were computed and what a verdict needs, in one sentence.
@@ -123,9 +57,7 @@ pub fn noise_markdown(c: &Comparison) -> String {
     for r in &c.rows {
         for f in &r.figures {
             let sd = if f.repeat_deltas.len() >= 2 {
-                let m = crate::metrics::stats::mean(&f.repeat_deltas);
-                let v = f.repeat_deltas.iter().map(|d| (d - m).powi(2)).sum::<f64>() / (f.repeat_deltas.len() - 1) as f64;
-                pct_abs(v.sqrt())
+                pct_abs(crate::metrics::stats::sample_variance(&f.repeat_deltas).sqrt())
             } else {
                 "-".into()
             };
@@ -419,22 +351,10 @@ pub(crate) mod tests {
     use super::super::compare::{
         Context, Figure, GateResult, Metric, Options, Scores, TokenAgreement,
     };
-    use super::super::stats::{McNemar, Verdict};
+    use super::super::distributions::McNemar;
+    use super::super::stats::Verdict;
     use super::*;
     use crate::report::result::RecipeInfo;
-
-    #[test]
-    fn percentages_keep_small_figures_visible_and_big_ones_plain() {
-        assert_eq!(pct(0.042), "+4.2%");
-        assert_eq!(pct(-0.0004), "-0.04%");
-        assert_eq!(pct(0.0), "+0.0%");
-        assert_eq!(pct(4.123), "+412%");
-        assert_eq!(pct(f64::NAN), "-");
-        assert_eq!(pct_unsigned(0.05), "5%");
-        assert_eq!(pct_unsigned(0.025), "2.5%");
-        assert_eq!(pct_unsigned(0.0004), "0.04%");
-        assert_eq!(pct_unsigned(12.3456), "1235%");
-    }
 
     /// A hand-made comparison: one ISL/OSL and TP, two concurrencies.
     pub fn fixture() -> Comparison {
@@ -493,8 +413,8 @@ pub(crate) mod tests {
             baseline: Scores { n: 1319, strict: 0.959, flexible: 0.96 },
             candidate: Scores { n: 1319, strict: 0.9583, flexible: 0.9598 },
             paired: 1319,
-            strict: pm(0.959, 0.9583, crate::ab::stats::mcnemar(9, 8)),
-            flexible: pm(0.96, 0.9598, crate::ab::stats::mcnemar(20, 19)),
+            strict: pm(0.959, 0.9583, crate::ab::distributions::mcnemar(9, 8)),
+            flexible: pm(0.96, 0.9598, crate::ab::distributions::mcnemar(20, 19)),
             max_accuracy_drop: 0.01,
             held: true,
             agreement: Some(TokenAgreement {
@@ -607,17 +527,4 @@ Gate (max regression 5%, max accuracy drop 1.00 points): PASS
         assert!(t.trim_end().ends_with("PASS"));
     }
 
-    #[test]
-    fn formats() {
-        assert_eq!(pct(0.0583), "+5.8%");
-        assert_eq!(pct(-0.129), "-12.9%");
-        assert_eq!(pct_unsigned(0.05), "5%");
-        assert_eq!(pct_unsigned(0.025), "2.5%");
-        assert_eq!(p_text(0.01796), "0.018");
-        assert_eq!(p_text(0.000298), "0.00030");
-        assert_eq!(p_text(0.146), "0.15");
-        assert_eq!(p_text(0.00001), "<0.0001");
-        assert_eq!(num(1460.4), "1460");
-        assert_eq!(num(9.876), "9.88");
-    }
 }

@@ -9,15 +9,18 @@
 //! let cmp = ab::compare::compare(&baseline_arm, &candidate_arm, context, options)?;
 //! out!("{}", ab::markdown::terminal(&cmp));
 //! let files = ab::write_outputs(&cmp, &out_dir)?;   // ab.md, ab.json, changelog.yaml, plots
-//! std::process::exit(cmp.exit_code());
+//! std::process::exit(cmp.exit_status().code());
 //! ```
 
 pub mod changelog;
 #[cfg(test)]
 mod coverage;
 pub mod compare;
+pub mod config_diff;
+pub mod distributions;
 pub mod input;
 pub mod markdown;
+pub mod numbers;
 pub mod plot;
 pub mod prefix_cache;
 pub mod spec;
@@ -30,8 +33,6 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 pub use compare::{Comparison, Context, Options, compare};
-#[allow(unused_imports)] // the `ab` command's API
-pub use input::{Arm, Repeat, RequestRow};
 pub use input::load_arm;
 
 /// Writes `ab.md` (Markdown), `ab.json` (the comparison), `changelog.yaml`
@@ -49,7 +50,7 @@ pub fn write_outputs(c: &Comparison, dir: &Path) -> Result<Vec<PathBuf>> {
     put("ab.md", markdown::render(c))?;
     put("ab.json", serde_json::to_string_pretty(c)? + "\n")?;
     put("changelog.yaml", changelog::render(c))?;
-    files.extend(plot::write_all(&plot::from_comparison(c), dir, "ab_")?);
+    files.extend(crate::report::plot::write_all(&plot::from_comparison(c), dir, "ab_")?);
     Ok(files)
 }
 
@@ -69,7 +70,7 @@ pub struct CompareRequest {
 /// `enginebench compare`: loads both results, compares, prints the table,
 /// accuracy block and gate, writes the files. Exit code 0 (gate passed),
 /// 1 (gate failed); bad input is a usage error (2).
-pub fn run_compare(req: &CompareRequest) -> Result<i32> {
+pub fn run_compare(req: &CompareRequest) -> Result<crate::error::ExitStatus> {
     let (_, base) = load_arm(&req.baseline, req.baseline_label.as_deref(), "baseline", "--baseline-label")?;
     let (cand_result, cand) = load_arm(&req.candidate, req.candidate_label.as_deref(), "candidate", "--candidate-label")?;
     if req.baseline == req.candidate && base.label == cand.label {
@@ -89,17 +90,5 @@ pub fn run_compare(req: &CompareRequest) -> Result<i32> {
     for f in write_outputs(&cmp, &dir)? {
         outln!("{}", f.display());
     }
-    Ok(cmp.exit_code())
-}
-
-/// `enginebench plot`: every job of one result, PNG and SVG per ISL/OSL,
-/// into `output` (default: beside the result). Returns the files written.
-pub fn run_plot(result: &Path, output: Option<&Path>) -> Result<Vec<PathBuf>> {
-    let r = crate::report::export::read_result(result)?;
-    let charts = plot::from_result(&r);
-    if charts.is_empty() {
-        return Err(crate::error::usage(format!("{}: no measured point to plot", result.display())));
-    }
-    let dir = output.map(Path::to_path_buf).unwrap_or_else(|| result.parent().map(Path::to_path_buf).unwrap_or_default());
-    plot::write_all(&charts, &dir, "")
+    Ok(cmp.exit_status())
 }

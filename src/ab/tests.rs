@@ -161,7 +161,7 @@ fn identical_runs_show_no_significant_change_and_pass() {
     let g = a.agreement.unwrap();
     assert_eq!((g.compared, g.identical, g.fraction, g.mean_first_divergence), (40, 40, 1.0, None));
     assert!(cmp.gate.passed);
-    assert_eq!(cmp.exit_code(), 0);
+    assert_eq!(cmp.exit_status().code(), 0);
     assert!(cmp.changes.is_empty());
 }
 
@@ -190,7 +190,7 @@ fn a_clear_speedup_is_faster_and_a_clear_slowdown_fails_the_gate() {
     let cmp = compare(&base3(), &slow(), context(), Options::default()).unwrap();
     assert!(!cmp.gate.passed);
     assert_eq!(cmp.gate.perf_not_gated, None);
-    assert_eq!(cmp.exit_code(), 1);
+    assert_eq!(cmp.exit_status().code(), 1);
     assert!(cmp.gate.failures.iter().any(|f| f.contains("conc 4") && f.contains("Median TPOT")), "{:?}", cmp.gate.failures);
     // A tolerance above the slowdown (about 10%) lets it pass.
     let lenient = Options { max_regression: 0.2, ..Options::default() };
@@ -207,7 +207,7 @@ fn one_repeat_is_not_gated_on_performance_but_accuracy_still_is() {
     let cmp = compare(&b(), &slow, context(), Options::default()).unwrap();
     assert_eq!(cmp.rows[1].figure(Metric::MedianTpot).verdict, Verdict::Slower, "the row still reads slower");
     assert!(cmp.gate.passed, "{:?}", cmp.gate);
-    assert_eq!(cmp.exit_code(), 0);
+    assert_eq!(cmp.exit_status().code(), 0);
     let why = cmp.gate.perf_not_gated.as_deref().unwrap();
     assert!(why.starts_with("performance not gated at any point: one repeat"), "{why}");
     for text in [super::markdown::render(&cmp), super::markdown::terminal(&cmp)] {
@@ -391,7 +391,7 @@ fn loads_two_labels_from_one_result_folder() {
         config_key: None,
         output: Some(out.clone()),
     };
-    assert_eq!(super::run_compare(&req).unwrap(), 0);
+    assert_eq!(super::run_compare(&req).unwrap().code(), 0);
     let mut names: Vec<String> =
         std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
@@ -400,10 +400,10 @@ fn loads_two_labels_from_one_result_folder() {
     let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
     assert!(md.contains("| conc | before | after | delta |"));
     // `plot` on the same file draws both labels.
-    let files = super::run_plot(&path, Some(&dir.path().join("plots"))).unwrap();
+    let files = crate::report::plot::run_plot(&path, Some(&dir.path().join("plots"))).unwrap();
     assert_eq!(files.len(), 6);
     let svg = std::fs::read_to_string(files.iter().find(|f| f.extension().unwrap() == "svg").unwrap()).unwrap();
-    let texts = super::plot::tests::svg_texts(&svg);
+    let texts = crate::report::plot::tests::svg_texts(&svg);
     assert!(texts.contains(&"base".to_string()) && texts.contains(&"knob".to_string()), "{texts:?}");
 }
 

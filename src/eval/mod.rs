@@ -14,7 +14,6 @@ pub mod pyrandom;
 pub mod score;
 pub mod tasks;
 
-// The API the runner calls (not all of it is wired in yet).
 pub use data::load_data;
 pub use prompt::{EvalPlan, build_requests};
 pub use crate::protocol::Prompt;

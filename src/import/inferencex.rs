@@ -501,7 +501,7 @@ pub fn verify(toml: &str, jobs: &[Job]) -> Result<(), String> {
 /// `enginebench import inferencex`: writes the recipe to `output` (or
 /// stdout) and the notes to stderr. Exit 0, or 2 (nothing written) when a
 /// point cannot be evaluated.
-pub fn run_import(launcher: &Path, master: (&Path, &str), scenario: Option<&str>, output: Option<&Path>) -> Result<i32> {
+pub fn run_import(launcher: &Path, master: (&Path, &str), scenario: Option<&str>, output: Option<&Path>) -> Result<crate::error::ExitStatus> {
     let (path, key) = master;
     let yaml = std::fs::read_to_string(path).map_err(|e| usage(format!("cannot read master config {}: {e}", path.display())))?;
     let entry = super::master_config::read_entry(&yaml, key).map_err(|e| usage(format!("{}: {e}", path.display())))?;
@@ -512,7 +512,7 @@ pub fn run_import(launcher: &Path, master: (&Path, &str), scenario: Option<&str>
 }
 
 /// Prints the jobs and notes to stderr and writes the TOML.
-pub fn write_out(imported: &Imported, output: Option<&Path>) -> Result<i32> {
+pub fn write_out(imported: &Imported, output: Option<&Path>) -> Result<crate::error::ExitStatus> {
     for j in &imported.jobs {
         errln!("job {}: {} point(s), vllm serve at line {}", j.name, j.points.len(), j.line);
     }
@@ -526,5 +526,5 @@ pub fn write_out(imported: &Imported, output: Option<&Path>) -> Result<i32> {
         }
         None => out!("{}", imported.toml),
     }
-    Ok(crate::error::exit::OK)
+    Ok(crate::error::ExitStatus::Ok)
 }

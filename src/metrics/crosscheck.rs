@@ -20,7 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{mean, percentile_sorted};
+use super::stats::{mean, median, percentile_sorted, sorted};
 use crate::protocol::{EngineTiming, RequestRecord};
 
 /// Absolute part of the tolerance, ms.
@@ -44,11 +44,8 @@ pub struct Difference {
 
 impl Difference {
     fn of(harness_ms: &[f64], vllm_ms: &[f64], median_step_ms: f64) -> Difference {
-        let mut d: Vec<f64> = harness_ms.iter().zip(vllm_ms).map(|(h, v)| h - v).collect();
-        d.sort_by(f64::total_cmp);
-        let mut v = vllm_ms.to_vec();
-        v.sort_by(f64::total_cmp);
-        let vllm_median_ms = percentile_sorted(&v, 50.0);
+        let d = sorted(&harness_ms.iter().zip(vllm_ms).map(|(h, v)| h - v).collect::<Vec<_>>());
+        let vllm_median_ms = median(vllm_ms);
         Difference {
             mean_ms: mean(&d),
             median_ms: percentile_sorted(&d, 50.0),

@@ -1,6 +1,9 @@
 //! Order statistics with numpy's conventions, so that figures match
 //! `vllm bench serve` (which uses `np.mean`, `np.std`, `np.median`,
 //! `np.percentile` with linear interpolation, and `x or 0` for empty lists).
+//! The one implementation of mean, deviation, median and percentiles for
+//! every figure: request latencies, engine steps, telemetry readings, the
+//! bootstrap of `ab`.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +23,7 @@ impl Summary {
     /// Summarises `values`; an empty slice gives all zeros, as vLLM's
     /// `np.mean(x or 0)` does.
     pub fn of(values: &[f64], percentiles: &[f64]) -> Summary {
-        let mut sorted: Vec<f64> = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
+        let sorted = sorted(values);
         Summary {
             mean: mean(&sorted),
             median: percentile_sorted(&sorted, 50.0),
@@ -39,6 +41,16 @@ pub fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
 }
 
+/// Sample variance (ddof = 1, n - 1 denominator, as `np.var(x, ddof=1)`);
+/// 0 for fewer than two values.
+pub fn sample_variance(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(values);
+    values.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (values.len() - 1) as f64
+}
+
 /// Population standard deviation (ddof = 0, as `np.std`); 0 for an empty slice.
 pub fn std_dev(values: &[f64]) -> f64 {
     if values.is_empty() {
@@ -46,6 +58,39 @@ pub fn std_dev(values: &[f64]) -> f64 {
     }
     let m = mean(values);
     (values.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / values.len() as f64).sqrt()
+}
+
+/// `values` in ascending order (NaN last, by `f64::total_cmp`).
+pub fn sorted(values: &[f64]) -> Vec<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Median (`np.median`) of `values` in any order; 0 when empty.
+pub fn median(values: &[f64]) -> f64 {
+    percentile_sorted(&sorted(values), 50.0)
+}
+
+/// [`median`], reordering `v` instead of sorting a copy (O(n) selection,
+/// for the bootstrap's many resamples); 0 when empty.
+pub fn median_in_place(v: &mut [f64]) -> f64 {
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        1 => v[0],
+        _ => {
+            let hi = n / 2;
+            let (_, &mut upper, _) = v.select_nth_unstable_by(hi, f64::total_cmp);
+            if n % 2 == 1 {
+                upper
+            } else {
+                // The largest of the lower half is the other middle value.
+                let lower = v[..hi].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                (lower + upper) / 2.0
+            }
+        }
+    }
 }
 
 /// Percentile `p` (0..=100) of an ascending slice with linear interpolation
@@ -93,5 +138,17 @@ mod tests {
     fn empty_is_zero_like_vllm() {
         let s = Summary::of(&[], &[99.0]);
         assert_eq!((s.mean, s.median, s.std, s.percentiles[0]), (0.0, 0.0, 0.0, (99.0, 0.0)));
+        assert_eq!((median(&[]), median_in_place(&mut []), sample_variance(&[1.0])), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn medians_agree_whether_sorted_or_selected() {
+        // np.median([4, 1, 3, 2]) == 2.5, np.median([5, 1, 3]) == 3.0
+        for (v, m) in [(vec![4.0, 1.0, 3.0, 2.0], 2.5), (vec![5.0, 1.0, 3.0], 3.0), (vec![7.0], 7.0)] {
+            assert_eq!(median(&v), m);
+            assert_eq!(median_in_place(&mut v.clone()), m);
+        }
+        // np.var([2, 4, 4, 4, 5, 5, 7, 9], ddof=1) == 32 / 7
+        assert!((sample_variance(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) - 32.0 / 7.0).abs() < 1e-12);
     }
 }

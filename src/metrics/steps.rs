@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{mean, percentile_sorted};
+use super::stats::{mean, percentile_sorted, sorted};
 use crate::protocol::StepRecord;
 
 /// Per-point summary of the engine's steps.
@@ -36,12 +36,8 @@ pub struct StepSummary {
 
 /// Summarises a point's steps.
 pub fn summarize_steps(steps: &[StepRecord]) -> StepSummary {
-    let sorted = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v
-    };
-    let all = sorted(steps.iter().map(|s| s.dur_ms).collect());
-    let decode = sorted(steps.iter().filter(|s| s.decode_only()).map(|s| s.dur_ms).collect());
+    let all = sorted(&steps.iter().map(|s| s.dur_ms).collect::<Vec<_>>());
+    let decode = sorted(&steps.iter().filter(|s| s.decode_only()).map(|s| s.dur_ms).collect::<Vec<_>>());
     let batches: Vec<f64> = steps
         .iter()
         .filter_map(|s| Some(s.prefill_reqs? + s.decode_reqs?))

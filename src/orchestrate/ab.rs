@@ -4,7 +4,7 @@
 //! once per variant; then the comparison (deltas with 95% CIs, McNemar,
 //! greedy-token agreement, gate, Markdown, perf-changelog YAML, plots).
 //!
-//! Three additions make its verdicts fit for a CI gate (issue 15):
+//! Three additions make its verdicts fit for a CI gate:
 //!
 //! * `--aa`: the baseline against a copy of itself on the same schedule; its
 //!   `ab.json` is this machine's noise floor for that sweep.
@@ -20,11 +20,11 @@ use anyhow::Result;
 
 use super::plan::{PlannedJob, RunOptions, plan};
 use super::progress::say;
-use super::runner::{EXIT_INTERRUPTED, ExecChoice, Folder, Runner, executor_for, output_dir, pending_job};
+use super::runner::{ExecChoice, ExecOptions, Folder, Runner, executor_for, output_dir};
 use crate::report::result::Status;
 use crate::ab::compare::{NoiseFloor, Row, apply_noise};
 use crate::ab::{self, Comparison, Context, Options, load_arm};
-use crate::error::{exit, usage};
+use crate::error::{ExitStatus, usage};
 use crate::python::{self, Interpreter};
 
 /// What `enginebench ab` was asked.
@@ -66,8 +66,8 @@ pub const PYTHON_AB_SUFFIX: &str = "@candidate";
 /// Errors (usage, before anything runs): bad recipe/variants/options, as
 /// `run`; a bad `--noise` file; `--until-ci` without a target above 0 or
 /// with `--max-repeats` below `--repeats`; `--calibrate`/`--noise` with `--aa`.
-pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
-    if !opts.variants.is_empty() || opts.resume.is_some() {
+pub fn ab(opts: &RunOptions, how: &ExecOptions, req: &AbRequest) -> Result<ExitStatus> {
+    if !opts.variants.is_empty() || how.resume.is_some() {
         return Err(usage("ab takes --baseline and --candidate (not --variant/--variants/--resume)"));
     }
     let same_variant = req.candidate.as_deref().is_none_or(|c| c == req.baseline);
@@ -99,7 +99,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
         (None, Some(_)) => return Err(usage("--max-repeats goes with --until-ci PCT")),
         (None, None) => None,
     };
-    if matches!(&opts.exec, ExecChoice::Slurm(s) if s.detach) {
+    if matches!(&how.exec, ExecChoice::Slurm(s) if s.detach) {
         return Err(usage("ab compares once every repeat has run: it takes --slurm without --detach"));
     }
     let noise = req.noise.as_deref().map(NoiseFloor::load).transpose()?;
@@ -119,7 +119,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
 
     let mut opts = opts.clone();
     opts.variants = if same_variant { vec![req.baseline.clone()] } else { vec![req.baseline.clone(), candidate.clone()] };
-    let plan0 = plan(&opts)?;
+    let plan0 = plan(&opts, how.python.as_deref())?;
     // Every interpreter a job will run in (the arm's override, else the
     // job's own), before the output folder exists and any engine starts.
     for job in &plan0.jobs {
@@ -128,7 +128,7 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
             python::require_engine_packages(pythons.candidate.as_ref().unwrap_or(&job.python))?;
         }
     }
-    let out_dir = output_dir(opts.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
+    let out_dir = output_dir(how.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
 
     let noise = if req.calibrate {
         errln!("enginebench ab --calibrate: A/A of {} first ({} repeats) -> {}", req.baseline, req.repeats, out_dir.join("aa").display());
@@ -142,9 +142,9 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
             copy: true,
             pythons: ArmPythons { baseline: pythons.baseline.clone(), candidate: pythons.baseline.clone() },
         };
-        match run_arms(&aa_opts, &arms, req, None, &out_dir.join("aa"), None)? {
-            Finished::Interrupted => return Ok(EXIT_INTERRUPTED),
-            Finished::Done { code, .. } if code != exit::OK => {
+        match run_arms(&aa_opts, how, &arms, req, None, &out_dir.join("aa"), None)? {
+            Finished::Interrupted => return Ok(ExitStatus::Interrupted),
+            Finished::Done { code, .. } if code != ExitStatus::Ok => {
                 errln!("enginebench ab --calibrate: a job of the A/A failed; no A/B run");
                 return Ok(code);
             }
@@ -154,9 +154,9 @@ pub fn ab(opts: &RunOptions, req: &AbRequest) -> Result<i32> {
         noise
     };
     let arms = Arms { baseline: req.baseline.clone(), candidate, aa, copy: same_variant, pythons };
-    match run_arms(&opts, &arms, req, until, &out_dir, noise.as_ref())? {
-        Finished::Interrupted => Ok(EXIT_INTERRUPTED),
-        Finished::Done { cmp, code } => Ok(if code != exit::OK { code } else { cmp.exit_code() }),
+    match run_arms(&opts, how, &arms, req, until, &out_dir, noise.as_ref())? {
+        Finished::Interrupted => Ok(ExitStatus::Interrupted),
+        Finished::Done { cmp, code } => Ok(if code != ExitStatus::Ok { code } else { cmp.exit_status() }),
     }
 }
 
@@ -194,7 +194,7 @@ fn job_label(job: &PlannedJob) -> String {
 enum Finished {
     Interrupted,
     /// `code`: the runner's exit code (0 every job ran ok).
-    Done { cmp: Comparison, code: i32 },
+    Done { cmp: Comparison, code: ExitStatus },
 }
 
 /// Plans the variants of `opts`, runs the ABBA schedule into `out_dir`
@@ -202,13 +202,14 @@ enum Finished {
 /// prints and writes the outputs.
 fn run_arms(
     opts: &RunOptions,
+    how: &ExecOptions,
     arms: &Arms,
     req: &AbRequest,
     until: Option<(f64, u32)>,
     out_dir: &Path,
     noise: Option<&NoiseFloor>,
 ) -> Result<Finished> {
-    let mut plan = plan(opts)?;
+    let mut plan = plan(opts, how.python.as_deref())?;
     // Every job of a variant carries the variant's name: the comparison pairs
     // jobs by label and keeps TP sizes apart by their `tp`. An A/A runs the
     // baseline's jobs twice, the second time labelled as its copy.
@@ -249,11 +250,11 @@ fn run_arms(
         plan.jobs.extend(repeat_jobs(r));
     }
 
-    let mut runner = Runner::open(plan, opts, Folder::At(out_dir))?;
-    let mut exec = executor_for(&opts.exec, &runner.plan)?;
+    let mut runner = Runner::open(plan, opts, how, Folder::At(out_dir))?;
+    let mut exec = executor_for(&how.exec, &runner.plan)?;
     let most = until.map_or(req.repeats, |(_, n)| n);
     let plan_text = match until {
-        Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::markdown::pct_unsigned(p)),
+        Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::numbers::pct_unsigned(p)),
         None => format!("{} repeat(s)", req.repeats),
     };
     errln!("enginebench ab: {} vs {}, {plan_text} -> {}", arms.candidate, arms.baseline, out_dir.display());
@@ -273,7 +274,7 @@ fn run_arms(
             return Ok(Finished::Interrupted);
         }
         let Some((target, max)) = until else { break };
-        if runner.result.jobs.iter().any(|j| j.status != Status::Ok) {
+        if runner.result().jobs.iter().any(|j| j.status != Status::Ok) {
             break;
         }
         let done = (runner.plan.jobs.len() / per_repeat) as u32;
@@ -285,29 +286,25 @@ fn run_arms(
         if unresolved.is_empty() || done >= max {
             break;
         }
-        for j in repeat_jobs(done) {
-            runner.result.jobs.push(pending_job(&j, &runner.plan.model_path));
-            runner.plan.jobs.push(j);
-        }
-        runner.files.write_result(&runner.result)?;
+        runner.add_jobs(repeat_jobs(done))?;
     }
-    let failed = runner.result.jobs.iter().any(|j| j.status != Status::Ok);
+    let failed = runner.result().jobs.iter().any(|j| j.status != Status::Ok);
     // The per-job tables only when something failed: the comparison is the report.
     let code = runner.finish_printing(failed)?;
     let jobs_run = runner.plan.jobs.len();
 
     let mut cmp = compare_now(&path, arms, req, noise)?;
-    if let Some(note) = node_note(&runner.result, per_repeat) {
+    if let Some(note) = node_note(runner.result(), per_repeat) {
         cmp.notes.push(note);
     }
     if let Some((target, _)) = until {
         let done = jobs_run / per_repeat;
         if unresolved.is_empty() {
-            cmp.notes.push(format!("--until-ci: every row's CI half-width is below {} after {done} repeats", ab::markdown::pct_unsigned(target)));
+            cmp.notes.push(format!("--until-ci: every row's CI half-width is below {} after {done} repeats", ab::numbers::pct_unsigned(target)));
         } else {
             cmp.notes.push(format!(
                 "--until-ci: after {done} repeats (the --max-repeats limit) still wider than ±{}: {}",
-                ab::markdown::pct_unsigned(target),
+                ab::numbers::pct_unsigned(target),
                 unresolved.join("; ")
             ));
         }
@@ -358,21 +355,21 @@ fn compare_now(path: &Path, arms: &Arms, req: &AbRequest, noise: Option<&NoiseFl
 fn unresolved_rows(rows: &[Row], target: f64) -> Vec<String> {
     rows.iter()
         .filter(|r| r.half_width().is_none_or(|h| h >= target))
-        .map(|r| format!("{}: ±{}", r.key_text(), r.half_width().map_or("no CI".into(), ab::markdown::pct_unsigned)))
+        .map(|r| format!("{}: ±{}", r.key_text(), r.half_width().map_or("no CI".into(), ab::numbers::pct_unsigned)))
         .collect()
 }
 
 /// `after 3 repeats: ISL/OSL 64/32 TP 1 conc 4: tok/s/gpu +1.2% [-3.0%, +5.6%], widest ±4.3% (target 2%)`.
 fn progress_line(r: &Row, done: u32, target: f64) -> String {
     let f = r.figure(crate::ab::compare::Metric::TputPerGpu);
-    let widest = r.half_width().map_or("no CI".into(), |h| format!("±{}", ab::markdown::pct_unsigned(h)));
+    let widest = r.half_width().map_or("no CI".into(), |h| format!("±{}", ab::numbers::pct_unsigned(h)));
     let state = if r.half_width().is_some_and(|h| h < target) { "resolved" } else { "open" };
     format!(
         "after {done} repeats: {}: {} {} {}, widest CI {widest} (target ±{}): {state}",
         r.key_text(),
         f.metric.short(),
-        ab::markdown::pct(f.delta),
-        ab::markdown::ci_text(f.ci),
-        ab::markdown::pct_unsigned(target)
+        ab::numbers::pct(f.delta),
+        ab::numbers::ci_text(f.ci),
+        ab::numbers::pct_unsigned(target)
     )
 }

@@ -11,7 +11,7 @@ use anyhow::Result;
 
 use crate::protocol::{CheckItem, CheckJob, FlagCheck, Message, Task};
 use super::spawn::ask_worker;
-use crate::error::{exit, usage};
+use crate::error::{ExitStatus, usage};
 use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
 use crate::recipe::{EngineConfig, Recipe};
@@ -28,9 +28,9 @@ pub struct Findings {
 /// Runs `recipe check` on each file: `variant`, or the base and every
 /// variant. All flag lists go through one parser process. Returns the exit
 /// code (0 clean or warnings only, 2 errors).
-pub fn check(paths: &[PathBuf], variant: Option<&str>) -> Result<i32> {
+pub fn check(paths: &[PathBuf], variant: Option<&str>, python: Option<&std::path::Path>) -> Result<ExitStatus> {
     let install = Install::locate().ok();
-    let python = python::default_interpreter()?;
+    let python = python::default_interpreter(python)?;
     // The flags are checked by vLLM's own parser, in a worker.
     python::require_engine_packages(&python)?;
     let mut loaded = Vec::new();
@@ -52,9 +52,9 @@ pub fn check(paths: &[PathBuf], variant: Option<&str>) -> Result<i32> {
     }
     if errors > 0 {
         errln!("error: {errors} problem(s)");
-        Ok(exit::USAGE)
+        Ok(ExitStatus::Usage)
     } else {
-        Ok(exit::OK)
+        Ok(ExitStatus::Ok)
     }
 }
 

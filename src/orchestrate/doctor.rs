@@ -16,21 +16,21 @@ use serde_json::Value;
 
 use crate::protocol::{Message, Task};
 use super::spawn::ask_worker;
-use crate::error::exit;
+use crate::error::ExitStatus;
 use crate::python::{self, native};
 use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
 
 /// Runs the checks and prints them (`--json`: one JSON object on stdout).
-/// Returns 0 when a run can start, 2 otherwise.
-pub fn doctor(json: bool) -> Result<i32> {
+/// Returns ok when a run can start, bad input (exit code 2) otherwise.
+pub fn doctor(json: bool, python: Option<&std::path::Path>) -> Result<ExitStatus> {
     let mut problems: Vec<String> = Vec::new();
     let mut out = serde_json::Map::new();
-    let python = match python::default_interpreter() {
+    let python = match python::default_interpreter(python) {
         Ok(p) => p,
         Err(e) => {
             // Nothing else can be asked without an interpreter.
             errln!("error: {e:#}");
-            return Ok(exit::USAGE);
+            return Ok(ExitStatus::Usage);
         }
     };
     out.insert("python".into(), serde_json::to_value(&python)?);
@@ -95,7 +95,7 @@ pub fn doctor(json: bool) -> Result<i32> {
     } else {
         print_human(&out);
     }
-    Ok(if problems.is_empty() { exit::OK } else { exit::USAGE })
+    Ok(if problems.is_empty() { ExitStatus::Ok } else { ExitStatus::Usage })
 }
 
 fn print_human(out: &serde_json::Map<String, Value>) {

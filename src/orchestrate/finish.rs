@@ -18,7 +18,7 @@ use crate::metrics::{FigureSpec, point_figures};
 use crate::recipe::GateMetric;
 use crate::recipe::sweep::ResolvedSweep;
 use crate::report::files::JsonLines;
-use crate::report::result::{Gate, GateCheck, Gsm8kResult, PointResult};
+use crate::report::result::{Gate, GateCheck, Gsm8kResult, PointResult, PointStatus};
 
 /// The accuracy gate over lm-eval's metric names (`exact_match,<filter>`).
 pub fn gate(g: &Gsm8kResult, task: &TaskDef, min_accuracy: f64, metric: Option<GateMetric>) -> Gate {
@@ -111,13 +111,12 @@ pub fn finish_point(
         gpus,
         workload: raw.spec.workload.clone(),
         status: if raw.partial {
-            "partial"
+            PointStatus::Partial
         } else if figures.failed == 0 {
-            "ok"
+            PointStatus::Ok
         } else {
-            "failed"
-        }
-        .into(),
+            PointStatus::Failed
+        },
         figures,
         step_stats,
         crosscheck,

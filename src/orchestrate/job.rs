@@ -14,11 +14,10 @@ use super::interrupt::Interrupts;
 use super::outputs::OutputFiles;
 use super::plan::Plan;
 use super::progress::{Bar, say};
-use crate::protocol::{Job, Message, Task};
-use super::spawn::spawn_worker;
-use crate::protocol::STOP_SIGNAL;
-use crate::report::result::{Evals, JobResult, RunError, RunResult, Status, TelemetryInfo, Unfinished};
-use crate::telemetry::{Telemetry, TelemetryConfig, engine_gpus_from_ordinals, visible_gpus_for_engine};
+use super::spawn::{Worker, spawn_worker};
+use crate::protocol::{Job, Message, PointSpec, STOP_SIGNAL, Task};
+use crate::report::result::{Evals, JobResult, PointResult, PointStatus, RunError, RunResult, Status, TelemetryInfo, Unfinished, UnfinishedStatus};
+use crate::telemetry::{Telemetry, TelemetryConfig, TelemetryReport, engine_gpus_from_ordinals, visible_gpus_for_engine};
 
 /// How a job ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +41,15 @@ impl JobOutcome {
             Status::Pending | Status::Running => None,
         }
     }
+
+    /// The job status it is recorded as.
+    pub fn status(self) -> Status {
+        match self {
+            JobOutcome::Ok => Status::Ok,
+            JobOutcome::Interrupted => Status::Interrupted,
+            JobOutcome::Failed | JobOutcome::BadInput => Status::Failed,
+        }
+    }
 }
 
 /// What every job of a command shares: the terminal and Ctrl-C.
@@ -60,20 +68,8 @@ pub fn run_job(
     files: &mut OutputFiles,
     session: &Session<'_>,
 ) -> Result<JobOutcome> {
-    let (ui, interrupts) = (session.ui, session.interrupts);
     let job = &plan.jobs[index];
-    let mut engine_argv = vec![plan.model_path.clone()];
-    engine_argv.extend(job.config.args.iter().cloned());
-    // --profile: the first job of each label (in `ab`, each variant's first repeat).
-    let first_of_label = result.jobs[..index].iter().all(|j| j.label != result.jobs[index].label);
-    let profile = crate::profile::select::job_targets(plan.profile.as_ref(), first_of_label, &job.specs, job.config.tp, &files.dir, &result.jobs[index].label)?;
-    let request = Job {
-        engine_argv,
-        points: job.specs.clone(),
-        eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
-        record_token_ids: job.record_token_ids,
-        profile,
-    };
+    let request = worker_request(plan, index, result, files)?;
     let suffix = files.suffix(index, plan.jobs.len());
     let log_path = files.dir.join(format!("worker{suffix}.log"));
     let series_file = format!("telemetry{suffix}.jsonl");
@@ -91,80 +87,247 @@ pub fn run_job(
         gpu_count_hint: None,
     });
     telemetry.mark("engine load");
-    let mut worker = spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, ui)?;
-    let pid = worker.child.id();
-    telemetry.set_engine_pid(pid);
-    result.jobs[index].worker_pid = Some(pid);
+    let mut worker = spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?;
+    telemetry.set_engine_pid(worker.child.id());
+    result.jobs[index].worker_pid = Some(worker.child.id());
     files.write_result(result)?;
 
-    // Messages arrive on a thread so the loop can watch the clock and Ctrl-C.
-    let (tx, rx) = mpsc::channel();
-    let stdout = worker.stdout.take().expect("piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
+    let mut end = WorkerWatch::new(plan, index, session, &telemetry, visible).follow(&mut worker, result, files)?;
+    let status = worker.child.wait()?;
+    let report = telemetry.stop();
+    report.write_jsonl(&files.dir.join(&series_file))?;
+    if end.failure.is_none() && !end.interrupted && (!end.got_done || !status.success()) {
+        end.failure = Some(RunError {
+            message: format!("the engine worker ended unexpectedly ({})", describe_exit(status)),
+            ..RunError::default()
+        });
+    }
+    if let Some(f) = end.failure.as_mut() {
+        f.log_tail = worker.log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
+    }
+
+    let j = &mut result.jobs[index];
+    j.worker_pid = None;
+    j.telemetry = Some(telemetry_info(&report, series_file));
+    let unfinished = unfinished_points(&job.specs, &j.points, &end);
+    j.unfinished.extend(unfinished);
+    let outcome = end.outcome(j);
+    j.status = outcome.status();
+    j.error = end.failure;
+    files.write_result(result)?;
+    Ok(outcome)
+}
+
+/// What the worker of job `index` is asked to do: its engine, its points,
+/// the eval if this job runs it, and the profiler windows of `--profile`.
+fn worker_request(plan: &Plan, index: usize, result: &RunResult, files: &OutputFiles) -> Result<Job> {
+    let job = &plan.jobs[index];
+    let mut engine_argv = vec![plan.model_path.clone()];
+    engine_argv.extend(job.config.args.iter().cloned());
+    // --profile: the first job of each label (in `ab`, each variant's first repeat).
+    let first_of_label = result.jobs[..index].iter().all(|j| j.label != result.jobs[index].label);
+    let profile = crate::profile::select::job_targets(plan.profile.as_ref(), first_of_label, &job.specs, job.config.tp, &files.dir, &result.jobs[index].label)?;
+    Ok(Job {
+        engine_argv,
+        points: job.specs.clone(),
+        eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
+        record_token_ids: job.record_token_ids,
+        profile,
+    })
+}
+
+/// How a worker's run ended, as watching it saw it.
+#[derive(Debug, Default)]
+struct WorkerEnd {
+    /// The engine's error, a `--point-timeout`, or (once the worker exited)
+    /// its unexpected end.
+    failure: Option<RunError>,
+    /// The engine rejected the user's input.
+    bad_input: bool,
+    /// The worker said it finished every point.
+    got_done: bool,
+    /// Points finished in this run (a resumed job has earlier ones too).
+    points_done: usize,
+    /// `--point-timeout` ran out and the worker was killed.
+    timed_out: bool,
+    /// Ctrl-C asked the worker to stop.
+    interrupted: bool,
+}
+
+impl WorkerEnd {
+    /// The job's outcome: interrupted wins; then the worker's failure (bad
+    /// input or not); then failed points, a failed accuracy gate or points
+    /// left unfinished; else ok.
+    fn outcome(&self, job: &JobResult) -> JobOutcome {
+        let points_failed = job.points.iter().any(|p| p.status == PointStatus::Failed);
+        let gate_failed = job.eval.as_ref().and_then(|e| e.gate.as_ref()).is_some_and(|g| !g.passed);
+        match (&self.failure, self.bad_input) {
+            _ if self.interrupted => JobOutcome::Interrupted,
+            (Some(_), true) => JobOutcome::BadInput,
+            (Some(_), false) => JobOutcome::Failed,
+            (None, _) if points_failed || gate_failed || !job.unfinished.is_empty() => JobOutcome::Failed,
+            (None, _) => JobOutcome::Ok,
+        }
+    }
+}
+
+/// Names every point of `specs` that did not finish, and why: the one in
+/// progress when the worker stopped (unless Ctrl-C kept it as a partial
+/// point) for the reason it stopped, the ones after it as not run.
+fn unfinished_points(specs: &[PointSpec], points: &[PointResult], end: &WorkerEnd) -> Vec<Unfinished> {
+    let partial_last = points.last().is_some_and(|p| p.status == PointStatus::Partial);
+    let in_progress = (!partial_last).then(|| match (&end.failure, end.interrupted) {
+        (_, true) => (UnfinishedStatus::Interrupted, "stopped by Ctrl-C before it finished".to_string()),
+        (Some(f), _) if end.timed_out => (UnfinishedStatus::Timeout, f.message.clone()),
+        (Some(f), _) => (UnfinishedStatus::Failed, f.message.clone()),
+        (None, _) => (UnfinishedStatus::NotRun, "the worker ended before this point".to_string()),
+    });
+    let after = if end.interrupted { "interrupted" } else { "an earlier point failed" };
+    name_unfinished(specs.iter().skip(end.points_done), in_progress, after)
+}
+
+/// The unfinished entries of `todo` (points without a result, in plan
+/// order): the first with `first` (status and reason) when given, every
+/// other one not run for the reason `after`.
+pub fn name_unfinished<'a>(todo: impl Iterator<Item = &'a PointSpec>, first: Option<(UnfinishedStatus, String)>, after: &str) -> Vec<Unfinished> {
+    let mut first = first;
+    todo.map(|spec| {
+        let (status, reason) = first.take().unwrap_or_else(|| (UnfinishedStatus::NotRun, after.to_string()));
+        Unfinished { point: spec.point, status, reason }
+    })
+    .collect()
+}
+
+/// What `result.json` records of the job's telemetry sampler.
+fn telemetry_info(report: &TelemetryReport, series_file: String) -> TelemetryInfo {
+    TelemetryInfo {
+        interval_ms: report.interval_ms,
+        sources: report.sources.clone(),
+        gpus: report.gpus.clone(),
+        engine_gpus: report.engine_gpus.clone(),
+        markers: report.markers.clone(),
+        samples: report.samples.len(),
+        series_file,
+        sampler_cpu_seconds: report.sampler_cpu_seconds,
+        sampler_cpu_fraction: report.sampler_cpu_fraction(),
+    }
+}
+
+/// Watching one worker: its messages written into the job's result as they
+/// arrive, the progress bar, Ctrl-C and `--point-timeout`.
+struct WorkerWatch<'a> {
+    plan: &'a Plan,
+    index: usize,
+    ui: &'a MultiProgress,
+    interrupts: &'a Interrupts,
+    telemetry: &'a Telemetry,
+    /// The GPU ordinals the engine's environment leaves visible (`None`: all).
+    visible: Option<Vec<u32>>,
+    bar: Bar<'a>,
+    /// GPUs the engine spans (the per-GPU divisor), once it is ready.
+    gpus: u32,
+    /// When the next point must have finished (`--point-timeout`).
+    deadline: Option<Instant>,
+    seen_interrupts: usize,
+    killed: bool,
+    end: WorkerEnd,
+}
+
+impl<'a> WorkerWatch<'a> {
+    fn new(plan: &'a Plan, index: usize, session: &'a Session<'a>, telemetry: &'a Telemetry, visible: Option<Vec<u32>>) -> WorkerWatch<'a> {
+        WorkerWatch {
+            plan,
+            index,
+            ui: session.ui,
+            interrupts: session.interrupts,
+            telemetry,
+            visible,
+            bar: Bar::new(session.ui),
+            gpus: 1,
+            deadline: None,
+            seen_interrupts: session.interrupts.count(),
+            killed: false,
+            end: WorkerEnd::default(),
+        }
+    }
+
+    /// Follows the worker's messages until its output closes.
+    fn follow(mut self, worker: &mut Worker, result: &mut RunResult, files: &mut OutputFiles) -> Result<WorkerEnd> {
+        // Messages arrive on a thread so the loop can watch the clock and Ctrl-C.
+        let (tx, rx) = mpsc::channel();
+        let stdout = worker.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let pid = worker.child.id();
+        self.bar.spinner("starting engine (import vLLM, load weights)");
+        loop {
+            let line = match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(line) => Some(line),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            self.stop_if_asked(pid);
+            let Some(line) = line else { continue };
+            let Ok(msg) = serde_json::from_str::<Message>(&line) else {
+                tracing::debug!("worker said: {line}");
+                continue;
+            };
+            // Progress changes nothing in result.json: rewriting (and syncing) it
+            // per finished request took CPU from the engine on small machines.
+            let changes_result = !matches!(msg, Message::Progress { .. });
+            self.on_message(msg, result, files)?;
+            if changes_result {
+                files.write_result(result)?;
             }
         }
-    });
+        self.bar.clear();
+        Ok(self.end)
+    }
 
-    let mut bar = Bar::new(ui);
-    bar.spinner("starting engine (import vLLM, load weights)");
-    let mut failure: Option<RunError> = None;
-    let mut bad_input = false;
-    let mut got_done = false;
-    let mut gpus = 1;
-    let mut points_done = 0usize;
-    let mut deadline: Option<Instant> = None;
-    let mut timed_out = false;
-    let seen_interrupts = interrupts.count();
-    let mut asked_to_stop = false;
-    let mut killed = false;
-    loop {
-        let line = match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(line) => Some(line),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        // Ctrl-C: the first asks the worker to stop gracefully, the second kills it.
-        let pressed = interrupts.count() - seen_interrupts;
-        if pressed >= 1 && !asked_to_stop {
-            asked_to_stop = true;
-            bar.clear();
-            say(ui, "interrupted: aborting the requests in flight and keeping the partial point (Ctrl-C again to kill the engine)");
+    /// Ctrl-C: the first asks the worker to stop gracefully, the second kills
+    /// it; a point that outlives `--point-timeout` kills it too.
+    fn stop_if_asked(&mut self, pid: u32) {
+        let pressed = self.interrupts.count() - self.seen_interrupts;
+        if pressed >= 1 && !self.end.interrupted {
+            self.end.interrupted = true;
+            self.bar.clear();
+            say(self.ui, "interrupted: aborting the requests in flight and keeping the partial point (Ctrl-C again to kill the engine)");
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(pid as i32, STOP_SIGNAL) };
         }
-        if pressed >= 2 && !killed {
-            killed = true;
-            say(ui, "interrupted again: killing the engine worker");
+        if pressed >= 2 && !self.killed {
+            self.killed = true;
+            say(self.ui, "interrupted again: killing the engine worker");
             kill_group(pid);
         }
-        if deadline.is_some_and(|d| Instant::now() > d) && !timed_out {
-            timed_out = true;
-            let secs = plan.point_timeout.map_or(0, |t| t.as_secs());
-            failure = Some(RunError {
+        if self.deadline.is_some_and(|d| Instant::now() > d) && !self.end.timed_out {
+            self.end.timed_out = true;
+            let secs = self.plan.point_timeout.map_or(0, |t| t.as_secs());
+            self.end.failure = Some(RunError {
                 message: format!("timeout: no point finished within --point-timeout {secs} s; the engine worker was killed"),
                 ..RunError::default()
             });
             kill_group(pid);
         }
-        let Some(line) = line else { continue };
-        let Ok(msg) = serde_json::from_str::<Message>(&line) else {
-            tracing::debug!("worker said: {line}");
-            continue;
-        };
-        // Progress changes nothing in result.json: rewriting (and syncing) it
-        // per finished request took CPU from the engine on small machines.
-        let changes_result = !matches!(msg, Message::Progress { .. });
-        let j = &mut result.jobs[index];
+    }
+
+    /// Records one message of the worker into the job's result and files.
+    fn on_message(&mut self, msg: Message, result: &mut RunResult, files: &mut OutputFiles) -> Result<()> {
+        let (plan, ui, telemetry, bar) = (self.plan, self.ui, self.telemetry, &mut self.bar);
+        let job = &plan.jobs[self.index];
+        let j = &mut result.jobs[self.index];
         match msg {
             Message::Ready { engine, engine_start_s } => {
                 telemetry.mark("engine ready");
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
-                gpus = engine.gpus();
-                let engine_gpus = engine_gpus_from_ordinals(visible.as_deref(), &engine.device_ordinals());
+                self.gpus = engine.gpus();
+                let engine_gpus = engine_gpus_from_ordinals(self.visible.as_deref(), &engine.device_ordinals());
                 if let Err(e) = &engine_gpus {
                     say(ui, &format!("  warning: telemetry cannot tell the engine's GPUs: {e}"));
                 }
@@ -181,7 +344,7 @@ pub fn run_job(
                 j.engine = Some((*engine).clone());
                 j.engine_start_s = Some(engine_start_s);
                 result.versions.refresh(&result.jobs);
-                deadline = plan.point_timeout.map(|t| Instant::now() + t);
+                self.deadline = plan.point_timeout.map(|t| Instant::now() + t);
             }
             Message::Progress { phase, done, total } => {
                 if bar.phase() != phase {
@@ -191,16 +354,16 @@ pub fn run_job(
             }
             Message::Point { raw } => {
                 let k = j.engine.as_ref().and_then(|e| e.num_speculative_tokens);
-                let mut point = finish_point(&raw, &j.sweep, gpus, super::plan::in_process(&j.env), k);
+                let mut point = finish_point(&raw, &j.sweep, self.gpus, super::plan::in_process(&j.env), k);
                 let f = &point.figures;
                 let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
                 let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);
                 point.telemetry = Some(window);
                 bar.finish(point_line(&point));
-                files.append_point(index, j, j.points.len(), &point, &raw)?;
+                files.append_point(self.index, j, j.points.len(), &point, &raw)?;
                 j.points.push(point);
-                points_done += 1;
-                deadline = plan.point_timeout.map(|t| Instant::now() + t);
+                self.end.points_done += 1;
+                self.deadline = plan.point_timeout.map(|t| Instant::now() + t);
             }
             Message::Profile { raw } => {
                 // --profile: read the trace back, the top-kernels table into the point.
@@ -213,11 +376,11 @@ pub fn run_job(
                     Some(Err(e)) => {
                         let message = format!("profile of {}: {e:#}", raw.trace.display());
                         say(ui, &format!("error: {message}"));
-                        failure.get_or_insert(RunError { message, ..RunError::default() });
+                        self.end.failure.get_or_insert(RunError { message, ..RunError::default() });
                     }
                     None => say(ui, &format!("warning: profile of an unknown point {}", raw.point)),
                 }
-                deadline = plan.point_timeout.map(|t| Instant::now() + t);
+                self.deadline = plan.point_timeout.map(|t| Instant::now() + t);
             }
             Message::Eval { completions, duration_s, max_tokens } => {
                 bar.finish(format!("eval generated in {duration_s:.1} s"));
@@ -228,78 +391,15 @@ pub fn run_job(
                     j.eval = Some(Evals { gsm8k: g, gate });
                 }
             }
-            Message::Error { message, traceback, bad_input: bad } => {
-                bad_input = bad;
-                failure = Some(RunError { message, traceback, log_tail: Vec::new(), bad_input: bad });
+            Message::Error { message, traceback, bad_input } => {
+                self.end.bad_input = bad_input;
+                self.end.failure = Some(RunError { message, traceback, log_tail: Vec::new(), bad_input });
             }
-            Message::Done => got_done = true,
+            Message::Done => self.end.got_done = true,
             Message::Checked { .. } | Message::Doctor { .. } => {}
         }
-        if changes_result {
-            files.write_result(result)?;
-        }
+        Ok(())
     }
-    bar.clear();
-    let status = worker.child.wait()?;
-    let report = telemetry.stop();
-    report.write_jsonl(&files.dir.join(&series_file))?;
-
-    let interrupted = asked_to_stop;
-    if failure.is_none() && !interrupted && (!got_done || !status.success()) {
-        failure = Some(RunError {
-            message: format!("the engine worker ended unexpectedly ({})", describe_exit(status)),
-            ..RunError::default()
-        });
-    }
-    if let Some(f) = failure.as_mut() {
-        f.log_tail = worker.log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
-    }
-
-    let j = &mut result.jobs[index];
-    j.worker_pid = None;
-    j.telemetry = Some(TelemetryInfo {
-        interval_ms: report.interval_ms,
-        sources: report.sources.clone(),
-        gpus: report.gpus.clone(),
-        engine_gpus: report.engine_gpus.clone(),
-        markers: report.markers.clone(),
-        samples: report.samples.len(),
-        series_file,
-        sampler_cpu_seconds: report.sampler_cpu_seconds,
-        sampler_cpu_fraction: report.sampler_cpu_fraction(),
-    });
-    // Name every point that did not finish, and why.
-    let partial_last = j.points.last().is_some_and(|p| p.status == "partial");
-    for (i, spec) in job.specs.iter().enumerate().skip(points_done) {
-        let (status, reason) = if i == points_done && !partial_last {
-            match (&failure, interrupted) {
-                (_, true) => ("interrupted", "stopped by Ctrl-C before it finished".to_string()),
-                (Some(_), _) if timed_out => ("timeout", failure.as_ref().map(|f| f.message.clone()).unwrap_or_default()),
-                (Some(f), _) => ("failed", f.message.clone()),
-                (None, _) => ("not run", "the worker ended before this point".to_string()),
-            }
-        } else {
-            ("not run", if interrupted { "interrupted".to_string() } else { "an earlier point failed".to_string() })
-        };
-        j.unfinished.push(Unfinished { point: spec.point, status: status.into(), reason });
-    }
-    let points_failed = j.points.iter().any(|p| p.status == "failed");
-    let gate_failed = j.eval.as_ref().and_then(|e| e.gate.as_ref()).is_some_and(|g| !g.passed);
-    let outcome = match (&failure, bad_input) {
-        _ if interrupted => JobOutcome::Interrupted,
-        (Some(_), true) => JobOutcome::BadInput,
-        (Some(_), false) => JobOutcome::Failed,
-        (None, _) if points_failed || gate_failed || !j.unfinished.is_empty() => JobOutcome::Failed,
-        (None, _) => JobOutcome::Ok,
-    };
-    j.status = match outcome {
-        JobOutcome::Ok => Status::Ok,
-        JobOutcome::Interrupted => Status::Interrupted,
-        _ => Status::Failed,
-    };
-    j.error = failure;
-    files.write_result(result)?;
-    Ok(outcome)
 }
 
 /// Kills the worker and everything it started (its own process group).

@@ -22,16 +22,15 @@ use indicatif::MultiProgress;
 use serde::Serialize;
 
 use super::finish::point_line;
-use super::outputs::OutputFiles;
 use super::plan::{MP_VAR, PlannedJob, RunOptions, plan};
 use super::progress::say;
 use crate::protocol::{PointSpec, RawPoint};
 use super::runner::local::Sequential;
-use super::runner::{ExecChoice, Folder, Runner, pending_job};
+use super::runner::{ExecChoice, ExecOptions, Folder, Runner, Sink, pending_job};
 use crate::error::usage;
 use crate::metrics::{FigureSpec, point_figures};
 use crate::report::files::write_json_atomic;
-use crate::report::result::{JobResult, PointResult, RunError, Status};
+use crate::report::result::{JobResult, PointResult, PointStatus, RunError, Status};
 use crate::serve::{ClientConfig, ServerSpec, VllmServer, run_benchmark};
 use crate::workload::arrivals::arrival_times;
 
@@ -41,8 +40,8 @@ const TIERS: [&str; 3] = ["in-process", "engine-core process", "vllm serve"];
 ///
 /// Errors (usage): as `run`, and a recipe selection that is not exactly one
 /// engine configuration.
-pub fn overhead(opts: &RunOptions) -> Result<i32> {
-    if opts.exec != ExecChoice::Local {
+pub fn overhead(opts: &RunOptions, how: &ExecOptions) -> Result<crate::error::ExitStatus> {
+    if how.exec != ExecChoice::Local {
         return Err(usage(
             "overhead compares three serving tiers of one engine on one machine: it takes neither --slurm nor --parallel-jobs \
              (on a cluster, run it on a node: srun ... enginebench overhead RECIPE)",
@@ -50,7 +49,7 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
     }
     let mut opts = opts.clone();
     opts.no_eval = true;
-    let mut plan = plan(&opts)?;
+    let mut plan = plan(&opts, how.python.as_deref())?;
     if plan.jobs.len() != 1 {
         return Err(usage(format!(
             "overhead compares serving tiers of one engine configuration, but this selection has {} (pick one --variant and one TP)",
@@ -71,35 +70,35 @@ pub fn overhead(opts: &RunOptions) -> Result<i32> {
     plan.jobs = vec![PlannedJob { label: Some(TIERS[0].into()), ..base }, mp];
 
     let name = format!("{}-overhead", plan.recipe.name);
-    let mut runner = Runner::open(plan, &opts, Folder::New { name: &name })?;
-    errln!("enginebench overhead: recipe {} -> {}", runner.plan.recipe.name, runner.dir.display());
+    let mut runner = Runner::open(plan, &opts, how, Folder::New { name: &name })?;
+    errln!("enginebench overhead: recipe {} -> {}", runner.plan.recipe.name, runner.dir().display());
     let heading = |_: &crate::report::result::RunResult, i: usize| Some(format!("tier {}: {}", i + 1, TIERS[i]));
     // The tiers compare one engine on one machine: they run here, one after another.
-    if runner.run_jobs(&mut Sequential, &[vec![0], vec![1]], &heading)? {
+    if runner.run_jobs(&mut Sequential::default(), &[vec![0], vec![1]], &heading)? {
         return runner.finish();
     }
-    let out_dir = runner.dir.clone();
+    let out_dir = runner.dir().to_path_buf();
     let ui = runner.ui.clone();
     let plan = &runner.plan;
-    let result = &mut runner.result;
+    let sink = &mut runner.sink;
 
     // Tier 3: the same points through `vllm serve` and HTTP.
     say(&ui, &format!("tier 3: {}", TIERS[2]));
-    let vocab = allowed_token_ids(&result.jobs[0]);
+    let vocab = allowed_token_ids(&sink.result().jobs[0]);
     let mut tier3 = pending_job(&plan.jobs[0], &plan.model_path);
     tier3.label = TIERS[2].into();
     tier3.env.remove(MP_VAR);
     let outcome = match vocab {
-        Some(allowed) => serve_tier(plan, &mut tier3, &allowed, &out_dir, &mut runner.files, result.jobs.len(), &ui),
+        Some(allowed) => serve_tier(plan, &mut tier3, &allowed, &out_dir, sink, &ui),
         None => Err(anyhow::anyhow!("tier 1 did not report the vocabulary (it failed); the serving tier needs it")),
     };
     if let Err(e) = outcome {
         tier3.status = Status::Failed;
         tier3.error = Some(RunError { message: format!("{e:#}"), ..RunError::default() });
     }
-    result.jobs.push(tier3);
+    sink.push_job(tier3);
 
-    let report = OverheadReport::from_jobs(&runner.result.jobs);
+    let report = OverheadReport::from_jobs(&runner.result().jobs);
     write_json_atomic(&out_dir.join("overhead.json"), &report)?;
     std::fs::write(out_dir.join("overhead.md"), report.markdown())?;
     let code = runner.finish()?;
@@ -114,16 +113,10 @@ fn allowed_token_ids(job: &JobResult) -> Option<Vec<u32>> {
     job.engine.as_ref()?.allowed_token_ids()
 }
 
-/// Runs every point of the job through a real `vllm serve`.
-fn serve_tier(
-    plan: &super::plan::Plan,
-    job: &mut JobResult,
-    allowed: &[u32],
-    out_dir: &Path,
-    files: &mut OutputFiles,
-    index: usize,
-    ui: &MultiProgress,
-) -> Result<()> {
+/// Runs every point of the job through a real `vllm serve`, recording it
+/// as the sink's next job.
+fn serve_tier(plan: &super::plan::Plan, job: &mut JobResult, allowed: &[u32], out_dir: &Path, sink: &mut Sink, ui: &MultiProgress) -> Result<()> {
+    let index = sink.result().jobs.len();
     job.status = Status::Running;
     // `vllm serve` from the same environment as the in-process tiers.
     let venv = PathBuf::from(&plan.jobs[0].python.prefix);
@@ -143,7 +136,7 @@ fn serve_tier(
         let raw = serve_point(&server, spec, allowed)?;
         let point = serve_point_result(&raw, &job.sweep);
         say(ui, &format!("  {}", point_line(&point)));
-        files.append_point(index, job, job.points.len(), &point, &raw)?;
+        sink.append_point(index, job, &point, &raw)?;
         job.points.push(point);
     }
     let group = server.processes();
@@ -153,7 +146,7 @@ fn serve_tier(
     if !left.is_empty() {
         anyhow::bail!("vllm serve processes {left:?} outlived the stop");
     }
-    job.status = if job.points.iter().all(|p| p.status == "ok") { Status::Ok } else { Status::Failed };
+    job.status = if job.points.iter().all(|p| p.status == PointStatus::Ok) { Status::Ok } else { Status::Failed };
     Ok(())
 }
 
@@ -242,7 +235,7 @@ impl OverheadReport {
             }
         }
         let find = |tier: usize, k: (u32, u32, u32)| {
-            jobs.get(tier)?.points.iter().find(|p| (p.isl, p.osl, p.conc) == k && p.status == "ok")
+            jobs.get(tier)?.points.iter().find(|p| (p.isl, p.osl, p.conc) == k && p.status == PointStatus::Ok)
         };
         let rows = keys
             .into_iter()

@@ -17,8 +17,11 @@ use crate::recipe::sweep::{Goodput, Sweep};
 use crate::recipe::{EngineConfig, EvalSection, Recipe, default_recipe_path};
 use crate::protocol::{LengthConvention, RandomDataset, TraceSpec, Workload};
 
-/// Options of `enginebench run` that override the recipe (see the CLI).
-/// Saved in a run folder's `plan.json` for the tasks of a parallel or Slurm run.
+/// What to run: the recipe, its variants and the overrides of `enginebench
+/// run` (see the CLI). Saved in a run folder's `plan.json` for the tasks of
+/// a parallel or Slurm run (a `plan.json` of an older build, which also held
+/// the execution options here, still reads: unknown fields are ignored). How
+/// it runs is [`super::runner::ExecOptions`].
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunOptions {
     pub recipe: Option<PathBuf>,
@@ -55,22 +58,13 @@ pub struct RunOptions {
     pub point_timeout: Option<std::time::Duration>,
     /// Telemetry sampling interval (`None`: [`DEFAULT_TELEMETRY_INTERVAL_MS`]).
     pub telemetry_interval: Option<std::time::Duration>,
-    /// Continue an earlier run in this folder: only missing or failed points run.
-    pub resume: Option<PathBuf>,
-    /// With `resume`: accept jobs whose configuration changed.
-    pub force: bool,
-    pub output: Option<PathBuf>,
-    pub verbose: bool,
-    /// How the jobs are executed (`--parallel-jobs`, `--slurm`).
-    #[serde(default)]
-    pub exec: super::runner::ExecChoice,
     /// `--profile`: a torch profiler window per chosen point ([`crate::profile`]).
     #[serde(default)]
     pub profile: Option<crate::profile::ProfileOptions>,
     /// `--workload`, `--trace-file`, `--conversation-file`, `--duration`,
     /// `--no-prefix-cache-reset`.
     #[serde(default)]
-    pub workload: crate::cli::WorkloadArgs,
+    pub workload: crate::recipe::overrides::WorkloadArgs,
 }
 
 /// The eval, prepared before any engine starts.
@@ -121,14 +115,15 @@ pub struct Plan {
 }
 
 /// Telemetry sampling interval, ms, unless `--telemetry-interval-ms` says
-/// otherwise (the default; the sampler costs ~0.2 ms of CPU per
+/// otherwise (the sampler costs ~0.2 ms of CPU per
 /// sample on the development machine).
 pub const DEFAULT_TELEMETRY_INTERVAL_MS: u64 = 100;
 
-/// Loads the recipe, applies overrides, and prepares the jobs.
+/// Loads the recipe, applies overrides, and prepares the jobs; `python` is
+/// the `--python` flag (see [`python::default_interpreter`]).
 ///
 /// Errors (usage): bad recipe, variant or override, missing set-up, missing eval data.
-pub fn plan(opts: &RunOptions) -> Result<Plan> {
+pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan> {
     let recipe_path = opts.recipe.clone().unwrap_or_else(default_recipe_path);
     let mut recipe = Recipe::load(&recipe_path)?;
     let eval_flags = opts.eval_limit.is_some() || opts.task.is_some() || opts.gsm8k_data.is_some();
@@ -158,7 +153,7 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         return Err(usage(format!("{}: {e}", recipe_path.display())));
     }
     let install = Install::locate().ok();
-    let python = python::default_interpreter()?;
+    let python = python::default_interpreter(python)?;
     let model_path = resolve_model(&recipe.model, install.as_ref())?;
     let eval = match (&recipe.eval, opts.no_eval) {
         (Some(section), false) => Some(plan_eval(install.as_ref(), &python, section, opts)?),

@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use super::plan::{RunOptions, plan};
-use super::runner::{Folder, Runner, executor_for};
+use super::runner::{ExecOptions, Folder, Runner, executor_for};
 
 /// Runs a recipe end to end: every job (variant x TP) in its own worker.
 /// Returns the exit code: 0 all points ok and every accuracy gate passed;
@@ -17,15 +17,15 @@ use super::runner::{Folder, Runner, executor_for};
 /// does not match, an executor that cannot run this plan. Engine failures
 /// are not errors here: they are recorded in the result, and the next job
 /// still runs.
-pub fn run(opts: &RunOptions) -> Result<i32> {
-    let plan = plan(opts)?;
-    let mut exec = executor_for(&opts.exec, &plan)?;
+pub fn run(opts: &RunOptions, how: &ExecOptions) -> Result<crate::error::ExitStatus> {
+    let plan = plan(opts, how.python.as_deref())?;
+    let mut exec = executor_for(&how.exec, &plan)?;
     let name = plan.recipe.name.clone();
-    let folder = match &opts.resume {
+    let folder = match &how.resume {
         Some(dir) => Folder::Resume(dir),
         None => Folder::New { name: &name },
     };
-    let mut runner = Runner::open(plan, opts, folder)?;
+    let mut runner = Runner::open(plan, opts, how, folder)?;
     announce(&runner);
     let n = runner.plan.jobs.len();
     let groups: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();
@@ -37,7 +37,7 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
 /// The first lines of a run: the folder, the eval, remote code.
 fn announce(runner: &Runner) {
     let plan = &runner.plan;
-    errln!("enginebench: recipe {} -> {}", plan.recipe.name, runner.dir.display());
+    errln!("enginebench: recipe {} -> {}", plan.recipe.name, runner.dir().display());
     if let Some(e) = &plan.eval {
         errln!(
             "eval: {} ({}): {} questions, few-shot {}, data {}",
@@ -48,7 +48,7 @@ fn announce(runner: &Runner) {
             e.plan.data_kind.as_str()
         );
     }
-    if runner.result.jobs.iter().any(|j| j.trust_remote_code) {
+    if runner.result().jobs.iter().any(|j| j.trust_remote_code) {
         errln!("note: --trust-remote-code is ON (the recipe asks for it): the model's own Python code runs");
     }
 }

@@ -1,5 +1,5 @@
 //! Which kernels ran: a torch profiler window per sweep point, a
-//! top-kernels table, and a kernel diff between two profiled runs (issue 17).
+//! top-kernels table, and a kernel diff between two profiled runs.
 //!
 //! How a profiled point runs (`run --profile`, `ab --profile`):
 //!
@@ -82,12 +82,7 @@ pub fn worker_trace_dir(targets: &[ProfileTarget]) -> Option<PathBuf> {
 /// The profiler's cost in one pass: its profiled steps against the
 /// unprofiled reference steps around them.
 pub fn overhead(raw: &ProfileRaw) -> Overhead {
-    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
-    let median = |v: &[f64]| {
-        let mut s = v.to_vec();
-        s.sort_by(f64::total_cmp);
-        crate::metrics::stats::percentile_sorted(&s, 50.0)
-    };
+    use crate::metrics::stats::{mean, median};
     let (pm, rm) = (median(&raw.profiled_ms), median(&raw.reference_ms));
     Overhead {
         profiled_step_ms: mean(&raw.profiled_ms),

@@ -18,7 +18,6 @@ pub mod native;
 pub mod probe;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -65,27 +64,17 @@ impl Origin {
     }
 }
 
-static CLI_CHOICE: OnceLock<Option<PathBuf>> = OnceLock::new();
-
-/// Records the global `--python` flag; call once, before any command runs.
-pub fn set_cli_choice(path: Option<PathBuf>) {
-    let _ = CLI_CHOICE.set(path);
-}
-
-/// The global `--python` flag as recorded by [`set_cli_choice`].
-pub fn cli_choice() -> Option<PathBuf> {
-    CLI_CHOICE.get().cloned().flatten()
-}
-
-/// The interpreter a command uses unless a variant names its own. Its engine
+/// The interpreter a command uses unless a variant names its own: `flag`
+/// (the `--python` flag), else `$ENGINEBENCH_PYTHON`, the console script's
+/// interpreter, the set-up venv, the first python3 on PATH that has vLLM. Its engine
 /// packages are not required here: commands that start engines call
 /// [`require_engine_packages`] for every interpreter they will use, before
 /// any worker starts; `doctor` lists what is missing.
 ///
 /// Errors (usage): the named interpreter is missing, is not CPython 3.10+, or
 /// none was found anywhere (the message lists where it looked).
-pub fn default_interpreter() -> Result<Interpreter> {
-    let (path, origin) = choose()?;
+pub fn default_interpreter(flag: Option<&Path>) -> Result<Interpreter> {
+    let (path, origin) = choose(flag)?;
     probe::inspect(&path, origin, origin.source())
 }
 
@@ -99,9 +88,9 @@ pub fn named_interpreter(path: &Path, chosen_by: &str) -> Result<Interpreter> {
 
 pub use probe::require_engine_packages;
 
-fn choose() -> Result<(PathBuf, Origin)> {
-    if let Some(Some(p)) = CLI_CHOICE.get() {
-        return Ok((p.clone(), Origin::Flag));
+fn choose(flag: Option<&Path>) -> Result<(PathBuf, Origin)> {
+    if let Some(p) = flag {
+        return Ok((p.to_path_buf(), Origin::Flag));
     }
     for (var, origin) in [(PYTHON_VAR, Origin::Env), (HOST_PYTHON_VAR, Origin::Host)] {
         if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {

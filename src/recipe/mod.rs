@@ -28,6 +28,7 @@ use crate::error::usage;
 
 pub mod args;
 pub mod config;
+pub mod overrides;
 pub mod show;
 pub mod sweep;
 pub mod variant;

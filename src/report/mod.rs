@@ -1,10 +1,11 @@
-//! The outputs of a run: the result document, its files on disk, and the
-//! terminal table.
+//! The outputs of a run: the result document, its files on disk, the
+//! terminal table and the charts.
 
 pub mod export;
 pub mod files;
 pub mod host;
 pub mod kernels;
 pub mod placement;
+pub mod plot;
 pub mod result;
 pub mod table;

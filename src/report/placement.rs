@@ -1,5 +1,6 @@
-//! Job and run states, and where each job ran (`result.json`'s `status`,
-//! `execution` and per-job `placement`).
+//! Job, run and point states, and where each job ran (`result.json`'s
+//! `status`, `execution`, per-job `placement`, and each point's and each
+//! unfinished point's `status`).
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,70 @@ impl Status {
 }
 
 impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of a finished point, written as a lowercase word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PointStatus {
+    /// Every measured request finished.
+    Ok,
+    /// At least one request failed (the figures cover those that finished).
+    Failed,
+    /// Ctrl-C cut it short (the figures cover the requests that finished).
+    Partial,
+}
+
+impl PointStatus {
+    /// The word used in `result.json`, `points.jsonl` and in tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PointStatus::Ok => "ok",
+            PointStatus::Failed => "failed",
+            PointStatus::Partial => "partial",
+        }
+    }
+}
+
+impl std::fmt::Display for PointStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a planned point has no result (`unfinished[].status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UnfinishedStatus {
+    /// The point in progress when the engine or its task failed.
+    #[serde(rename = "failed")]
+    Failed,
+    /// The point in progress when `--point-timeout` ran out.
+    #[serde(rename = "timeout")]
+    Timeout,
+    /// The point in progress when Ctrl-C stopped the job.
+    #[serde(rename = "interrupted")]
+    Interrupted,
+    /// A point after the one that stopped the job: it never started.
+    #[serde(rename = "not run")]
+    NotRun,
+}
+
+impl UnfinishedStatus {
+    /// The word used in `result.json` and in the summary.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnfinishedStatus::Failed => "failed",
+            UnfinishedStatus::Timeout => "timeout",
+            UnfinishedStatus::Interrupted => "interrupted",
+            UnfinishedStatus::NotRun => "not run",
+        }
+    }
+}
+
+impl std::fmt::Display for UnfinishedStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -97,4 +162,25 @@ pub struct SlurmTask {
     /// Slurm's reason field, when it gives one (`None` is left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn point_and_unfinished_states_are_the_result_words() {
+        for s in [PointStatus::Ok, PointStatus::Failed, PointStatus::Partial] {
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{s}\""));
+            assert_eq!(serde_json::from_str::<PointStatus>(&format!("\"{s}\"")).unwrap(), s);
+        }
+        let words = ["failed", "timeout", "interrupted", "not run"];
+        let states = [UnfinishedStatus::Failed, UnfinishedStatus::Timeout, UnfinishedStatus::Interrupted, UnfinishedStatus::NotRun];
+        for (word, s) in words.iter().zip(states) {
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{word}\""));
+            assert_eq!(serde_json::from_str::<UnfinishedStatus>(&format!("\"{word}\"")).unwrap(), s);
+            assert_eq!(s.to_string(), *word);
+        }
+        assert!(serde_json::from_str::<PointStatus>("\"done\"").is_err());
+    }
 }

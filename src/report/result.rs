@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use super::host::Host;
-pub use super::placement::{Execution, Placement, SlurmTask, Status};
+pub use super::placement::{Execution, Placement, PointStatus, SlurmTask, Status, UnfinishedStatus};
 use crate::metrics::PointFigures;
 use crate::metrics::crosscheck::CrossCheck;
 use crate::metrics::spec::SpecDecodeSummary;
@@ -163,7 +163,7 @@ impl PythonInfo {
 pub struct Unfinished {
     #[serde(flatten)]
     pub point: crate::protocol::Point,
-    pub status: String,
+    pub status: UnfinishedStatus,
     pub reason: String,
 }
 
@@ -334,7 +334,7 @@ pub struct PointResult {
     pub workload: Workload,
     /// "ok", "failed" when any request failed, or "partial" when Ctrl-C cut
     /// it short (its figures cover the requests that finished).
-    pub status: String,
+    pub status: PointStatus,
     #[serde(flatten)]
     pub figures: PointFigures,
     /// The engine's steps during the measured requests.
@@ -396,7 +396,7 @@ impl PointResult {
             ignore_eos: true,
             gpus: 1,
             workload: Workload::Random,
-            status: "ok".into(),
+            status: PointStatus::Ok,
             figures,
             step_stats: Default::default(),
             crosscheck: None,

@@ -1,6 +1,6 @@
 //! The serving tier: a real `vllm serve` on 127.0.0.1 driven by a streaming
-//! OpenAI-compatible client, timed as `vllm bench serve` times it (issue 9,
-//! tier 3 of `enginebench overhead`).
+//! OpenAI-compatible client, timed as `vllm bench serve` times it (tier 3
+//! of `enginebench overhead`).
 //!
 //! - [`server`]: start `vllm serve` from the venv on a free port, wait until
 //!   ready, stop its whole process group on every exit path.

@@ -6,14 +6,10 @@ use std::time::Duration;
 
 use super::{Telemetry, TelemetryConfig, mono_now_s, visible_gpus_from_env};
 
-/// Sample for `seconds` at `interval_ms` and print the sources and a summary.
-pub fn cli_main(seconds: f64, interval_ms: u64) -> anyhow::Result<()> {
-    cli_main_opts(seconds, interval_ms, false)
-}
-
-/// As [`cli_main`]; with `json`, print one JSON object
-/// (`{"sources", "gpus", "summary", "sampler_cpu_seconds", ...}`) instead of text.
-pub fn cli_main_opts(seconds: f64, interval_ms: u64, json: bool) -> anyhow::Result<()> {
+/// Sample for `seconds` at `interval_ms` and print the sources and a summary;
+/// with `json`, one JSON object (`{"sources", "gpus", "summary",
+/// "sampler_cpu_seconds", ...}`) instead of text.
+pub fn cli_main(seconds: f64, interval_ms: u64, json: bool) -> anyhow::Result<()> {
     anyhow::ensure!(seconds.is_finite() && seconds > 0.0, "--seconds must be > 0");
     anyhow::ensure!(interval_ms > 0, "--interval-ms must be > 0");
     let env: BTreeMap<String, String> = std::env::vars().collect();

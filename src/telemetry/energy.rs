@@ -14,6 +14,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::stats::{mean, percentile_sorted, sorted};
+
 /// Relative tolerance of the counter / integral cross-check: 5 %, InferenceX's
 /// `_ACCUMULATOR_TOLERANCE`.
 pub const CROSS_CHECK_TOLERANCE: f64 = 0.05;
@@ -218,27 +220,15 @@ impl Stats {
     /// Statistics of `values`; `None` when empty. Percentiles use numpy's
     /// default linear interpolation between order statistics.
     pub fn of(values: &[f64]) -> Option<Stats> {
-        if values.is_empty() {
-            return None;
-        }
-        let mut v = values.to_vec();
-        v.sort_by(|a, b| a.total_cmp(b));
+        let v = sorted(values);
         Some(Stats {
-            mean: v.iter().sum::<f64>() / v.len() as f64,
-            min: v[0],
-            max: v[v.len() - 1],
+            mean: mean(&v),
+            min: *v.first()?,
+            max: *v.last()?,
             p50: percentile_sorted(&v, 50.0),
             p99: percentile_sorted(&v, 99.0),
         })
     }
-}
-
-/// numpy `percentile(..., method="linear")` on sorted data.
-pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
-    let pos = (sorted.len() - 1) as f64 * q / 100.0;
-    let lo = pos.floor() as usize;
-    let hi = pos.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
 #[cfg(test)]

@@ -19,10 +19,6 @@
 //! let report = tel.stop(); // sources, samples, markers, sampler CPU
 //! ```
 
-// The run (orchestrator) calls this API; until it is wired in, parts of it
-// are used only by `enginebench telemetry` and the tests.
-#![allow(dead_code, unused_imports)]
-
 mod amd;
 mod amd_cli;
 pub mod capture;
@@ -44,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-pub use cli::{cli_main, cli_main_opts};
+pub use cli::cli_main;
 pub use clock::{mono_now_s, thread_cpu_s};
 pub use energy::{CrossCheck, Stats};
 pub use host::RaplZone;

@@ -9,7 +9,7 @@ use super::super::outputs::OutputFiles;
 use super::super::plan::{Plan, PlannedJob};
 use crate::error::usage;
 use crate::recipe::args::has_flag;
-use crate::report::result::{Host, JobResult, RecipeInfo, RunResult, SCHEMA_VERSION, Status, TIMING_NOTE, Versions};
+use crate::report::result::{Host, JobResult, PointStatus, RecipeInfo, RunResult, SCHEMA_VERSION, Status, TIMING_NOTE, Versions};
 use crate::report::table;
 
 /// A fresh result document: every job of `plan` pending.
@@ -98,7 +98,7 @@ pub fn resume(dir: &Path, plan: &mut Plan, force: bool, step_trace: bool) -> Res
             )));
         }
         // Keep what finished; plan the rest.
-        prior.points.retain(|p| p.status == "ok");
+        prior.points.retain(|p| p.status == PointStatus::Ok);
         let done: Vec<(u32, u32, u32)> = prior.points.iter().map(|p| (p.isl, p.osl, p.conc)).collect();
         planned.specs.retain(|s| !done.contains(&(s.point.isl, s.point.osl, s.point.conc)));
         planned.run_eval &= prior.eval.is_none();

@@ -1,31 +1,46 @@
 //! The local executor: one job after another, each in a fresh worker of
-//! this process (what enginebench always did).
+//! this process. A local run uses it, and so does each task of a parallel or
+//! Slurm run for its own jobs (placed as its task sees them).
 
 use anyhow::Result;
 
-use super::super::job::{JobOutcome, Session, run_job};
+use super::super::plan::PlannedJob;
 use super::super::progress::say;
-use super::{Executor, Heading, Runner, node_name};
+use super::{Executor, Run, Sink, node_name};
 use crate::report::result::{Execution, Placement};
 
 /// One job after another on this machine.
-pub struct Sequential;
+pub struct Sequential {
+    /// Where a job runs, from its planned environment.
+    place: fn(&PlannedJob) -> Placement,
+}
+
+impl Default for Sequential {
+    /// A local run's: this node, alone.
+    fn default() -> Sequential {
+        Sequential { place: |job| local_placement(&job.env, false) }
+    }
+}
+
+impl Sequential {
+    /// One job after another, each placed by `place` (a task's placement
+    /// knows its Slurm task and whether it shares the node).
+    pub fn placed_by(place: fn(&PlannedJob) -> Placement) -> Sequential {
+        Sequential { place }
+    }
+}
 
 impl Executor for Sequential {
-    fn execute(&mut self, run: &mut Runner, groups: &[Vec<usize>], heading: &Heading<'_>) -> Result<()> {
+    fn execute(&mut self, run: &Run<'_>, sink: &mut Sink, groups: &[Vec<usize>]) -> Result<()> {
         for &index in groups.iter().flatten() {
-            if run.interrupted {
+            if sink.is_interrupted() {
                 break;
             }
-            if let Some(h) = heading(&run.result, index) {
-                say(&run.ui, &h);
+            if let Some(h) = (run.heading)(sink.result(), index) {
+                say(run.ui, &h);
             }
-            run.result.jobs[index].placement = Some(local_placement(&run.plan.jobs[index].env, false));
-            let session = Session { ui: &run.ui, interrupts: &run.interrupts, verbose: run.opts.verbose };
-            let outcome = run_job(&run.plan, index, &mut run.result, &mut run.files, &session)?;
-            if outcome == JobOutcome::Interrupted {
-                run.interrupted = true;
-            }
+            let placement = (self.place)(&run.plan.jobs[index]);
+            sink.run_job(run.plan, index, placement, &run.session())?;
         }
         Ok(())
     }

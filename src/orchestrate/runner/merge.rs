@@ -8,9 +8,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::Runner;
+use super::super::job::name_unfinished;
+use super::super::outputs::OutputFiles;
+use super::super::plan::Plan;
 use super::task::task_dir;
-use crate::report::result::{RunError, RunResult, SlurmTask, Status, Unfinished};
+use crate::report::result::{PointStatus, RunError, RunResult, SlurmTask, Status, UnfinishedStatus};
 
 /// The JSON-lines files a task writes (and the run folder holds).
 pub const LINE_FILES: [&str; 4] = ["points.jsonl", "requests.jsonl", "steps.jsonl", "gsm8k_samples.jsonl"];
@@ -24,26 +26,31 @@ pub struct Fault {
     pub slurm: Option<SlurmTask>,
 }
 
-/// Merges task `key` (jobs `jobs`) into `runner`'s folder and result, then
-/// removes the task's folder. `fault`: how the task ended, when not cleanly;
-/// its jobs still open are recorded as failed with it (finished points kept).
-/// `slurm`: the task's Slurm record, added to every job's placement (with
-/// `node`, the scheduler's node, where the task did not record its own).
-pub fn merge_task(
-    runner: &mut Runner,
-    key: u32,
-    jobs: &[usize],
-    fault: Option<&Fault>,
-    slurm: Option<&SlurmTask>,
-    node: Option<&str>,
-) -> Result<()> {
-    let tdir = task_dir(&runner.dir, key);
+/// How a task ended, as its executor saw it.
+#[derive(Debug, Default)]
+pub struct TaskEnd<'a> {
+    /// Why it ended before its jobs did; `None` when it ended cleanly.
+    pub fault: Option<Fault>,
+    /// The task's Slurm record, added to every job's placement.
+    pub slurm: Option<&'a SlurmTask>,
+    /// The scheduler's node, for jobs whose task recorded none.
+    pub node: Option<&'a str>,
+}
+
+/// Merges task `key` (jobs `jobs` of `plan`) into `result` and the run
+/// folder of `files`, writes the result, then removes the task's folder. A
+/// job the task left open (or one a scheduler's signal stopped) is recorded
+/// as failed for `end.fault`'s reason, its finished points kept.
+pub fn merge_task(result: &mut RunResult, files: &OutputFiles, plan: &Plan, key: u32, jobs: &[usize], end: &TaskEnd<'_>) -> Result<()> {
+    let (fault, slurm, node) = (end.fault.as_ref(), end.slurm, end.node);
+    let dir = &files.dir;
+    let tdir = task_dir(dir, key);
     let task_result: Option<RunResult> = crate::report::export::read_result(&tdir.join("result.json")).ok();
     for &i in jobs {
         if let Some(t) = task_result.as_ref().and_then(|t| t.jobs.get(i)) {
-            runner.result.jobs[i] = t.clone();
+            result.jobs[i] = t.clone();
         }
-        let job = &mut runner.result.jobs[i];
+        let job = &mut result.jobs[i];
         job.worker_pid = None;
         if let Some(s) = slurm {
             let placement = job.placement.get_or_insert_with(Default::default);
@@ -60,24 +67,21 @@ pub fn merge_task(
         // stopped, failed for the task's reason.
         let stopped_by_scheduler = fault.is_some_and(|f| f.slurm.is_some()) && job.status == Status::Interrupted;
         if job.status.is_open() || stopped_by_scheduler {
-            job.points.retain(|p| p.status == "ok");
+            job.points.retain(|p| p.status == PointStatus::Ok);
             job.error = None;
             let why = fault.map_or_else(|| format!("task {key} ended before this job finished"), |f| f.message.clone());
             job.status = Status::Failed;
             job.error.get_or_insert_with(|| RunError { message: why.clone(), ..RunError::default() });
             let done: Vec<(u32, u32, u32)> = job.points.iter().map(|p| (p.isl, p.osl, p.conc)).collect();
-            job.unfinished.clear();
-            for (n, spec) in runner.plan.jobs[i].specs.iter().filter(|s| !done.contains(&(s.point.isl, s.point.osl, s.point.conc))).enumerate() {
-                let (status, reason) = if n == 0 { ("failed", why.clone()) } else { ("not run", "an earlier point failed".to_string()) };
-                job.unfinished.push(Unfinished { point: spec.point, status: status.into(), reason });
-            }
+            let todo = plan.jobs[i].specs.iter().filter(|s| !done.contains(&(s.point.isl, s.point.osl, s.point.conc)));
+            job.unfinished = name_unfinished(todo, Some((UnfinishedStatus::Failed, why.clone())), "an earlier point failed");
         }
     }
-    runner.result.versions.refresh(&runner.result.jobs);
+    result.versions.refresh(&result.jobs);
     for name in LINE_FILES {
-        append(&tdir.join(name), &runner.dir.join(name))?;
+        append(&tdir.join(name), &dir.join(name))?;
     }
-    runner.files.write_result(&runner.result)?;
+    files.write_result(result)?;
     if tdir.exists() {
         std::fs::remove_dir_all(&tdir).with_context(|| format!("removing {}", tdir.display()))?;
     }

@@ -1,19 +1,22 @@
-//! The one job runner behind `run`, `eval`, `ab` and `overhead`: the run
-//! folder and its result document, Ctrl-C, progress, one [`Executor`] that
-//! runs the jobs, and the exit code at the end.
+//! The one job runner behind `run`, `eval`, `ab`, `overhead` and the tasks
+//! of a parallel or Slurm run: the run folder and its result document,
+//! Ctrl-C, progress, one [`Executor`] that runs the jobs, and the exit code
+//! at the end.
 //!
 //! ```text
-//! let mut runner = Runner::open(plan, &opts, Folder::New { name })?;
-//! let mut exec = executor_for(&opts.exec, &runner.plan)?;
+//! let mut runner = Runner::open(plan, &opts, &how, Folder::New { name })?;
+//! let mut exec = executor_for(&how.exec, &runner.plan)?;
 //! runner.run_jobs(exec.as_mut(), &groups, &heading)?;
 //! let code = runner.finish()?;  // 0 ok, 1 failed, 2 bad input only, 130 interrupted
 //! ```
 //!
-//! Executors (one file each, as hyperfine keeps its executors): [`local`]
-//! runs jobs one after another in this process's workers; [`parallel`] runs
-//! several at once on disjoint device sets of this node; [`slurm`] submits
-//! one Slurm job array whose tasks run the jobs ([`task`] is the hidden
-//! subcommand a task runs, [`merge`] folds its files back into the folder).
+//! Executors (one file each, as hyperfine keeps its executors) read the run
+//! ([`Run`]) and record into the runner's [`Sink`]: [`local`] runs jobs one
+//! after another in this process's workers; [`parallel`] runs several at
+//! once on disjoint device sets of this node; [`slurm`] submits one Slurm
+//! job array whose tasks run the jobs. A task ([`task`], the hidden
+//! subcommand) is a runner of its own that runs its jobs with [`local`]'s
+//! executor; [`merge`] folds its files back into the folder.
 
 pub mod devices;
 pub mod executor;
@@ -21,27 +24,28 @@ pub mod folder;
 pub mod local;
 pub mod merge;
 pub mod parallel;
+pub mod sink;
 pub mod slurm;
 pub mod task;
 pub mod watch;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use indicatif::MultiProgress;
 
 use super::interrupt::Interrupts;
-use super::job::JobOutcome;
+use super::job::{JobOutcome, Session};
 use super::outputs::OutputFiles;
-use super::plan::{Plan, RunOptions};
-use crate::error::exit;
+use super::plan::{Plan, PlannedJob, RunOptions};
+use crate::error::ExitStatus;
 use crate::report::result::{RunResult, Status};
 
-pub use executor::{ExecChoice, Executor, executor_for};
+pub use executor::{ExecChoice, ExecOptions, Executor, executor_for};
 pub use folder::{new_result, now_rfc3339, output_dir, pending_job, print_summary};
+pub use sink::Sink;
 
 /// Exit code after Ctrl-C (128 + SIGINT), as shells report it.
-pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// Where a runner keeps its files.
 pub enum Folder<'a> {
@@ -62,15 +66,29 @@ pub type Heading<'a> = dyn Fn(&RunResult, usize) -> Option<String> + 'a;
 pub struct Runner {
     pub plan: Plan,
     pub opts: RunOptions,
-    pub result: RunResult,
-    pub files: OutputFiles,
-    pub dir: PathBuf,
+    pub how: ExecOptions,
     pub ui: MultiProgress,
     pub interrupts: Interrupts,
-    /// Set by an executor when Ctrl-C stopped it: no further jobs start.
-    pub interrupted: bool,
-    /// Set by the Slurm executor with `--detach`: the jobs run on without us.
-    pub detached: bool,
+    /// The result and the run folder's files: what executors record into.
+    pub sink: Sink,
+}
+
+/// A run as its executor reads it: the plan, what the command asked to run
+/// and how, the terminal, Ctrl-C, and the heading printed before each job.
+pub struct Run<'a> {
+    pub plan: &'a Plan,
+    pub opts: &'a RunOptions,
+    pub how: &'a ExecOptions,
+    pub ui: &'a MultiProgress,
+    pub interrupts: &'a Interrupts,
+    pub heading: &'a Heading<'a>,
+}
+
+impl<'a> Run<'a> {
+    /// What each job's worker shares: the terminal, Ctrl-C, `-v`.
+    pub fn session(&self) -> Session<'a> {
+        Session { ui: self.ui, interrupts: self.interrupts, verbose: self.how.verbose }
+    }
 }
 
 impl Runner {
@@ -80,13 +98,13 @@ impl Runner {
     /// Errors (usage): an interpreter without vLLM or torch (before the
     /// folder exists, see [`crate::python::require_engine_packages`]); see
     /// [`output_dir`] and [`folder::resume`].
-    pub fn open(mut plan: Plan, opts: &RunOptions, folder: Folder<'_>) -> Result<Runner> {
+    pub fn open(mut plan: Plan, opts: &RunOptions, how: &ExecOptions, folder: Folder<'_>) -> Result<Runner> {
         for job in &plan.jobs {
             crate::python::require_engine_packages(&job.python)?;
         }
         let (dir, result, files) = match folder {
             Folder::New { name } => {
-                let dir = output_dir(opts.output.as_deref(), name)?;
+                let dir = output_dir(how.output.as_deref(), name)?;
                 let files = OutputFiles::create(&dir, opts.step_trace)?;
                 (dir, new_result(&plan), files)
             }
@@ -96,7 +114,7 @@ impl Runner {
                 (dir.to_path_buf(), new_result(&plan), files)
             }
             Folder::Resume(dir) => {
-                let (result, files) = folder::resume(dir, &mut plan, opts.force, opts.step_trace)?;
+                let (result, files) = folder::resume(dir, &mut plan, how.force, opts.step_trace)?;
                 (dir.to_path_buf(), result, files)
             }
             Folder::Existing(dir) => {
@@ -106,18 +124,49 @@ impl Runner {
                 (dir.to_path_buf(), result, files)
             }
         };
-        files.write_result(&result)?;
-        Ok(Runner {
-            plan,
-            opts: opts.clone(),
-            result,
-            files,
-            dir,
-            ui: MultiProgress::new(),
-            interrupts: Interrupts::install(),
-            interrupted: false,
-            detached: false,
-        })
+        let sink = Sink::new(result, files, &dir);
+        sink.write()?;
+        Ok(Runner::with(plan, opts, how, sink))
+    }
+
+    /// The runner of task `key` of the run in `dir` (`enginebench __task`):
+    /// the run's result as the submitter left it, the task's lines and
+    /// result written into its own folder (`tasks/KEY/`, merged by the
+    /// submitter), logs and telemetry into `dir`. Nothing is written before
+    /// a job starts; the submitter checked the interpreters.
+    ///
+    /// Errors: the run's result.json is missing or unreadable, the task's
+    /// folder cannot be created.
+    pub fn for_task(plan: Plan, opts: &RunOptions, how: &ExecOptions, dir: &Path, key: u32) -> Result<Runner> {
+        let result = crate::report::export::read_result(&dir.join("result.json"))?;
+        let tdir = task::task_dir(dir, key);
+        std::fs::create_dir_all(&tdir).with_context(|| format!("creating {}", tdir.display()))?;
+        let mut files = OutputFiles::for_task(dir, &tdir, opts.step_trace)?;
+        files.resumes = result.resumes;
+        Ok(Runner::with(plan, opts, how, Sink::new(result, files, dir)))
+    }
+
+    fn with(plan: Plan, opts: &RunOptions, how: &ExecOptions, sink: Sink) -> Runner {
+        Runner { plan, opts: opts.clone(), how: how.clone(), ui: MultiProgress::new(), interrupts: Interrupts::install(), sink }
+    }
+
+    /// The run folder.
+    pub fn dir(&self) -> &Path {
+        self.sink.dir()
+    }
+
+    /// The result document as recorded so far.
+    pub fn result(&self) -> &RunResult {
+        self.sink.result()
+    }
+
+    /// Adds `jobs` to the plan and (pending) to the result, and writes it.
+    pub fn add_jobs(&mut self, jobs: Vec<PlannedJob>) -> Result<()> {
+        for j in jobs {
+            self.sink.push_job(pending_job(&j, &self.plan.model_path));
+            self.plan.jobs.push(j);
+        }
+        self.sink.write()
     }
 
     /// Runs the jobs of `groups` (job indices; a group's jobs run one after
@@ -129,12 +178,19 @@ impl Runner {
             .map(|g| g.iter().copied().filter(|&i| self.has_work(i)).collect::<Vec<_>>())
             .filter(|g| !g.is_empty())
             .collect();
-        self.result.execution = Some(exec.describe());
-        if !todo.is_empty() && !self.interrupted {
-            exec.execute(self, &todo, heading)?;
+        self.sink.set_execution(exec.describe());
+        if !todo.is_empty() && !self.sink.is_interrupted() {
+            let (run, sink) = self.parts(heading);
+            exec.execute(&run, sink, &todo)?;
         }
-        self.files.write_result(&self.result)?;
-        Ok(self.interrupted)
+        self.sink.write()?;
+        Ok(self.sink.is_interrupted())
+    }
+
+    /// The run as an executor reads it, and the sink it records into.
+    pub fn parts<'a>(&'a mut self, heading: &'a Heading<'a>) -> (Run<'a>, &'a mut Sink) {
+        let run = Run { plan: &self.plan, opts: &self.opts, how: &self.how, ui: &self.ui, interrupts: &self.interrupts, heading };
+        (run, &mut self.sink)
     }
 
     /// Whether job `index` still has points or an eval to run.
@@ -144,26 +200,34 @@ impl Runner {
     }
 
     /// Sets the run's final status, writes the result, prints the summary
-    /// and returns the exit code ([`exit_code`]).
-    pub fn finish(&mut self) -> Result<i32> {
+    /// and returns how the run ended ([`exit_status`]).
+    pub fn finish(&mut self) -> Result<ExitStatus> {
         self.finish_printing(true)
     }
 
     /// [`Runner::finish`], printing the per-job summary only if `print`.
-    pub fn finish_printing(&mut self, print: bool) -> Result<i32> {
-        if self.detached {
-            self.files.write_result(&self.result)?;
-            let dir = self.dir.display();
+    pub fn finish_printing(&mut self, print: bool) -> Result<ExitStatus> {
+        if self.sink.is_detached() {
+            self.sink.write()?;
+            let dir = self.dir().display();
             outln!("submitted: `enginebench status {dir}` shows the tasks, `enginebench collect {dir}` waits for them and merges the result");
-            return Ok(exit::OK);
+            return Ok(ExitStatus::Ok);
         }
-        self.result.status = run_status(&self.result, self.interrupted);
-        self.result.finished_at = Some(now_rfc3339());
-        self.files.write_result(&self.result)?;
-        if print || self.result.status == Status::Interrupted {
-            print_summary(&self.result, &self.dir, self.opts.verbose);
+        let status = run_status(self.result(), self.sink.is_interrupted());
+        self.sink.close(status)?;
+        if print || status == Status::Interrupted {
+            print_summary(self.result(), self.dir(), self.how.verbose);
         }
-        Ok(exit_code(&self.result))
+        Ok(exit_status(self.result()))
+    }
+
+    /// How `jobs` alone (a task's jobs) ended, as [`exit_status`] says of a
+    /// run.
+    pub fn exit_status_of(&self, jobs: &[usize]) -> ExitStatus {
+        let mut mine = self.result().clone();
+        mine.jobs = jobs.iter().map(|&i| self.result().jobs[i].clone()).collect();
+        mine.status = run_status(&mine, self.sink.is_interrupted());
+        exit_status(&mine)
     }
 }
 
@@ -179,18 +243,18 @@ pub fn run_status(result: &RunResult, interrupted: bool) -> Status {
     }
 }
 
-/// The exit code of a finished run (the README's "Exit codes"): 130
-/// interrupted; 0 every job ok; 2 the only failures are bad input (a flag the
-/// engine rejected); else 1.
-pub fn exit_code(result: &RunResult) -> i32 {
+/// How a finished run ended (the README's "Exit codes"): interrupted (130);
+/// ok (0) when every job is ok; bad input (2) when the only failures are bad
+/// input (a flag the engine rejected); else failed (1).
+pub fn exit_status(result: &RunResult) -> ExitStatus {
     match result.status {
-        Status::Interrupted => EXIT_INTERRUPTED,
-        Status::Ok => exit::OK,
+        Status::Interrupted => ExitStatus::Interrupted,
+        Status::Ok => ExitStatus::Ok,
         _ => {
             let outcomes: Vec<JobOutcome> = result.jobs.iter().filter_map(JobOutcome::of).collect();
             let only_bad_input = outcomes.iter().all(|o| matches!(o, JobOutcome::Ok | JobOutcome::BadInput))
                 && outcomes.contains(&JobOutcome::BadInput);
-            if only_bad_input { exit::USAGE } else { exit::FAILED }
+            if only_bad_input { ExitStatus::Usage } else { ExitStatus::Failed }
         }
     }
 }
@@ -234,7 +298,7 @@ mod tests {
     fn code(jobs: &[(Status, bool)], interrupted: bool) -> (Status, i32) {
         let mut r = result(jobs);
         r.status = run_status(&r, interrupted);
-        (r.status, exit_code(&r))
+        (r.status, exit_status(&r).code())
     }
 
     #[test]

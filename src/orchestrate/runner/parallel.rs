@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use super::super::plan::{Plan, gpus_of};
 use super::super::progress::say;
 use super::devices::{Devices, Packer};
-use super::merge::{Fault, merge_task};
+use super::merge::{Fault, TaskEnd};
 use super::task::{CONCURRENT_VAR, save};
 use super::watch::Watch;
-use super::{Executor, Heading, Runner};
+use super::{Executor, Run, Sink};
 use crate::error::usage;
 use crate::report::result::Execution;
 
@@ -101,9 +101,9 @@ struct Running {
 }
 
 impl Executor for Parallel {
-    fn execute(&mut self, run: &mut Runner, groups: &[Vec<usize>], heading: &Heading<'_>) -> Result<()> {
+    fn execute(&mut self, run: &Run<'_>, sink: &mut Sink, groups: &[Vec<usize>]) -> Result<()> {
         let tasks: BTreeMap<u32, Vec<usize>> = groups.iter().enumerate().map(|(k, g)| (k as u32, g.clone())).collect();
-        save(run, &tasks, None)?;
+        save(run, sink, &tasks, None)?;
         let exe = std::env::current_exe().context("locating the enginebench binary")?;
         let mut packer = Packer::new(self.devices.ids.len());
         let mut pending: Vec<u32> = tasks.keys().copied().collect();
@@ -112,11 +112,11 @@ impl Executor for Parallel {
         let mut watch = Watch::default();
         let seen = run.interrupts.count();
         let mut forwarded = 0;
-        say(&run.ui, &format!("running up to {} jobs at once{}", self.max_at_once, if self.share_cpu { " (sharing the CPU cores: perf figures disturb each other)" } else { "" }));
+        say(run.ui, &format!("running up to {} jobs at once{}", self.max_at_once, if self.share_cpu { " (sharing the CPU cores: perf figures disturb each other)" } else { "" }));
         loop {
             let pressed = run.interrupts.count() - seen;
             if pressed > 0 {
-                run.interrupted = true;
+                sink.interrupt();
                 pending.clear();
             }
             // Forward each Ctrl-C: the first stops each task gracefully, the second kills its engine.
@@ -134,25 +134,31 @@ impl Executor for Parallel {
                 pending.pop();
                 let env = self.devices.env_for(&slots);
                 for &i in &tasks[&key] {
-                    if let Some(h) = heading(&run.result, i) {
+                    if let Some(h) = (run.heading)(sink.result(), i) {
                         let on = env.iter().map(|(k, v)| format!(" ({k}={v})")).collect::<String>();
-                        say(&run.ui, &format!("{h}{on}"));
+                        say(run.ui, &format!("{h}{on}"));
                     }
                 }
-                let log = std::fs::File::create(run.dir.join(format!("task-{key}.log")))?;
+                let log = std::fs::File::create(sink.dir().join(format!("task-{key}.log")))?;
                 let mut cmd = Command::new(&exe);
-                if let Some(p) = crate::python::cli_choice() {
+                if let Some(p) = &run.how.python {
                     cmd.arg("--python").arg(p);
                 }
-                cmd.arg("__task").arg(&run.dir).arg(key.to_string());
-                cmd.envs(env).env(CONCURRENT_VAR, "1").process_group(0);
+                cmd.arg("__task").arg(sink.dir()).arg(key.to_string());
+                // The task records its jobs as sharing the node when they can.
+                if self.max_at_once > 1 {
+                    cmd.env(CONCURRENT_VAR, "1");
+                } else {
+                    cmd.env_remove(CONCURRENT_VAR);
+                }
+                cmd.envs(env).process_group(0);
                 cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
                 let child = cmd.spawn().context("starting a task process")?;
                 running.push(Running { key, jobs: tasks[&key].clone(), child, slots });
             }
             for r in &running {
-                for line in watch.new_points(&run.dir, r.key, "") {
-                    say(&run.ui, &line);
+                for line in watch.new_points(sink.dir(), r.key, "") {
+                    say(run.ui, &line);
                 }
             }
             let mut still = Vec::new();
@@ -165,12 +171,10 @@ impl Executor for Parallel {
                             message: format!("task {} ended with {} (log: task-{}.log)", r.key, super::super::job::describe_exit(status), r.key),
                             slurm: None,
                         });
-                        merge_task(run, r.key, &r.jobs, fault.as_ref(), None, None)?;
+                        sink.merge_task(run.plan, r.key, &r.jobs, &TaskEnd { fault, ..TaskEnd::default() })?;
                         for &i in &r.jobs {
-                            if let Some(p) = run.result.jobs[i].placement.as_mut() {
-                                p.concurrent = self.max_at_once > 1;
-                            }
-                            say(&run.ui, &format!("  {}: {}", run.result.jobs[i].label, run.result.jobs[i].status));
+                            let job = &sink.result().jobs[i];
+                            say(run.ui, &format!("  {}: {}", job.label, job.status));
                         }
                     }
                 }
@@ -181,7 +185,7 @@ impl Executor for Parallel {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        run.files.write_result(&run.result)?;
+        sink.write()?;
         Ok(())
     }
 

@@ -1,34 +1,38 @@
 //! A task: jobs of a saved plan run by another `enginebench` process (a
 //! child of the parallel executor, or a Slurm array task) into the shared
 //! run folder. The submitter saves `plan.json`; the hidden subcommand
-//! `enginebench __task DIR KEY` runs the jobs of task KEY, writing points and
-//! requests into `DIR/tasks/KEY/` (merged later by [`super::merge`]) and logs
-//! and telemetry into DIR itself.
+//! `enginebench __task DIR KEY` runs the jobs of task KEY with the local
+//! executor, writing points and requests into `DIR/tasks/KEY/` (merged later
+//! by [`super::merge`]) and logs and telemetry into DIR itself.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use indicatif::MultiProgress;
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::super::interrupt::Interrupts;
-use super::super::job::{JobOutcome, Session, run_job};
-use super::super::outputs::OutputFiles;
 use super::super::plan::{PlannedJob, RunOptions, plan};
-use super::local::{DEVICE_VARS, local_placement};
-use super::{Runner, exit_code, run_status};
-use crate::error::usage;
+use super::{ExecChoice, ExecOptions};
+use super::local::{DEVICE_VARS, Sequential, local_placement};
+use super::{Run, Runner, Sink, node_name};
+use crate::error::{ExitStatus, usage};
 use crate::report::files::write_json_atomic;
-use crate::report::result::SlurmTask;
+use crate::report::result::{Placement, SlurmTask};
 
 /// The saved plan of a run folder (`plan.json`).
 #[derive(Serialize, Deserialize)]
 pub struct SavedPlan {
-    /// The command's options (recipe, overrides, executor).
+    /// What the command runs (recipe, overrides).
     pub options: RunOptions,
     /// The global `--python` of the submitting command.
     pub python: Option<PathBuf>,
+    /// The submitting command's executor (`status` and `collect` read its
+    /// Slurm options).
+    #[serde(default)]
+    pub exec: ExecChoice,
+    /// The submitting command's `--verbose`.
+    #[serde(default)]
+    pub verbose: bool,
     /// Every job, as planned (an `ab` schedule included).
     pub jobs: Vec<PlannedJob>,
     /// Task key (a Slurm array index) -> the jobs it runs, in order.
@@ -47,16 +51,18 @@ pub fn task_dir(dir: &Path, key: u32) -> PathBuf {
 }
 
 /// Writes `plan.json` for `tasks` (and the result, so tasks start from it).
-pub fn save(runner: &Runner, tasks: &BTreeMap<u32, Vec<usize>>, probe_token: Option<String>) -> Result<()> {
+pub fn save(run: &Run<'_>, sink: &Sink, tasks: &BTreeMap<u32, Vec<usize>>, probe_token: Option<String>) -> Result<()> {
     let saved = SavedPlan {
-        options: runner.opts.clone(),
-        python: crate::python::cli_choice(),
-        jobs: runner.plan.jobs.clone(),
+        options: run.opts.clone(),
+        python: run.how.python.clone(),
+        exec: run.how.exec.clone(),
+        verbose: run.how.verbose,
+        jobs: run.plan.jobs.clone(),
         tasks: tasks.clone(),
         probe_token,
     };
-    write_json_atomic(&runner.dir.join(PLAN_FILE), &saved)?;
-    runner.files.write_result(&runner.result)
+    write_json_atomic(&sink.dir().join(PLAN_FILE), &saved)?;
+    sink.write()
 }
 
 /// Reads `DIR/plan.json`.
@@ -66,20 +72,45 @@ pub fn load(dir: &Path) -> Result<SavedPlan> {
     let path = dir.join(PLAN_FILE);
     let text = std::fs::read_to_string(&path)
         .map_err(|e| usage(format!("{}: {e} (a parallel or Slurm run folder holds the plan its tasks run)", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))
+    let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    lift_exec_options(&mut value);
+    serde_json::from_value(value).map_err(|e| usage(format!("{}: {e}", path.display())))
+}
+
+/// A `plan.json` of an older build kept the executor and `--verbose` inside
+/// `options`: lifted to the top, where this build keeps them.
+fn lift_exec_options(value: &mut serde_json::Value) {
+    let Some(top) = value.as_object_mut() else { return };
+    for key in ["exec", "verbose"] {
+        if top.contains_key(key) {
+            continue;
+        }
+        if let Some(v) = top.get_mut("options").and_then(|o| o.as_object_mut()).and_then(|o| o.remove(key)) {
+            top.insert(key.to_string(), v);
+        }
+    }
+}
+
+impl SavedPlan {
+    /// How a task or `collect` runs the saved plan: the submitter's
+    /// `--verbose`, the local executor, the interpreter `python` (this
+    /// process's `--python`).
+    pub fn exec_options(&self, python: Option<&Path>) -> ExecOptions {
+        ExecOptions { verbose: self.verbose, python: python.map(Path::to_path_buf), ..ExecOptions::default() }
+    }
 }
 
 /// The environment variable that tells a task it shares its node with other jobs.
 pub const CONCURRENT_VAR: &str = "ENGINEBENCH_CONCURRENT";
 
 /// `enginebench __task DIR KEY [--probe TOKEN]`: runs the jobs of task KEY.
-/// Returns the exit code of those jobs (as a run's).
+/// Returns how those jobs ended (as a run's).
 ///
 /// Errors (usage): the probe file is missing or different (the folder is not
 /// shared with this node), no plan, no such task.
-pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<i32> {
-    let node = super::node_name();
+pub fn run_task(dir: &Path, key: u32, probe: Option<&str>, python: Option<&Path>) -> Result<ExitStatus> {
     if let Some(token) = probe {
+        let node = node_name();
         let path = dir.join("slurm").join("probe");
         match std::fs::read_to_string(&path) {
             Ok(t) if t.trim() == token => {}
@@ -98,47 +129,35 @@ pub fn run_task(dir: &Path, key: u32, probe: Option<&str>) -> Result<i32> {
     }
     let saved = load(dir)?;
     let jobs = saved.tasks.get(&key).cloned().ok_or_else(|| usage(format!("{}: no task {key} in {PLAN_FILE}", dir.display())))?;
-    let mut plan = plan(&saved.options)?;
+    let mut plan = plan(&saved.options, python)?;
+    let how = saved.exec_options(python);
     plan.jobs = saved.jobs;
-    let mut result = crate::report::export::read_result(&dir.join("result.json"))?;
-    let tdir = task_dir(dir, key);
-    std::fs::create_dir_all(&tdir).with_context(|| format!("creating {}", tdir.display()))?;
-    let mut files = OutputFiles::for_task(dir, &tdir, saved.options.step_trace)?;
-    files.resumes = result.resumes;
-    let interrupts = Interrupts::install();
-    let ui = MultiProgress::new();
-    let concurrent = std::env::var_os(CONCURRENT_VAR).is_some();
-    let mut interrupted = false;
+    // The devices this process was given (by the parallel executor or
+    // Slurm) reach the worker, and the sampler attributes them to this job.
     for &index in &jobs {
-        if interrupted {
-            break;
-        }
-        // The devices this process was given (by the parallel executor or
-        // Slurm) reach the worker, and the sampler attributes them to this job.
-        let job = &mut plan.jobs[index];
         for k in DEVICE_VARS {
             if let Ok(v) = std::env::var(k) {
-                job.env.insert(k.to_string(), v);
+                plan.jobs[index].env.insert(k.to_string(), v);
             }
         }
-        let mut placement = local_placement(&job.env, concurrent);
-        placement.slurm = slurm_env();
-        if let Ok(n) = std::env::var("SLURMD_NODENAME") {
-            placement.node = n;
-        }
-        errln!("enginebench task {key}: job {index} ({}) on {}", result.jobs[index].label, placement.node);
-        result.jobs[index].placement = Some(placement);
-        let session = Session { ui: &ui, interrupts: &interrupts, verbose: saved.options.verbose };
-        if run_job(&plan, index, &mut result, &mut files, &session)? == JobOutcome::Interrupted {
-            interrupted = true;
-        }
     }
-    files.write_result(&result)?;
-    // The exit code of this task's own jobs.
-    let mut mine = result.clone();
-    mine.jobs = jobs.iter().map(|&i| result.jobs[i].clone()).collect();
-    mine.status = run_status(&mine, interrupted);
-    Ok(exit_code(&mine))
+    let mut runner = Runner::for_task(plan, &saved.options, &how, dir, key)?;
+    let node = task_node();
+    let heading = |r: &crate::report::result::RunResult, i: usize| Some(format!("enginebench task {key}: job {i} ({}) on {node}", r.jobs[i].label));
+    runner.run_jobs(&mut Sequential::placed_by(task_placement), std::slice::from_ref(&jobs), &heading)?;
+    Ok(runner.exit_status_of(&jobs))
+}
+
+/// The node a task runs on: Slurm's name for it, else the host name.
+fn task_node() -> String {
+    std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| node_name())
+}
+
+/// Where a task's job runs: this node (as Slurm names it), the devices the
+/// task was given, whether other jobs share the node, the Slurm task.
+fn task_placement(job: &PlannedJob) -> Placement {
+    let concurrent = std::env::var_os(CONCURRENT_VAR).is_some();
+    Placement { node: task_node(), slurm: slurm_env(), ..local_placement(&job.env, concurrent) }
 }
 
 /// The Slurm task this process runs in, from Slurm's environment.
@@ -150,4 +169,34 @@ fn slurm_env() -> Option<SlurmTask> {
         job_id: num("SLURM_JOB_ID"),
         ..SlurmTask::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `plan.json` written before the execution options left `options`
+    /// still reads, with its executor and `--verbose` where this build keeps them.
+    #[test]
+    fn older_plan_json_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = serde_json::json!({
+            "options": {
+                "recipe": "r.toml", "variants": ["a"], "inferencex": false, "no_eval": true, "only_eval": false,
+                "step_trace": false, "force": false, "output": "/tmp/out", "resume": null, "verbose": true,
+                "exec": {"parallel": {"jobs": "auto", "share_cpu": true}}
+            },
+            "python": "/usr/bin/python3",
+            "jobs": [],
+            "tasks": {"0": [0]}
+        });
+        std::fs::write(dir.path().join(PLAN_FILE), old.to_string()).unwrap();
+        let saved = load(dir.path()).unwrap();
+        assert_eq!(saved.options.recipe.as_deref(), Some(Path::new("r.toml")));
+        assert_eq!(saved.options.variants, ["a"]);
+        assert!(saved.verbose);
+        assert!(matches!(saved.exec, ExecChoice::Parallel { share_cpu: true, .. }), "{:?}", saved.exec);
+        assert_eq!(saved.python.as_deref(), Some(Path::new("/usr/bin/python3")));
+        assert_eq!(saved.tasks[&0], [0]);
+    }
 }

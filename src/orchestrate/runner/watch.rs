@@ -16,7 +16,7 @@ struct PointLine {
     isl: u32,
     osl: u32,
     conc: u32,
-    status: String,
+    status: crate::report::result::PointStatus,
     output_throughput: f64,
 }
 

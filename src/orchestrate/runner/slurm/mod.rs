@@ -21,11 +21,11 @@ use serde::{Deserialize, Serialize};
 
 use super::super::plan::{Plan, gpus_of, plan};
 use super::super::progress::say;
-use super::merge::{Fault, merge_task, points_so_far};
+use super::merge::{Fault, TaskEnd, points_so_far};
 use super::task::{self, task_dir};
 use super::watch::Watch;
-use super::{ExecChoice, Executor, Folder, Heading, Runner, now_rfc3339};
-use crate::error::usage;
+use super::{ExecChoice, Executor, Folder, Run, Runner, Sink, now_rfc3339};
+use crate::error::{ExitStatus, usage};
 use crate::report::files::write_json_atomic;
 use crate::report::result::Execution;
 use commands::Tools;
@@ -111,10 +111,11 @@ impl Slurm {
     /// Follows the array of `sub` until every task ended, merging each as it
     /// ends. Ctrl-C cancels the array (`scancel`); a second one stops
     /// following and leaves what is left to `enginebench collect`.
-    pub fn follow(&self, run: &mut Runner, sub: &Submission) -> Result<()> {
+    pub fn follow(&self, run: &Run<'_>, sink: &mut Sink, sub: &Submission) -> Result<()> {
         let id = sub.array_job_id;
         let submitted = Instant::now();
-        let mut merged: BTreeSet<u32> = sub.tasks.keys().copied().filter(|k| !task_dir(&run.dir, *k).exists() && run_done(run, &sub.tasks[k])).collect();
+        let dir = sink.dir().to_path_buf();
+        let mut merged: BTreeSet<u32> = sub.tasks.keys().copied().filter(|k| !task_dir(&dir, *k).exists() && run_done(sink, &sub.tasks[k])).collect();
         let mut watch = Watch::default();
         let mut shown: BTreeMap<u32, String> = BTreeMap::new();
         let seen = run.interrupts.count();
@@ -124,18 +125,18 @@ impl Slurm {
             let pressed = run.interrupts.count() - seen;
             if pressed >= 1 && !cancelled {
                 cancelled = true;
-                run.interrupted = true;
-                say(&run.ui, &format!("interrupted: cancelling Slurm array {id} (scancel {id}); Ctrl-C again to stop waiting for it"));
+                sink.interrupt();
+                say(run.ui, &format!("interrupted: cancelling Slurm array {id} (scancel {id}); Ctrl-C again to stop waiting for it"));
                 if let Err(e) = self.tools.scancel(id) {
-                    say(&run.ui, &format!("  {e:#}"));
+                    say(run.ui, &format!("  {e:#}"));
                 }
             }
             if pressed >= 2 {
                 say(
-                    &run.ui,
+                    run.ui,
                     &format!(
                         "stopped following Slurm array {id}; tasks still winding down are left to Slurm: `enginebench status {dir}` shows them, `enginebench collect {dir}` merges them",
-                        dir = run.dir.display()
+                        dir = dir.display()
                     ),
                 );
                 return Ok(());
@@ -151,46 +152,40 @@ impl Slurm {
                 if let Some(r) = rec {
                     let line = format!("{}{}", r.state, node.as_deref().map(|n| format!(" on {n}")).unwrap_or_default());
                     if shown.get(&key) != Some(&line) {
-                        say(&run.ui, &format!("  Slurm task {id}_{key}: {line}"));
+                        say(run.ui, &format!("  Slurm task {id}_{key}: {line}"));
                         shown.insert(key, line);
                     }
                 }
-                for l in watch.new_points(&run.dir, key, node.as_deref().map(|n| format!("on {n}")).as_deref().unwrap_or("")) {
+                for l in watch.new_points(&dir, key, node.as_deref().map(|n| format!("on {n}")).as_deref().unwrap_or("")) {
                     if !first_point {
                         first_point = true;
-                        say(&run.ui, &format!("  first point {:.1} s after following began", submitted.elapsed().as_secs_f64()));
+                        say(run.ui, &format!("  first point {:.1} s after following began", submitted.elapsed().as_secs_f64()));
                     }
-                    say(&run.ui, &l);
+                    say(run.ui, &l);
                 }
                 let fault = |r: &TaskRecord| Fault {
-                    message: format!("Slurm task {id}_{key} ended {}{}", r.describe(), out_tail(&run.dir, id, key)),
+                    message: format!("Slurm task {id}_{key} ended {}{}", r.describe(), out_tail(&dir, id, key)),
                     slurm: Some(r.slurm_task(key)),
                 };
-                let done = match rec.map(|r| (phase(&r.state), r)) {
-                    Some((Phase::Waiting | Phase::Running, _)) => false,
-                    Some((Phase::Completed, r)) => {
-                        merge_task(run, key, jobs, None, Some(&r.slurm_task(key)), node.as_deref())?;
-                        true
-                    }
-                    Some((Phase::Ended, r)) => {
-                        merge_task(run, key, jobs, Some(&fault(r)), Some(&r.slurm_task(key)), node.as_deref())?;
-                        true
-                    }
+                let end = match rec.map(|r| (phase(&r.state), r)) {
+                    Some((Phase::Waiting | Phase::Running, _)) => None,
+                    Some((Phase::Completed, r)) => Some((None, Some(r.slurm_task(key)))),
+                    Some((Phase::Ended, r)) => Some((Some(fault(r)), Some(r.slurm_task(key)))),
                     // Slurm forgot the array (MinJobAge passed): the task's
                     // own result is all there is.
                     None if records.is_empty() => {
                         let f = Fault { message: format!("Slurm no longer knows task {id}_{key} (ended more than MinJobAge ago)"), slurm: None };
-                        merge_task(run, key, jobs, Some(&f), None, None)?;
-                        true
+                        Some((Some(f), None))
                     }
-                    None => false,
+                    None => None,
                 };
-                if done {
+                if let Some((fault, slurm)) = end {
+                    sink.merge_task(run.plan, key, jobs, &TaskEnd { fault, slurm: slurm.as_ref(), node: node.as_deref() })?;
                     merged.insert(key);
                     for &i in jobs {
-                        let j = &run.result.jobs[i];
+                        let j = &sink.result().jobs[i];
                         let state = j.placement.as_ref().and_then(|p| p.slurm.as_ref()).and_then(|s| s.state.clone()).unwrap_or_default();
-                        say(&run.ui, &format!("  {}: {} (Slurm {state})", j.label, j.status));
+                        say(run.ui, &format!("  {}: {} (Slurm {state})", j.label, j.status));
                     }
                 }
             }
@@ -203,8 +198,8 @@ impl Slurm {
 }
 
 /// The jobs of a task are already final in the result (merged earlier).
-fn run_done(run: &Runner, jobs: &[usize]) -> bool {
-    jobs.iter().all(|&i| !run.result.jobs[i].status.is_open())
+fn run_done(sink: &Sink, jobs: &[usize]) -> bool {
+    jobs.iter().all(|&i| !sink.result().jobs[i].status.is_open())
 }
 
 /// "; its output slurm/12_1.out ends: ..." (the last lines), or "".
@@ -219,22 +214,22 @@ fn out_tail(dir: &Path, id: u64, key: u32) -> String {
 }
 
 impl Executor for Slurm {
-    fn execute(&mut self, run: &mut Runner, groups: &[Vec<usize>], heading: &Heading<'_>) -> Result<()> {
+    fn execute(&mut self, run: &Run<'_>, sink: &mut Sink, groups: &[Vec<usize>]) -> Result<()> {
         let tasks: BTreeMap<u32, Vec<usize>> = groups.iter().map(|g| (g[0] as u32, g.clone())).collect();
-        let sdir = run.dir.join("slurm");
+        let sdir = sink.dir().join("slurm");
         std::fs::create_dir_all(&sdir).with_context(|| format!("creating {}", sdir.display()))?;
         let token = format!("{:016x}", rand::random::<u64>());
         std::fs::write(sdir.join("probe"), &token).with_context(|| format!("writing the probe file in {}", sdir.display()))?;
         for k in tasks.keys() {
-            let t = task_dir(&run.dir, *k);
+            let t = task_dir(sink.dir(), *k);
             if t.exists() {
                 std::fs::remove_dir_all(&t)?; // a task folder left by an unmerged earlier try
             }
         }
-        task::save(run, &tasks, Some(token.clone()))?;
-        let dir = std::fs::canonicalize(&run.dir)?;
+        task::save(run, sink, &tasks, Some(token.clone()))?;
+        let dir = std::fs::canonicalize(sink.dir())?;
         let exe = std::env::current_exe().context("locating the enginebench binary")?;
-        let python = crate::python::cli_choice();
+        let python = run.how.python.clone();
         let keys: Vec<u32> = tasks.keys().copied().collect();
         let name = format!("enginebench-{}", run.plan.recipe.name);
         let spec = script::ScriptSpec {
@@ -256,19 +251,19 @@ impl Executor for Slurm {
         std::fs::write(&script_path, script::render(&spec))?;
         let id = self.tools.sbatch(&script_path)?;
         let sub = Submission { array_job_id: id, tasks: tasks.clone(), script: script_path.clone(), submitted_at: now_rfc3339(), slurm_version: self.version.clone() };
-        write_json_atomic(&submission_path(&run.dir), &sub)?;
-        say(&run.ui, &format!("submitted Slurm array {id} ({}): {} task(s), script {}", self.version, keys.len(), script_path.display()));
+        write_json_atomic(&submission_path(sink.dir()), &sub)?;
+        say(run.ui, &format!("submitted Slurm array {id} ({}): {} task(s), script {}", self.version, keys.len(), script_path.display()));
         for (k, jobs) in &tasks {
             for &i in jobs {
-                let h = heading(&run.result, i).unwrap_or_else(|| run.result.jobs[i].label.clone());
-                say(&run.ui, &format!("  {h} -> task {id}_{k}"));
+                let h = (run.heading)(sink.result(), i).unwrap_or_else(|| sink.result().jobs[i].label.clone());
+                say(run.ui, &format!("  {h} -> task {id}_{k}"));
             }
         }
         if self.opts.detach {
-            run.detached = true;
+            sink.detach();
             return Ok(());
         }
-        self.follow(run, &sub)
+        self.follow(run, sink, &sub)
     }
 
     fn describe(&self) -> Execution {
@@ -286,7 +281,7 @@ pub fn load_submission(dir: &Path) -> Result<Submission> {
 }
 
 fn slurm_options(saved: &task::SavedPlan, dir: &Path) -> Result<SlurmOptions> {
-    match &saved.options.exec {
+    match &saved.exec {
         ExecChoice::Slurm(o) => Ok(o.clone()),
         _ => Err(usage(format!("{}: this run was not submitted with --slurm", dir.display()))),
     }
@@ -295,7 +290,7 @@ fn slurm_options(saved: &task::SavedPlan, dir: &Path) -> Result<SlurmOptions> {
 /// `enginebench status DIR`: each task's Slurm state, node and points so far.
 ///
 /// Errors (usage): not a Slurm run folder.
-pub fn status(dir: &Path) -> Result<i32> {
+pub fn status(dir: &Path) -> Result<ExitStatus> {
     let saved = task::load(dir)?;
     let sub = load_submission(dir)?;
     let tools = Tools { bin: slurm_options(&saved, dir)?.bin };
@@ -315,22 +310,25 @@ pub fn status(dir: &Path) -> Result<i32> {
         };
         outln!("  task {}_{key}: {state} on {node}: {} - {points}", sub.array_job_id, labels.join(", "));
     }
-    Ok(crate::error::exit::OK)
+    Ok(ExitStatus::Ok)
 }
 
 /// `enginebench collect DIR`: follows a detached Slurm run to its end,
 /// merges it, prints the summary and returns the run's exit code.
 ///
 /// Errors (usage): not a Slurm run folder.
-pub fn collect(dir: &Path) -> Result<i32> {
+pub fn collect(dir: &Path, python: Option<&Path>) -> Result<ExitStatus> {
     let saved = task::load(dir)?;
     let sub = load_submission(dir)?;
     let opts = slurm_options(&saved, dir)?;
-    let mut plan = plan(&saved.options)?;
+    let mut plan = plan(&saved.options, python)?;
     plan.jobs = saved.jobs.clone();
     let slurm = Slurm::new(&plan, opts)?;
-    let mut runner = Runner::open(plan, &saved.options, Folder::Existing(dir))?;
+    let how = saved.exec_options(python);
+    let mut runner = Runner::open(plan, &saved.options, &how, Folder::Existing(dir))?;
     errln!("enginebench collect: Slurm array {} -> {}", sub.array_job_id, dir.display());
-    slurm.follow(&mut runner, &sub)?;
+    let no_heading = |_: &crate::report::result::RunResult, _: usize| None;
+    let (run, sink) = runner.parts(&no_heading);
+    slurm.follow(&run, sink, &sub)?;
     runner.finish()
 }

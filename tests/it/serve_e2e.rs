@@ -3,14 +3,13 @@
 //! and the server (every process of its group) gone afterwards, also when
 //! the test body panics.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{engine_lock, install};
+use crate::util::{engine_lock, install};
+use enginebench::metrics::stats::{mean, median};
 use enginebench::protocol::RequestRecord;
 use enginebench::serve::client::ServeOutcome;
 use enginebench::serve::process::{group_members, pid_alive};
@@ -20,7 +19,7 @@ const ISL: usize = 32;
 const OSL: u32 = 8;
 const NUM_PROMPTS: usize = 8;
 
-/// The brief's CPU flags for the bundled model, plus a `--host`/`--port`
+/// The CPU flags for the bundled model (float32, eager, 1 GiB KV cache), plus a `--host`/`--port`
 /// the harness must override.
 fn spec(log_dir: &std::path::Path) -> ServerSpec {
     let root = install();
@@ -63,17 +62,6 @@ fn wait_dead(pids: &[i32]) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     true
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len() as f64
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 }
 }
 
 /// Every request completed with OSL tokens, and its figures hang together.

@@ -4,13 +4,11 @@
 //! uses every core), so tasks run one at a time and their perf figures are
 //! not disturbed by each other.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{engine_lock, install, read_json, repo, small_sweep_recipe, text, write_recipe};
+use crate::util::{engine_lock, install, output, read_json, small_sweep_recipe, text, write_recipe};
 
 /// The cluster's configuration; panics with the command that starts it.
 fn slurm_conf() -> PathBuf {
@@ -26,15 +24,13 @@ fn slurm_conf() -> PathBuf {
 
 fn command(args: &[&str]) -> Command {
     install();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_enginebench"));
-    c.args(args).env("SLURM_CONF", slurm_conf()).current_dir(repo());
+    let mut c = crate::util::command(args);
+    c.env("SLURM_CONF", slurm_conf());
     c
 }
 
 fn run(args: &[&str]) -> (Output, String) {
-    let o = command(args).output().unwrap();
-    let log = text(&o);
-    (o, log)
+    output(&mut command(args))
 }
 
 fn keys(v: &serde_json::Value) -> Vec<String> {

@@ -2,12 +2,10 @@
 //! same build: the second environment ci/setup.sh --with-vllm023 makes
 //! (CPython 3.12 + vLLM 0.23.0), a wrong `--python`, and the wheel.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{engine_lock, enginebench, install, read_json, repo, text};
+use crate::util::{engine_lock, enginebench, install, read_json, repo, text};
 
 /// The second environment's interpreter; panics with the set-up command.
 fn python_023() -> PathBuf {

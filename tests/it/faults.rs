@@ -2,19 +2,15 @@
 //! vLLM rejects, a hung engine, Ctrl-C. Nothing measured may be lost, the
 //! next configuration must still run, and `--resume` completes the rest.
 
-mod common;
-
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{engine_lock, enginebench, install, read_json, repo, small_sweep_recipe, text};
+use crate::util::{command, engine_lock, enginebench, install, read_json, small_sweep_recipe, text};
 
 fn spawn(args: &[&str]) -> Child {
     install();
-    Command::new(env!("CARGO_BIN_EXE_enginebench"))
-        .args(args)
-        .current_dir(repo())
+    command(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

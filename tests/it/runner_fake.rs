@@ -3,13 +3,11 @@
 //! and the local parallel executor. Real worker processes in a real CPython
 //! (the system `python3`, no vLLM needed); only the engine is a stand-in.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{read_json, text, write_recipe};
+use crate::util::{output, read_json, write_recipe};
 
 fn python() -> PathBuf {
     ["/usr/bin/python3", "/usr/local/bin/python3"].iter().map(PathBuf::from).find(|p| p.is_file()).expect("a python3 to run workers in")
@@ -35,15 +33,13 @@ warmups = 0
 }
 
 fn command(fake: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_enginebench"));
-    c.args(args).env("ENGINEBENCH_PYTHON", python()).env("ENGINEBENCH_FAKE_ENGINE", fake).current_dir(env!("CARGO_MANIFEST_DIR"));
+    let mut c = crate::util::command(args);
+    c.env("ENGINEBENCH_PYTHON", python()).env("ENGINEBENCH_FAKE_ENGINE", fake);
     c
 }
 
 fn run(fake: &str, args: &[&str]) -> (Output, String) {
-    let o = command(fake, args).output().unwrap();
-    let log = text(&o);
-    (o, log)
+    output(&mut command(fake, args))
 }
 
 #[test]

@@ -5,16 +5,11 @@
 //! a kernel diff that names the ops that differ; bad input exits 2 before
 //! any engine starts.
 
-mod common;
-
 use std::io::Read;
 
-use common::{bundled_recipe_head, engine_lock, enginebench, read_json, text, write_recipe};
 use serde_json::Value;
 
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
+use crate::util::{bundled_recipe_head, engine_lock, enginebench, f, read_json, text, write_recipe};
 
 fn recipe(dir: &std::path::Path) -> String {
     let rest = r#"[sweep]
@@ -204,7 +199,7 @@ fn bad_profile_input_exits_2_before_any_engine() {
 #[test]
 fn profile_on_python312_vllm023() {
     let _guard = engine_lock();
-    let py = common::install().join("venv-vllm023/bin/python");
+    let py = crate::util::install().join("venv-vllm023/bin/python");
     assert!(py.exists(), "second environment missing: run ci/setup.sh --with-vllm023 (ci/test.sh does)");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

@@ -6,12 +6,10 @@
 //! says what devices it sees in words. The environments are bare venvs made
 //! here (no vLLM: nothing is installed into them); no engine starts.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{install, read_json, repo, text, write_recipe};
+use crate::util::{install, read_json, text, write_recipe};
 
 /// A CPython 3.10+ to make venvs from (the system's, as the fake-engine tests use).
 fn base_python() -> PathBuf {
@@ -66,8 +64,8 @@ python = "{}"
 /// interpreter), with `env` added.
 fn enginebench(args: &[&str], env: &[(&str, &str)]) -> Output {
     install();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_enginebench"));
-    c.args(args).current_dir(repo()).env_remove("ENGINEBENCH_FAKE_ENGINE").env_remove("ENGINEBENCH_PYTHON");
+    let mut c = crate::util::command(args);
+    c.env_remove("ENGINEBENCH_FAKE_ENGINE").env_remove("ENGINEBENCH_PYTHON");
     for (k, v) in env {
         c.env(k, v);
     }

@@ -4,17 +4,15 @@
 //! engine arguments of a TP > 1 or DP > 1 engine (parsed and configured by
 //! the real vLLM, never built).
 
-mod common;
-
 use std::process::Command;
 
 /// Runs `script` in the venv's Python with the shim importable; returns stdout.
 fn shim_python(script: &str) -> String {
-    let py = common::install().join("venv/bin/python3");
+    let py = crate::util::install().join("venv/bin/python3");
     let out = Command::new(py)
         .arg("-c")
         .arg(script)
-        .env("PYTHONPATH", common::repo().join("python-shim"))
+        .env("PYTHONPATH", crate::util::repo().join("python-shim"))
         .output()
         .expect("python runs");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -63,7 +61,7 @@ fn rank_traces_of_a_tp4_window_are_placed_and_rank_0_is_the_target() {
 #[test]
 fn profile_of_a_tp2_engine_configures_vllms_worker_profiler() {
     let dir = tempfile::tempdir().unwrap();
-    let model = common::install().join("models/smollm2-135m-instruct");
+    let model = crate::util::install().join("models/smollm2-135m-instruct");
     let script = format!(
         r#"
 from enginebench_shim import engine as e

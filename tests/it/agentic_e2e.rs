@@ -9,13 +9,13 @@
 //!   `chat_random` workload whose templated prompts have exactly the ISL;
 //! * ShareGPT-shaped conversations with ngram speculative decoding.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{engine_lock, enginebench, read_json, text, write_recipe};
+use enginebench::metrics::stats::median;
 use serde_json::Value;
+
+use crate::util::{engine_lock, enginebench, f, read_json, text, write_recipe};
 
 fn requests(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("requests.jsonl"))
@@ -25,25 +25,15 @@ fn requests(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
-}
-
 fn recipe_head(name: &str) -> String {
-    common::bundled_recipe_head(name, 2048, "")
+    crate::util::bundled_recipe_head(name, 2048, "")
 }
 
 #[test]
 fn trace_replay_prefix_cache_figures_against_caching_off() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let trace = common::repo().join("tests/fixtures/traces/agentx_e2e.jsonl");
+    let trace = crate::util::repo().join("tests/fixtures/traces/agentx_e2e.jsonl");
     let body = format!(
         "{}[sweep]\nworkload = \"trace\"\nconc = [1, 2]\nnum_prompts = 6\n[sweep.trace]\nfile = {:?}\nwarmup_requests_per_lane = 2\n\
          [variants.nocache]\nargs_add = [\"--no-enable-prefix-caching\"]\nsweep = {{ conc = [1] }}\n",
@@ -101,7 +91,7 @@ fn trace_replay_prefix_cache_figures_against_caching_off() {
         .collect();
     eprintln!("cache-hitting turns at conc 1 (TTFT ms cached, uncached, cached tokens): {pairs:?}");
     assert!(!pairs.is_empty(), "no cache-hitting measured turn was also replayed without the cache: {lines:?}");
-    let (cached, uncached) = (median(pairs.iter().map(|p| p.0).collect()), median(pairs.iter().map(|p| p.1).collect()));
+    let (cached, uncached) = (median(&pairs.iter().map(|p| p.0).collect::<Vec<_>>()), median(&pairs.iter().map(|p| p.1).collect::<Vec<_>>()));
     eprintln!("median TTFT of those turns: {cached:.1} ms with the cache, {uncached:.1} ms without");
     assert!(cached < uncached, "cached {cached:.1} ms vs uncached {uncached:.1} ms over {pairs:?}");
 
@@ -154,7 +144,7 @@ fn each_point_starts_cold_and_chat_prompts_have_the_asked_length() {
 fn conversations_with_ngram_speculation() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let file = common::repo().join("tests/fixtures/traces/sharegpt.json");
+    let file = crate::util::repo().join("tests/fixtures/traces/sharegpt.json");
     let body = format!(
         "{}[sweep]\nworkload = \"conversation\"\nconc = [2]\nnum_prompts = 8\n[sweep.conversation]\nfile = {:?}\n\
          [variants.ngram]\nargs_add = [\"--speculative-config\", '{{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_max\": 3}}']\n",

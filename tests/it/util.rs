@@ -1,7 +1,7 @@
-//! Shared helpers of the integration tests. They run the real binary on the
-//! real vLLM CPU build and the real bundled model set up by `ci/setup.sh`.
-
-#![allow(dead_code)]
+//! The helpers every integration test shares: the engine lock, the set-up,
+//! one builder of `enginebench` commands, one way to write a recipe, and
+//! reading results. The tests run the real binary on the real vLLM CPU
+//! build and the real bundled model set up by `ci/setup.sh`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -34,6 +34,7 @@ pub fn engine_lock() -> EngineGuard {
     EngineGuard { _thread: thread, _file: file }
 }
 
+/// The repository root.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -48,6 +49,14 @@ pub fn install() -> PathBuf {
     root
 }
 
+/// The enginebench binary with `args`, run from the repository root: the
+/// one command builder (tests add their environment or pipes).
+pub fn command(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_enginebench"));
+    c.args(args).current_dir(repo());
+    c
+}
+
 /// Runs the enginebench binary with `args` from the repository root.
 pub fn enginebench(args: &[&str]) -> Output {
     enginebench_env(args, &[])
@@ -56,21 +65,30 @@ pub fn enginebench(args: &[&str]) -> Output {
 /// The same with extra environment variables.
 pub fn enginebench_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     install();
-    Command::new(env!("CARGO_BIN_EXE_enginebench"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(repo())
-        .output()
-        .expect("enginebench runs")
+    command(args).envs(env.iter().copied()).output().expect("enginebench runs")
 }
 
+/// Runs `c` to its end: its output and its stdout + stderr as text.
+pub fn output(c: &mut Command) -> (Output, String) {
+    let o = c.output().expect("enginebench runs");
+    let log = text(&o);
+    (o, log)
+}
+
+/// stdout then stderr, as text.
 pub fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
+/// A JSON file, parsed (panics naming the file).
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A JSON number as f64 (panics naming the value otherwise).
+pub fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 /// The start every engine test's recipe shares: the bundled model on the CPU

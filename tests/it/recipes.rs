@@ -2,9 +2,7 @@
 //! parser, no weights needed), bad recipes get one-screen errors and exit 2,
 //! `recipe show` lists the matrix (imports: tests/inferencex_import.rs).
 
-mod common;
-
-use common::{enginebench, repo, text};
+use crate::util::{enginebench, repo, text, write_recipe};
 
 fn shipped() -> Vec<String> {
     let mut files = Vec::new();
@@ -35,47 +33,41 @@ fn every_shipped_recipe_passes_check() {
     assert!(log.contains("aiter tp=8 [ok]") && log.contains("before tp=8 [ok]"), "{log}");
 }
 
-fn write(dir: &tempfile::TempDir, name: &str, body: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, body).unwrap();
-    p.to_string_lossy().into_owned()
-}
-
 const GOOD: &str = "name = \"t\"\nmodel = \"bundled:smollm2-135m-instruct\"\nhardware = \"cpu\"\n[engine]\nargs = [\"--dtype\", \"float32\", \"--max-model-len\", \"512\"]\n[sweep]\nisl = 64\nosl = 16\nconc = [1]\n";
 
 #[test]
 fn bad_recipes_are_named_with_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     // Unknown flag: vLLM's parser names it, with the nearest valid flags.
-    let f = write(&dir, "flag.toml", &GOOD.replace("\"--dtype\"", "\"--enforce-eagr\", \"--dtype\""));
+    let f = write_recipe(dir.path(), "flag", &GOOD.replace("\"--dtype\"", "\"--enforce-eagr\", \"--dtype\""));
     let out = enginebench(&["recipe", "check", &f]);
     let log = text(&out);
     assert_eq!(out.status.code(), Some(2), "{log}");
     assert!(log.contains("--enforce-eagr") && log.contains("did you mean --enforce-eager"), "{log}");
 
     // Invalid --hf-overrides JSON: the JSON error position, before Python starts.
-    let f = write(&dir, "json.toml", &GOOD.replace("\"--dtype\"", "\"--hf-overrides\", \"{\\\"a\\\": 1,}\", \"--dtype\""));
+    let f = write_recipe(dir.path(), "json", &GOOD.replace("\"--dtype\"", "\"--hf-overrides\", \"{\\\"a\\\": 1,}\", \"--dtype\""));
     let out = enginebench(&["recipe", "check", &f]);
     let log = text(&out);
     assert_eq!(out.status.code(), Some(2), "{log}");
     assert!(log.contains("not valid JSON") && log.contains("column"), "{log}");
 
     // Unknown key: file, line and column.
-    let f = write(&dir, "key.toml", &GOOD.replace("osl = 16", "osl = 16\nconcurency = [2]"));
+    let f = write_recipe(dir.path(), "key", &GOOD.replace("osl = 16", "osl = 16\nconcurency = [2]"));
     let out = enginebench(&["recipe", "check", &f]);
     let log = text(&out);
     assert_eq!(out.status.code(), Some(2), "{log}");
     assert!(log.contains("key.toml:9:1") && log.contains("concurency"), "{log}");
 
     // ISL + OSL longer than --max-model-len.
-    let f = write(&dir, "long.toml", &GOOD.replace("isl = 64", "isl = 500"));
+    let f = write_recipe(dir.path(), "long", &GOOD.replace("isl = 64", "isl = 500"));
     let out = enginebench(&["recipe", "check", &f]);
     let log = text(&out);
     assert_eq!(out.status.code(), Some(2), "{log}");
     assert!(log.contains("ISL 500 + OSL 16") && log.contains("--max-model-len 512"), "{log}");
 
     // Unknown variant.
-    let out = enginebench(&["recipe", "show", &write(&dir, "v.toml", GOOD), "--variant", "nope"]);
+    let out = enginebench(&["recipe", "show", &write_recipe(dir.path(), "v", GOOD), "--variant", "nope"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("unknown variant \"nope\""), "{}", text(&out));
 }

@@ -5,10 +5,9 @@
 //! requests, and the acceptance deltas and eval token agreement of the
 //! comparison (two engine starts in all).
 
-mod common;
-
-use common::{engine_lock, enginebench, read_json, text};
 use serde_json::Value;
+
+use crate::util::{engine_lock, enginebench, f, read_json, text};
 
 /// Draft tokens per step of the ngram variant below.
 const K: u64 = 3;
@@ -33,10 +32,6 @@ concurrency = 3
 [variants.ngram]
 args_add = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}']
 "#;
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
 
 #[test]
 fn ngram_acceptance_figures_lossless_check_and_ab_deltas() {

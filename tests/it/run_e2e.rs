@@ -1,8 +1,6 @@
 //! End to end on real vLLM (CPU build) and the real bundled model.
 
-mod common;
-
-use common::{engine_lock, enginebench, install, read_json, repo, text};
+use crate::util::{engine_lock, enginebench, install, read_json, repo, text};
 
 /// `a` and `b` agree within a relative tolerance (figures are rounded nowhere,
 /// but a duration is summed from floats).
@@ -163,7 +161,7 @@ conc = [1]
     assert!(r["jobs"][0]["error"]["message"].as_str().unwrap().contains("--no-such-flag"));
 }
 
-/// Issue 3: two ISL/OSL pairs, a doubling concurrency range, the step trace,
+/// Two ISL/OSL pairs, a doubling concurrency range, the step trace,
 /// vLLM's own stats agreeing with the harness, and both exports.
 #[test]
 fn sweep_matrix_step_stats_crosscheck_and_exports() {

@@ -2,9 +2,7 @@
 //! `librocm-smi64-1` and `rocm-smi` (ci/test.sh installs them). Each source
 //! must say why it is not used in the tools' own words.
 
-mod common;
-
-use common::{enginebench, text};
+use crate::util::{enginebench, text};
 
 #[test]
 fn rocm_smi_library_and_cli_carry_their_own_messages() {

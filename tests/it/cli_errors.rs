@@ -1,9 +1,7 @@
 //! Bad input that is caught before any engine starts: exit code 2 and a
 //! message naming the problem.
 
-mod common;
-
-use common::{enginebench, text};
+use crate::util::{enginebench, text};
 
 #[test]
 fn missing_recipe_file() {
@@ -52,12 +50,10 @@ fn telemetry_interval_out_of_range() {
 /// crash: before `outln!`, `println!` panicked on EPIPE with exit 101.
 #[test]
 fn closed_stdout_is_not_a_panic() {
-    common::install();
+    crate::util::install();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader); // every write to `writer` is now EPIPE (Rust ignores SIGPIPE)
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_enginebench"))
-        .args(["recipe", "show", "recipes/cpu/smollm2-135m.toml"])
-        .current_dir(common::repo())
+    let out = crate::util::command(&["recipe", "show", "recipes/cpu/smollm2-135m.toml"])
         .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .output()
@@ -88,7 +84,7 @@ fn bad_traces_and_unreachable_datasets() {
         assert!(log.contains(&format!("t{i}.jsonl")) && log.contains(says), "case {i}: {log}");
         assert!(!log.contains("Traceback") && !log.contains("engine started"), "{log}");
     }
-    let out = common::enginebench_env(
+    let out = crate::util::enginebench_env(
         &["run", "--trace-file", "hf://datasets/nobody-here/no-such-traces", "--conc", "1", "--no-eval"],
         &[("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", dir.path().to_str().unwrap())],
     );

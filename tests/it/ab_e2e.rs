@@ -2,11 +2,9 @@
 //! tokens identical and accuracy held; a numerics change (float32 vs
 //! bfloat16) moves them. Plots come out as valid PNG and SVG.
 
-mod common;
-
 use std::path::Path;
 
-use common::{bundled_recipe_head, engine_lock, enginebench, read_json, text, write_recipe};
+use crate::util::{bundled_recipe_head, engine_lock, enginebench, read_json, text, write_recipe};
 
 /// One point plus 4 GSM8K questions (greedy-token and accuracy checks); the
 /// questions' prompts need the longer, 1024-token context.

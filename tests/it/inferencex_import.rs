@@ -3,9 +3,7 @@
 //! `run` with `--inferencex-checkout DIR --key KEY`, one end-to-end run on
 //! the CPU engine, and the recipe checks found while trying real launchers.
 
-mod common;
-
-use common::{engine_lock, enginebench, read_json, repo, text};
+use crate::util::{engine_lock, enginebench, read_json, repo, text};
 
 fn checkout() -> String {
     repo().join("tests/fixtures/inferencex-checkout").to_string_lossy().into_owned()

@@ -1,0 +1,20 @@
+//! `enginebench compare`: two existing results compared as `ab` compares its arms.
+
+use anyhow::Result;
+
+use super::{ExitStatus, Global, options};
+use crate::ab;
+use crate::cli::CompareArgs;
+
+/// Compares `a`'s baseline and candidate results; see [`ab::run_compare`].
+pub fn run(a: CompareArgs, _: &Global) -> Result<ExitStatus> {
+    ab::run_compare(&ab::CompareRequest {
+        baseline: a.baseline,
+        candidate: a.candidate,
+        baseline_label: a.baseline_label,
+        candidate_label: a.candidate_label,
+        options: options::ab_options(&a.gate),
+        config_key: a.gate.config_key.clone(),
+        output: a.output,
+    })
+}
