@@ -131,8 +131,11 @@ fn host_sampling_of_a_real_engine_process() {
     let ts: Vec<f64> = report.samples.iter().map(|s| s.t).collect();
     assert!(ts.windows(2).all(|p| p[1] > p[0]), "timestamps not increasing");
     assert!(ts[0] <= start, "first sample precedes start() returning");
-    let wall = report.sampler_wall_seconds;
-    assert!(report.samples.len() as f64 >= wall / 0.1 * 0.7, "{} samples in {wall:.2} s", report.samples.len());
+    // The sampler keeps its 100 ms period: the median gap says so even when
+    // a loaded machine delays a few samples (a count over the wall time does not).
+    let mut gaps: Vec<f64> = ts.windows(2).map(|p| p[1] - p[0]).collect();
+    let median_gap = crate::metrics::stats::median_in_place(&mut gaps);
+    assert!(median_gap < 0.15, "median gap {median_gap:.3} s between samples at a 100 ms period ({} samples in {:.2} s)", ts.len(), report.sampler_wall_seconds);
     let with_engine: Vec<&Sample> = report.samples.iter().filter(|s| s.host.engine_rss_bytes.is_some()).collect();
     assert!(with_engine.len() >= 20, "{} samples with the engine", with_engine.len());
     assert!(with_engine.iter().all(|s| s.host.engine_rss_bytes.unwrap() > 0));
@@ -169,7 +172,7 @@ fn host_sampling_of_a_real_engine_process() {
         "sampler CPU cost at 100 ms: {:.4} s CPU over {:.2} s wall = {:.3} % of one CPU; probing the sources {:.4} s, \
          then {:.4} s for {} samples = {:.3} % of one CPU, {:.3} ms per sample",
         report.sampler_cpu_seconds,
-        wall,
+        report.sampler_wall_seconds,
         report.sampler_cpu_fraction() * 100.0,
         report.sampler_probe_cpu_seconds,
         steady,
