@@ -154,6 +154,7 @@ fn run_options(a: cli::RunArgs, verbose: bool) -> anyhow::Result<RunOptions> {
         no_eval: a.no_eval,
         step_trace: a.step_trace,
         point_timeout: a.point_timeout.map(std::time::Duration::from_secs_f64),
+        start_timeout: a.start_timeout.map(std::time::Duration::from_secs_f64),
         telemetry_interval: Some(std::time::Duration::from_millis(a.telemetry_interval_ms)),
         resume: a.resume,
         force: a.force,

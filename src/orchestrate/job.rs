@@ -84,7 +84,7 @@ pub fn run_job(
     let telemetry = Telemetry::start(TelemetryConfig {
         interval: plan.telemetry_interval,
         visible_gpus: visible_gpus_from_env(&job.env),
-        gpu_count_hint: job.config.tp,
+        gpu_count_hint: Some(super::plan::gpus_of(job, false)),
     });
     telemetry.mark("engine load");
     let mut worker = spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, ui)?;
@@ -112,7 +112,9 @@ pub fn run_job(
     let mut got_done = false;
     let mut gpus = 1;
     let mut points_done = 0usize;
-    let mut deadline: Option<Instant> = None;
+    // Engine start has its own deadline; each point then gets --point-timeout.
+    let mut deadline: Option<Instant> = Some(Instant::now() + plan.start_timeout);
+    let mut started = false;
     let mut timed_out = false;
     let seen_interrupts = interrupts.count();
     let mut asked_to_stop = false;
@@ -139,11 +141,16 @@ pub fn run_job(
         }
         if deadline.is_some_and(|d| Instant::now() > d) && !timed_out {
             timed_out = true;
-            let secs = plan.point_timeout.map_or(0, |t| t.as_secs());
-            failure = Some(RunError {
-                message: format!("timeout: no point finished within --point-timeout {secs} s; the engine worker was killed"),
-                ..RunError::default()
-            });
+            let message = if started {
+                let secs = plan.point_timeout.map_or(0, |t| t.as_secs());
+                format!("timeout: no point finished within --point-timeout {secs} s; the engine worker was killed")
+            } else {
+                format!(
+                    "timeout: the engine did not start within --start-timeout {} s (model load, compile or graph capture hung?); the engine worker was killed; --resume retries the job",
+                    plan.start_timeout.as_secs()
+                )
+            };
+            failure = Some(RunError { message, ..RunError::default() });
             kill_group(pid);
         }
         let Some(line) = line else { continue };
@@ -158,8 +165,9 @@ pub fn run_job(
         match msg {
             Message::Ready { engine, engine_start_s } => {
                 telemetry.mark("engine ready");
+                started = true;
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
-                gpus = engine.gpus();
+                gpus = engine.inferencex_gpus(job.config.tp);
                 j.fingerprint = Some(j.compute_fingerprint(&plan.model_path, engine.vllm.as_deref().unwrap_or("")));
                 if let Some(info) = j.python.as_mut() {
                     info.vllm = engine.vllm.clone();

@@ -53,6 +53,10 @@ pub struct RunOptions {
     /// The most one point (warm-up included) or the eval may take; then the
     /// worker is killed and the point recorded as `timeout`.
     pub point_timeout: Option<std::time::Duration>,
+    /// The most engine start may take (`None`: the recipe's
+    /// `start_timeout_s`, else [`crate::recipe::DEFAULT_START_TIMEOUT_S`]).
+    #[serde(default)]
+    pub start_timeout: Option<std::time::Duration>,
     /// Telemetry sampling interval (`None`: [`DEFAULT_TELEMETRY_INTERVAL_MS`]).
     pub telemetry_interval: Option<std::time::Duration>,
     /// Continue an earlier run in this folder: only missing or failed points run.
@@ -114,6 +118,8 @@ pub struct Plan {
     pub min_accuracy: Option<f64>,
     /// From `--point-timeout` or the recipe's `point_timeout_s`.
     pub point_timeout: Option<std::time::Duration>,
+    /// From `--start-timeout`, the recipe's `start_timeout_s` or the default.
+    pub start_timeout: std::time::Duration,
     /// From `--telemetry-interval-ms`.
     pub telemetry_interval: std::time::Duration,
     /// `--profile`, checked against every job's points.
@@ -154,6 +160,11 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let configs = recipe
         .engine_configs(&opts.variants, &cli_sweep(opts))
         .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
+    for c in &configs {
+        if let Some(why) = crate::recipe::parallel::data_parallel_refusal(&c.args) {
+            return Err(usage(format!("{}: {}: {why}", recipe_path.display(), c.label())));
+        }
+    }
     if let Some(e) = super::check::missing_local_model(&recipe.model) {
         return Err(usage(format!("{}: {e}", recipe_path.display())));
     }
@@ -199,6 +210,12 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         return Err(usage("--point-timeout must be > 0 seconds"));
     }
     let point_timeout = opts.point_timeout.or(recipe.point_timeout_s.map(std::time::Duration::from_secs_f64));
+    if opts.start_timeout.is_some_and(|t| t.is_zero()) {
+        return Err(usage("--start-timeout must be > 0 seconds"));
+    }
+    let start_timeout = opts.start_timeout.unwrap_or_else(|| {
+        std::time::Duration::from_secs_f64(recipe.start_timeout_s.unwrap_or(crate::recipe::DEFAULT_START_TIMEOUT_S))
+    });
     let telemetry_interval = opts
         .telemetry_interval
         .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
@@ -211,27 +228,17 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         }
     }
     let profile = opts.profile.clone();
-    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval, profile })
+    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, start_timeout, telemetry_interval, profile })
 }
 
-/// The GPUs a job's engine uses: tensor x pipeline parallel size (from the
-/// sweep's TP or the flags), 0 for a CPU recipe.
+/// The GPUs a job's engine occupies: vLLM's world size (TP x PP x PCP, the
+/// sweep's TP when the flags have none) times its DP size; 0 for a CPU
+/// recipe. What placement reserves and telemetry expects to see busy.
 pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     if cpu {
         return 0;
     }
-    let flag = |names: &[&str]| {
-        let a = &job.config.args;
-        a.iter().enumerate().find_map(|(i, t)| {
-            names.iter().find_map(|n| {
-                t.strip_prefix(&format!("{n}=")).map(str::to_string).or_else(|| (t == n).then(|| a.get(i + 1).cloned()).flatten())
-            })
-        })
-        .and_then(|v| v.parse::<u32>().ok())
-    };
-    let tp = job.config.tp.or_else(|| flag(&["--tensor-parallel-size", "-tp"])).unwrap_or(1);
-    let pp = flag(&["--pipeline-parallel-size", "-pp"]).unwrap_or(1);
-    (tp * pp).max(1)
+    crate::recipe::parallel::Layout::of(&job.config.args, job.config.tp).gpus()
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.
@@ -268,6 +275,13 @@ fn check_workload_files(jobs: &[PlannedJob]) -> Result<()> {
     let mut seen = Vec::new();
     for spec in jobs.iter().flat_map(|j| &j.specs) {
         match &spec.workload {
+            Workload::Trace(t) if t.path.as_os_str().is_empty() => {
+                let d = t.dataset.as_deref().unwrap_or("?");
+                return Err(usage(format!(
+                    "the recipe replays the Hugging Face dataset {d} but names no file: download it \
+                     (hf download --repo-type dataset {d} --local-dir DIR) and pass --trace-file DIR"
+                )));
+            }
             Workload::Trace(t) => {
                 ReplayConfig::for_trace(t, spec.point.conc as usize, 0).check()?;
                 if !seen.contains(&t.path) {
@@ -302,7 +316,9 @@ fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {
             },
             workload: match &sweep.workload {
                 // The point's measured-request budget.
-                Workload::Trace(t) => Workload::Trace(TraceSpec { max_requests: Some(point.num_prompts), ..t.clone() }),
+                Workload::Trace(t) => {
+                    Workload::Trace(TraceSpec { max_requests: sweep.request_budget.then_some(point.num_prompts), ..t.clone() })
+                }
                 w => w.clone(),
             },
             reset_prefix_cache: sweep.reset_prefix_cache,

@@ -34,6 +34,15 @@ pub struct EngineInfo {
     pub pipeline_parallel_size: Option<u32>,
     #[serde(default)]
     pub data_parallel_size: Option<u32>,
+    /// Context parallelism (`ParallelConfig.prefill_context_parallel_size`,
+    /// `.decode_context_parallel_size`); DCP reuses the TP ranks.
+    #[serde(default)]
+    pub prefill_context_parallel_size: Option<u32>,
+    #[serde(default)]
+    pub decode_context_parallel_size: Option<u32>,
+    /// vLLM's world size per DP rank (`ParallelConfig.world_size` = PP x TP x PCP).
+    #[serde(default)]
+    pub world_size: Option<u32>,
     /// Tokenizer vocabulary size and its special token ids: random prompts
     /// draw from the ids in `0..vocab_size` that are not special.
     #[serde(default)]
@@ -75,6 +84,17 @@ impl EngineInfo {
         self.tensor_parallel_size.unwrap_or(1).max(1) * self.pipeline_parallel_size.unwrap_or(1).max(1)
     }
 
+    /// GPUs as InferenceX counts them for its per-GPU figures: TP x PP x PCP
+    /// (utils/process_result.py and the agentic aggregation's `_gpu_shape`;
+    /// DCP and EP add none), with TP the recipe's (`recipe_tp`: the matrix
+    /// TP, 8 for a DP-attention job that runs vLLM with `-tp 1 -dp 8`), else
+    /// the engine's TP x DP (the GPUs such a layout occupies).
+    pub fn inferencex_gpus(&self, recipe_tp: Option<u32>) -> u32 {
+        let size = |v: Option<u32>| v.unwrap_or(1).max(1);
+        let tp = recipe_tp.filter(|&t| t > 0).unwrap_or_else(|| size(self.tensor_parallel_size) * size(self.data_parallel_size));
+        tp * size(self.pipeline_parallel_size) * size(self.prefill_context_parallel_size)
+    }
+
     /// The token ids a random prompt may use (vocabulary minus special
     /// tokens, as the shim computes them); `None` without a vocabulary size.
     pub fn allowed_token_ids(&self) -> Option<Vec<u32>> {
@@ -100,5 +120,15 @@ mod tests {
         let back = serde_json::to_value(&info).unwrap();
         assert_eq!(back["fake_engine"], true, "unknown keys survive a round trip");
         assert_eq!(EngineInfo::default().gpus(), 1);
+        assert_eq!(info.inferencex_gpus(None), 4);
+        // DP attention: vLLM runs -tp 1 -dp 8 with PCP 2; InferenceX counts its TP 8 x PCP 2.
+        let dpa = EngineInfo {
+            tensor_parallel_size: Some(1),
+            data_parallel_size: Some(8),
+            prefill_context_parallel_size: Some(2),
+            decode_context_parallel_size: Some(8),
+            ..EngineInfo::default()
+        };
+        assert_eq!((dpa.inferencex_gpus(Some(8)), dpa.inferencex_gpus(None)), (16, 16));
     }
 }
