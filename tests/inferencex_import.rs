@@ -80,7 +80,8 @@ fn recipe_check_names_missing_models_removed_variables_and_unknown_flags() {
 
 /// `run --inferencex-checkout DIR --key K` end to end on the CPU engine: the
 /// fixture entry's launcher on the bundled model, InferenceX's client
-/// settings (10 x conc prompts), two concurrencies at ISL/OSL 32/8.
+/// settings (10 x conc prompts), two concurrencies at ISL/OSL 128/8 (chat-shaped prompts: the
+/// tokenizer's chat template takes part of the 128).
 #[test]
 fn run_from_a_checkout_end_to_end() {
     let _engine = engine_lock();
@@ -93,7 +94,7 @@ fn run_from_a_checkout_end_to_end() {
     let log = text(&out);
     assert!(out.status.success(), "{log}");
     assert!(log.contains("InferenceX entry tiny-fp32-cpu-vllm"), "the plan is shown:\n{log}");
-    assert!(log.contains("vllm serve bundled:smollm2-135m-instruct --tensor-parallel-size 1 --dtype float32 --enforce-eager --max-model-len 296"), "{log}");
+    assert!(log.contains("vllm serve bundled:smollm2-135m-instruct --tensor-parallel-size 1 --dtype float32 --enforce-eager --max-model-len 392"), "{log}");
     let r = read_json(&out_dir.join("result.json"));
     let job = &r["jobs"][0];
     assert_eq!(job["status"], "ok", "{job}");

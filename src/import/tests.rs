@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::checkout::{import_key, launcher_for};
-use super::inferencex::{Imported, Job, import_with, matrix};
+use super::inferencex::{Imported, Job, import_with};
+use super::workflow::matrix;
 use super::master_config::read_entry;
 use crate::recipe::{Recipe, Sweep};
 
@@ -150,14 +151,14 @@ fn launcher_search_follows_the_runners() {
     assert_eq!(j.engine.model, "bundled:smollm2-135m-instruct");
     assert_eq!(
         j.engine.args,
-        strings(&["--tensor-parallel-size", "1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "296"])
+        strings(&["--tensor-parallel-size", "1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "392"])
     );
     assert_eq!(j.engine.env, env(&[("VLLM_CPU_KVCACHE_SPACE", "2")]));
     // A missing launcher names every name tried.
     let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
     let mut e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
     e.precision = Some("fp8".into());
-    let p = &matrix(&e, None).unwrap()[0];
+    let p = &matrix(&e, None, None).unwrap()[0];
     let err = launcher_for(&root(), &e, p).unwrap_err();
     assert!(err.contains("tiny_fp8_cpu_vllm.sh") && err.contains("deprecated/tiny_fp8_cpu.sh"), "{err}");
 }
@@ -184,7 +185,7 @@ fn import_text(script: &str) -> Result<Imported, String> {
     std::fs::write(dir.path().join("l.sh"), script).unwrap();
     let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
     let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
-    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None)
+    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None)
 }
 
 #[test]
@@ -198,7 +199,7 @@ fn unresolvable_constructs_fail_with_the_line() {
     let err = import_text("while true; do sleep 1; done\n").unwrap_err();
     assert!(err.contains("did not finish within"), "{err}");
     let err = import_text("vllm serve \"$MODEL\" -tp 1\nvllm serve \"$MODEL\" -tp 2\n").unwrap_err();
-    assert!(err.contains("ran 2 times with different flags (lines 1, 2)"), "{err}");
+    assert!(err.contains("ran 2 times with different arguments (lines 1, 2)"), "{err}");
 }
 
 #[test]
