@@ -25,7 +25,13 @@ min/median/max over the rounds of
     leaves out the Rust<->Python crossing, which happens inside that call,
     and includes vLLM's add_request).
 With --baseline BIN, another enginebench binary runs as "eb0" in every round
-(before/after a change).
+(before/after a change). With --replay, enginebench also runs as "ebr": the
+same points as a trace replay (workload = "trace") of a trace this script
+writes (2 x conc sessions of back-to-back turns with no think time, each
+turn ISL tokens: one block shared by the session's turns, one new block,
+OSL output tokens), so its harness us/step at conc live sessions sits beside
+the fixed-length loop's at the same conc; its per-step figures cover every
+step of the replay's loop (primers and warm-ups included).
 
 Every engine runs alone (one at a time), in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), with the same OMP_NUM_THREADS and
@@ -74,6 +80,8 @@ def parse_args():
     p.add_argument("--evict-mb", type=int, default=0,
                    help="with --null-engine: the stand-in copies this many MiB each step (inside the timed "
                         "step), leaving the caches as cold as a real step that streams the weights does")
+    p.add_argument("--replay", action="store_true",
+                   help="also run enginebench on a trace replay of the same shape (harness ebr)")
     p.add_argument("--baseline", default=None,
                    help="another enginebench binary, run as harness eb0 in every round (before/after a change)")
     p.add_argument("--report", default=None, metavar="DIR", help="only print the tables of a finished run")
@@ -130,6 +138,30 @@ prompts_per_conc = {a.prompts_per_conc}
 warmups_per_conc = {a.warmups_per_conc}
 seed = {a.seed}
 """
+
+
+def replay_recipe_text(a, concs):
+    """The same recipe as a trace replay of `trace.jsonl` (beside it)."""
+    text = recipe_text(a, concs).replace('name = "harness-overhead"', 'name = "harness-overhead-replay"')
+    return text + """workload = "trace"
+[sweep.trace]
+file = "trace.jsonl"
+format = "agentx"
+"""
+
+
+def write_trace(path, a, sessions, turns):
+    """AgentX-shaped sessions of back-to-back turns: turn k starts when turn
+    k-1 ends (t_k = t_(k-1) + api_time, so no think time), sends ISL tokens
+    (block 0 shared by the session's turns, block k+1 new; blocks of ISL/2
+    tokens) and asks for OSL tokens."""
+    if a.isl % 2:
+        raise SystemExit("--replay needs an even --isl (two blocks of ISL/2 tokens per turn)")
+    with open(path, "w") as f:
+        for s in range(sessions):
+            reqs = [{"t": float(k), "type": "s", "in": a.isl, "out": a.osl, "hash_ids": [0, k + 1],
+                     "api_time": 1.0} for k in range(turns)]
+            f.write(json.dumps({"id": f"loop-{s}", "block_size": a.isl // 2, "requests": reqs}) + "\n")
 
 
 def run(cmd, env, log, timeout=3600):
@@ -211,6 +243,92 @@ def parse_eb(out, probe_dir, points):
             **pyloop.summary(0.0, marks, inner, adds, hooks),
         }
     return res, result
+
+
+def parse_eb_replay(out, probe_dir, concs):
+    """Per-conc figures of one enginebench trace replay, against the probe's
+    record of vLLM's step/add_request calls, points in order: `harness_us`
+    etc. over the measured phase's steps (from the first measured request's
+    send, requests.jsonl), `all_harness_us` over every step of the point's
+    loop (primers and warm-ups, which send and finish a request per lane per
+    step, included)."""
+    with open(os.path.join(out, "result.json")) as f:
+        result = json.load(f)
+    steps = {}
+    with open(os.path.join(out, "steps.jsonl")) as f:
+        for line in f:
+            s = json.loads(line)
+            steps.setdefault(s["point"], []).append(s)
+    measure_start = {}
+    with open(os.path.join(out, "requests.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("phase") == "measured":
+                k = r["point"]
+                measure_start[k] = min(measure_start.get(k, r["send_s"]), r["send_s"])
+    found = []
+    for name in sorted(x for x in os.listdir(probe_dir) if x.endswith(".json")):
+        with open(os.path.join(probe_dir, name)) as f:
+            p = json.load(f)
+        if p.get("d"):
+            found.append(p)
+    if len(found) != 1:
+        raise SystemExit(f"expected one probe with engine steps in {probe_dir}, found {len(found)}")
+    probe = found[0]
+    (job,) = result["jobs"]
+    if result["status"] != "ok" or len(job["points"]) != len(concs):
+        raise SystemExit(f"enginebench replay in {out}: status {result['status']}")
+    if sum(len(v) for v in steps.values()) != len(probe["d"]):
+        raise SystemExit(f"probe: {len(probe['d'])} step calls, steps.jsonl {sum(len(v) for v in steps.values())}")
+
+    def window(st, k, m):
+        """summary() of steps st[m:], probe steps from k + m on."""
+        n = len(st)
+        inner = list(zip(probe["t"][k + m:k + n], probe["d"][k + m:k + n]))
+        mismatch = sum(s["dur_ms"] / 1e3 - d for s, (_, d) in zip(st[m:], inner)) / (n - m)
+        if mismatch < 0:
+            raise SystemExit(f"probe: enginebench's step calls are shorter than vLLM's by {-mismatch * 1e6:.0f} us")
+        j = k + m
+        lo = probe["t"][j - 1] + probe["d"][j - 1] if j > 0 else 0.0
+        hi = inner[-1][0]
+        adds = [(t, d) for t, d in zip(probe["at"], probe["ad"]) if lo < t < hi]
+        hooks = [(t, d) for t, d in zip(probe["ht"], probe["hd"]) if lo < t < hi + inner[-1][1]]
+        marks = [(s["t_s"], s["t_s"] + s["dur_ms"] / 1e3) for s in st[m:]]
+        t0 = st[m - 1]["t_s"] + st[m - 1]["dur_ms"] / 1e3 if m > 0 else 0.0
+        return {"requests": len(adds), "crossing_check_us": mismatch * 1e6,
+                **pyloop.summary(t0, marks, inner, adds, hooks)}
+
+    res = {}
+    k = 0
+    for p, key in zip(job["points"], sorted(steps)):
+        st = steps[key]
+        if key not in measure_start:
+            raise SystemExit(f"enginebench replay in {out}: no measured request in point {key}")
+        m = next((i for i, s in enumerate(st) if s["t_s"] >= measure_start[key]), None)
+        if m is None:
+            raise SystemExit(f"enginebench replay in {out}: no step after the first measured send")
+        every = window(st, k, 0)
+        res[p["conc"]] = {
+            "output_throughput": p["output_throughput"],
+            "duration_s": p["duration_s"],
+            **window(st, k, m),
+            "all_steps": every["steps"],
+            "all_harness_us": every["harness_us"],
+        }
+        k += len(st)
+    return res, result
+
+
+def run_eb_replay(a, concs, d, env):
+    os.makedirs(d, exist_ok=True)
+    probe_dir = os.path.join(d, "probe")
+    os.makedirs(probe_dir, exist_ok=True)
+    env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir)
+    out = os.path.join(d, "run")
+    secs = run([a.enginebench, "run", os.path.join(a.out, "replay.toml"), "--no-eval", "--step-trace",
+                "-o", out], env, os.path.join(d, "stderr.log"))
+    res, _ = parse_eb_replay(out, probe_dir, concs)
+    return res, secs
 
 
 def run_eb(a, points, d, env, binary):
@@ -311,6 +429,8 @@ def main():
     if a.baseline:
         a.baseline = os.path.abspath(a.baseline)
         harnesses.append("eb0")
+    if a.replay:
+        harnesses.append("ebr")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     a.out = os.path.abspath(a.out or os.path.join(ROOT, "results", f"harness-overhead-{stamp}"))
     os.makedirs(a.out, exist_ok=True)
@@ -320,6 +440,13 @@ def main():
               for c in concs]
     with open(os.path.join(a.out, "recipe.toml"), "w") as f:
         f.write(recipe_text(a, concs))
+    if a.replay:
+        with open(os.path.join(a.out, "replay.toml"), "w") as f:
+            f.write(replay_recipe_text(a, concs))
+        # Enough turns that no lane runs out: every lane's primers, warm-ups
+        # and its share of the measured requests come from its own sessions.
+        write_trace(os.path.join(a.out, "trace.jsonl"), a, 2 * max(concs),
+                    4 * (a.prompts_per_conc + a.warmups_per_conc) + 20)
     # The stand-in is switched on the same way in both loops (pyloop's Probe and null_engine read these).
     env = dict(os.environ, EB_NULL_ENGINE="1" if a.null_engine else "0", EB_NULL_EVICT_MB=str(a.evict_mb),
                OMP_NUM_THREADS=a.omp_threads, VLLM_CPU_KVCACHE_SPACE=a.kv_space,
@@ -337,7 +464,7 @@ def main():
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "machine": machine,
             "vllm": vllm_version(a), "concs": concs, **{k: getattr(a, k) for k in (
                 "engine_args", "omp_threads", "kv_space", "isl", "osl", "prompts_per_conc", "warmups_per_conc",
-                "null_engine", "evict_mb")}}
+                "null_engine", "evict_mb", "replay")}}
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     rounds = []
@@ -348,6 +475,8 @@ def main():
             d = os.path.join(a.out, f"round{r + 1}", h)
             if h in ("eb", "eb0"):
                 rec[h], secs, _ = run_eb(a, points, d, env, a.enginebench if h == "eb" else a.baseline)
+            elif h == "ebr":
+                rec["ebr"], secs = run_eb_replay(a, concs, d, env)
             elif h == "py":
                 rec["py"], secs = run_py(a, points, d, env)
             elif h == "vb":
@@ -425,7 +554,7 @@ def report(meta, rounds):
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in concs:
-        for h in ("eb", "eb0", "py"):
+        for h in ("eb", "eb0", "ebr", "py"):
             if not get(h, c, "harness_us"):
                 continue
             lines.append(
@@ -439,6 +568,19 @@ def report(meta, rounds):
         for c in concs:
             lines.append(f"| {c} | {mmm(ratio('eb', 'eb0', c), '.3f')} | {mmm(get('eb0', c, 'harness_us'), '.0f')} "
                          f"| {mmm(get('eb', c, 'harness_us'), '.0f')} |")
+    if any("ebr" in r for r in rounds):
+        lines += ["", "Trace replay (ebr: the same points as AgentX-style sessions, conc = live sessions; "
+                  "its measured phase, and every step of its loop: primers and warm-ups send and finish "
+                  "a request per lane per step) vs the fixed-length loop (eb), same rounds:", "",
+                  "| conc | harness us/step ebr / eb (<= 1.10) | harness us/step ebr | harness us/step eb "
+                  "| harness us/step py | steps ebr | ebr, every step: us/step (steps) |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in concs:
+            rr = [r["ebr"][c]["harness_us"] / r["eb"][c]["harness_us"] for r in rounds if "ebr" in r and "eb" in r]
+            lines.append(f"| {c} | {mmm(rr, '.3f')} | {mmm(get('ebr', c, 'harness_us'), '.0f')} "
+                         f"| {mmm(get('eb', c, 'harness_us'), '.0f')} | {mmm(get('py', c, 'harness_us'), '.0f')} "
+                         f"| {mmm(get('ebr', c, 'steps'), '.0f')} "
+                         f"| {mmm(get('ebr', c, 'all_harness_us'), '.0f')} ({mmm(get('ebr', c, 'all_steps'), '.0f')}) |")
     lines.append("")
     for c in concs:
         r = ratio("eb", "py", c)

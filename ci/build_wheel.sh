@@ -17,5 +17,12 @@ if [ ! -x "$tools/bin/maturin" ]; then
 fi
 # abi3 on Unix needs no interpreter at build time; maturin still wants one to
 # name the wheel, any CPython 3.10+ does.
-"$tools/bin/maturin" build --release --quiet -m "$repo/native/Cargo.toml" --out "$out" -i python3 >&2
+# The platform tag: the oldest glibc of the images the wheel goes into is
+# Ubuntu 22.04's 2.35 (vllm/vllm-openai; rocm/vllm-dev is 22.04 or 24.04).
+# maturin checks the module's versioned symbols against that policy and
+# fails the build rather than tag a wheel those images cannot load (built on
+# Debian 12, glibc 2.36, the module needs symbols up to GLIBC_2.34:
+# `auditwheel show` says manylinux_2_34).
+"$tools/bin/maturin" build --release --quiet -m "$repo/native/Cargo.toml" --out "$out" -i python3 \
+    --compatibility manylinux_2_35 >&2
 ls -1t "$out"/enginebench-*.whl | head -1

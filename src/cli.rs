@@ -247,11 +247,11 @@ pub struct WorkloadArgs {
     pub no_prefix_cache_reset: bool,
 }
 
-/// `--profile` and its options (run, ab): a torch profiler window per point.
+/// `--profile` and its options (run, ab): a profiler window per point.
 #[derive(Debug, Args, Default, Clone)]
 pub struct ProfileArgs {
     /// After each chosen point's measured requests, profile N steady-state
-    /// decode steps of it (torch profiler: CPU, plus CUDA/ROCm when present):
+    /// decode steps of it (vLLM's worker profiler on every rank: CPU, plus CUDA/ROCm on a GPU):
     /// trace-<job>-<point>.json.gz and a top-kernels table.
     #[arg(long)]
     pub profile: bool,

@@ -141,9 +141,18 @@ fn ab_float32_vs_bfloat16_kernel_diff() {
     let list = |k: &str| -> Vec<String> { d[k].as_array().unwrap().iter().map(|x| x["name"].as_str().unwrap().to_string()).collect() };
     let (only_c, only_b) = (list("only_in_candidate"), list("only_in_baseline"));
     eprintln!("only in bf16: {only_c:?}\nonly in fp32: {only_b:?}");
-    // Different dtypes run different ops: the diff names them, and each is
-    // truly on one side only.
-    assert!(!only_c.is_empty() || !only_b.is_empty(), "no op differs: {d}");
+    // Different dtypes run different ops where the CPU has no native bf16
+    // (bf16 linears then go through aten::mm, fp32 through _C::onednn_mm);
+    // on a CPU with AVX512-BF16 both run _C::onednn_mm (measured here, with
+    // the in-process and with vLLM's worker profiler alike) and only the
+    // times differ. Either way the diff is not empty, and a name on one
+    // side is truly on that side only.
+    let native_bf16 = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains("avx512_bf16") || c.contains("amx_bf16"));
+    if native_bf16 {
+        assert!(!only_c.is_empty() || !only_b.is_empty() || !d["changed"].as_array().unwrap().is_empty(), "empty diff: {d}");
+    } else {
+        assert!(!only_c.is_empty() || !only_b.is_empty(), "no op differs: {d}");
+    }
     for n in &only_c {
         assert!(bf16.contains(n) && !fp32.contains(n), "{n}");
     }

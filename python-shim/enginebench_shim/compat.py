@@ -97,6 +97,13 @@ ITEMS = {
                       "--profile (the torch profiler window per point)"),
     "ProfilerActivity": ([("torch.profiler:ProfilerActivity", "torch 2.11, 2.13")],
                          "--profile (the torch profiler window per point)"),
+    # vLLM's own worker profiler: profiles every worker process, so --profile
+    # sees the kernels when the model runs outside this process (TP/PP > 1).
+    "ProfilerConfig": ([("vllm.config:ProfilerConfig", "0.23, 0.32"),
+                        ("vllm.config.profiler:ProfilerConfig", "0.23, 0.32")],
+                       "--profile through vLLM's worker profiler (then only with one worker)"),
+    "WorkerProfiler": ([("vllm.profiler.wrapper:WorkerProfiler", "0.23, 0.32 (set_output_name from 0.32)")],
+                       "--profile through vLLM's worker profiler (then only with one worker)"),
 }
 
 _cache = {}
@@ -146,6 +153,34 @@ def first_token_latency(metrics):
     `arrival_time` on different clocks, so None there (cross-check off)."""
     value = getattr(metrics, "first_token_latency", None)
     return float(value) if value is not None else None
+
+
+def device_ordinals(vllm_config):
+    """The visible device ordinals the engine's workers use, rank order:
+    `current_platform.logical_device_id_to_visible_device_id(rank)` for
+    ranks 0..world_size (0.32: vllm/platforms/interface.py:317-340; it
+    applies `--device-ids` and reads only the environment, no device is
+    touched). [] on CPU; 0..world_size when this vLLM lacks the mapping."""
+    if str(vllm_config.device_config.device_type) == "cpu":
+        return []
+    world = int(vllm_config.parallel_config.world_size)
+    try:
+        from vllm.platforms import current_platform
+
+        to_visible = current_platform.logical_device_id_to_visible_device_id
+    except (ImportError, AttributeError):
+        return list(range(world))
+    return [int(to_visible(rank)) for rank in range(world)]
+
+
+def async_scheduling(vllm_config):
+    """Whether the engine core schedules asynchronously (SchedulerConfig's
+    `async_scheduling` once the platform has had its say: vLLM 0.32 turns it
+    on by default on GPU and the CPU platform forces it off,
+    vllm/config/vllm.py:1543-1644, vllm/platforms/cpu.py:329-331); None when
+    this vLLM has no such setting."""
+    value = getattr(getattr(vllm_config, "scheduler_config", None), "async_scheduling", None)
+    return None if value is None else bool(value)
 
 
 def profiler_activities():

@@ -111,6 +111,12 @@ def check_args(argv, env_names):
     if spec_error:
         out["error"] = spec_error
         return json.dumps(out)
+    try:
+        # The parsed flags carry the same names EngineArgs reads.
+        _refuse_in_process_data_parallel(args)
+    except FlagError as e:
+        out["error"] = str(e)
+        return json.dumps(out)
     mml = getattr(args, "max_model_len", None)
     out["max_model_len"] = mml if isinstance(mml, int) and mml > 0 else None
     out["tensor_parallel_size"] = getattr(args, "tensor_parallel_size", None)
@@ -239,12 +245,91 @@ def _iteration_details(out):
     return (p_r, p_t, len(nst) - p_r, out.total_num_scheduled_tokens - p_t)
 
 
+def _refuse_in_process_data_parallel(engine_args):
+    """An in-process LLMEngine with data_parallel_size > 1 joins a DP group
+    at construction and waits for peers that never come (its master port is
+    picked in this process: vllm/v1/engine/llm_engine.py:82-95,
+    vllm/config/parallel.py:979-996): refuse it up front as bad input."""
+    dp = int(getattr(engine_args, "data_parallel_size", 1) or 1)
+    if dp > 1 and getattr(engine_args, "distributed_executor_backend", None) != "external_launcher":
+        raise FlagError(
+            f"--data-parallel-size {dp}: enginebench runs one in-process engine, and vLLM's in-process "
+            "LLMEngine with data parallelism waits for peer engines that never start; run with -dp 1 "
+            "(one engine per job) instead")
+
+
+def _world_size_of(engine_args):
+    """Worker processes the engine will have: PP x TP x PCP (vLLM's
+    ParallelConfig.world_size, vllm/config/parallel.py:944-949)."""
+    size = 1
+    for name in ("pipeline_parallel_size", "tensor_parallel_size", "prefill_context_parallel_size"):
+        size *= int(getattr(engine_args, name, 1) or 1)
+    return size
+
+
+def _use_worker_profiler(engine_args, profile_dir):
+    """Configures vLLM's own worker profiler for `--profile`, which profiles
+    every worker process (the model runs in them when the world size is > 1,
+    so a profiler in this process would see no kernel): `--profiler-config`
+    with `profiler=torch` and `torch_profiler_dir` (vllm/config/profiler.py),
+    then LLMEngine.start_profile/stop_profile -> collective_rpc("profile") to
+    every worker (vllm/v1/executor/abstract.py:285-305). Returns "vllm", or
+    "torch" (a torch profiler in this process) on a vLLM without a
+    per-window trace name (WorkerProfiler.set_output_name, 0.32) when the
+    model runs in this process.
+
+    Raises FlagError when the recipe sets its own --profiler-config (--profile
+    owns it), or when this vLLM has no worker profiler and the world size is > 1."""
+    import dataclasses
+
+    current = getattr(engine_args, "profiler_config", None)
+    if getattr(current, "profiler", None) is not None:
+        raise FlagError("--profile configures vLLM's --profiler-config itself: remove --profiler-config from the recipe's args")
+    config_cls = compat.get("ProfilerConfig")
+    worker_profiler = compat.get("WorkerProfiler")
+    usable = (config_cls is not None and worker_profiler is not None
+              and hasattr(worker_profiler, "set_output_name")
+              and hasattr(compat.get("LLMEngine"), "start_profile"))
+    if not usable:
+        if _world_size_of(engine_args) > 1:
+            raise FlagError(
+                f"--profile with a world size of {_world_size_of(engine_args)} needs vLLM's worker profiler "
+                "(vLLM 0.32 or later: --profiler-config and per-window trace names); this vLLM has none, "
+                "and a profiler in the engine-core process would see no kernel")
+        return "torch"
+    from vllm.platforms import current_platform
+
+    device = str(current_platform.device_type)
+    # Device kernels wherever there is a device (ROCm reports "cuda").
+    activities = {"cpu": ["CPU"], "cuda": ["CPU", "CUDA"], "xpu": ["CPU", "XPU"]}.get(device, ["CPU"])
+    wanted = {
+        "profiler": "torch",
+        "torch_profiler_dir": os.path.abspath(profile_dir),
+        "torch_profiler_activities": activities,
+        # Stacks and the printed op table cost time at stop; shapes and
+        # memory are off by default already.
+        "torch_profiler_with_stack": False,
+        "torch_profiler_dump_cuda_time_total": False,
+        "torch_profiler_record_shapes": False,
+        "torch_profiler_with_memory": False,
+        "torch_profiler_use_gzip": True,
+    }
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    engine_args.profiler_config = config_cls(**{k: v for k, v in wanted.items() if k in fields})
+    return "vllm"
+
+
 class Engine:
     """One in-process vLLM engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)."""
 
-    def __init__(self, argv):
+    def __init__(self, argv, profile_dir=None):
         args = parse_serve_args(argv)
         engine_args = compat.get("EngineArgs").from_cli_args(args)
+        _refuse_in_process_data_parallel(engine_args)
+        # --profile: how windows are profiled (None: no --profile).
+        self.profiler_kind = _use_worker_profiler(engine_args, profile_dir) if profile_dir else None
+        self._profile_dir = os.path.abspath(profile_dir) if profile_dir else None
+        self._profile_windows = 0
         self._sink = [None, 0, None]
         logger = _stat_logger_class(self._sink)
         # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
@@ -263,6 +348,7 @@ class Engine:
         # tokens, as vLLM's RandomDataset samples them.
         self.allowed_token_ids = [i for i in range(vocab) if i not in special]
         self._scheduled = []
+        self._last_stats = None
         self.scheduler_details = self._wrap_scheduler()
         # Draft tokens per step (k) when the engine speculates, else None:
         # then every step reports speculative counters (zeros when no request
@@ -292,7 +378,18 @@ class Engine:
         self._token_params = {}
 
     def _wrap_scheduler(self):
-        """Counts the prefill/decode tokens each schedule() call hands the model.
+        """Counts the prefill/decode tokens of each batch whose outputs the
+        scheduler takes in (`update_from_output(scheduler_output, ...)`), so a
+        step's counts are those of the batch that produced its outputs.
+
+        With async scheduling (vLLM 0.32's default on GPU) the engine core
+        keeps a batch queue: a step() schedules batch k and returns batch
+        k-1's outputs, and the first step after idle schedules a batch and
+        returns nothing (vllm/v1/engine/core.py:698-812, step_with_batch_queue).
+        Counting at schedule() time would give each step the next batch's
+        counts; counting the batch handed to update_from_output gives the
+        batch behind the outputs, and nothing to a step that returned none.
+        Without a batch queue (CPU) both are the same batch (core.py:657-687).
 
         Only possible in-process (the scheduler lives in this interpreter);
         returns False when it is not reachable.
@@ -301,7 +398,7 @@ class Engine:
         if scheduler is None:
             return False
         compute_iteration_details = compat.get("compute_iteration_details")
-        schedule = scheduler.schedule
+        update = scheduler.update_from_output
         scheduled = self._scheduled
         # The first few steps are also counted by vLLM's own function; a
         # difference (another vLLM version) switches to vLLM's for good.
@@ -314,9 +411,9 @@ class Engine:
             return (d.num_ctx_requests, d.num_ctx_tokens,
                     d.num_generation_requests, d.num_generation_tokens)
 
-        def counting_schedule(*a, **kw):
+        def counting_update(*a, **kw):
             nonlocal details
-            out = schedule(*a, **kw)
+            out = a[0] if a else kw.get("scheduler_output")
             try:
                 try:
                     counts = details(out)
@@ -336,11 +433,11 @@ class Engine:
                         checks[0] = 0
                 scheduled.append(counts)
             except Exception:  # never let bookkeeping break the engine
-                scheduler.schedule = schedule
+                scheduler.update_from_output = update
                 self.scheduler_details = False
-            return out
+            return update(*a, **kw)
 
-        scheduler.schedule = counting_schedule
+        scheduler.update_from_output = counting_update
         return True
 
     def info(self):
@@ -363,6 +460,12 @@ class Engine:
             "tensor_parallel_size": int(pc.tensor_parallel_size),
             "pipeline_parallel_size": int(pc.pipeline_parallel_size),
             "data_parallel_size": int(pc.data_parallel_size),
+            "prefill_context_parallel_size": int(getattr(pc, "prefill_context_parallel_size", 1) or 1),
+            "decode_context_parallel_size": int(getattr(pc, "decode_context_parallel_size", 1) or 1),
+            "world_size": int(pc.world_size),
+            "device_ids": compat.device_ordinals(self.engine.vllm_config),
+            "async_scheduling": compat.async_scheduling(self.engine.vllm_config),
+            "profiler": self.profiler_kind,
             "vocab_size": len(self.tokenizer),
             # With vocab_size, what random prompts draw from (other clients of
             # the same workload rebuild the allowed ids from these two).
@@ -389,7 +492,8 @@ class Engine:
             out.append("scheduler_details: the in-process scheduler is not reachable")
         if not self.crosscheck:
             out.append("crosscheck: RequestStateStats has no first_token_latency")
-        if self._sink[0] is not None and compat.kv_cache_usage(self._sink[0]) is None:
+        seen = self._last_stats or self._sink[0]
+        if seen is not None and compat.kv_cache_usage(seen) is None:
             out.append("kv_cache_usage: SchedulerStats has neither kv_cache_usage nor gpu_cache_usage")
         return out
 
@@ -536,8 +640,12 @@ class Engine:
           texts:  [(rid, text, output_token_ids)] of finished text requests, or None
           stats:  (prefill_reqs, prefill_tokens, decode_reqs, decode_tokens,
                    running, waiting, kv_cache_usage, prefix_queries, prefix_hits,
-                   preempted, spec) for this step; scheduled counts are -1 when
-                   unknown, kv_cache_usage None; spec is (drafts, draft_tokens, accepted,
+                   preempted, spec) for this step; the scheduled counts are
+                   those of the batch whose outputs this step returned (0 when
+                   it returned none: the first step after idle under async
+                   scheduling), -1 when unknown; running/waiting/kv are as
+                   last reported, the prefix-cache counts this step's only;
+                   kv_cache_usage None when unknown; spec is (drafts, draft_tokens, accepted,
                    [accepted per position]) when the engine speculates, else None
           timings: flat [rid, ttft_s, decode_s, queued_s, gen_tokens, ...] from
                    vLLM's RequestStateStats of requests finished in this step, or None
@@ -551,6 +659,10 @@ class Engine:
         over the outputs, the rest only for finished requests.
         """
         sink = self._sink
+        # vLLM records SchedulerStats only on steps that processed a batch
+        # (vllm/v1/engine/llm_engine.py:356); a step without must not repeat
+        # the previous step's per-step deltas (prefix cache queries/hits).
+        sink[0] = None
         sink[1] = 0
         if self._hang_after is not None:
             self._steps += 1
@@ -617,8 +729,15 @@ class Engine:
             spec = self._zero_spec
         connector = None
         if st is None:
-            stats = (p_r, p_t, d_r, d_t, 0, 0, None, 0, 0, sink[1], spec)
+            # No stats this step: the gauges stay as last reported, the deltas are 0.
+            last = self._last_stats
+            if last is None:
+                stats = (p_r, p_t, d_r, d_t, 0, 0, None, 0, 0, sink[1], spec)
+            else:
+                stats = (p_r, p_t, d_r, d_t, last.num_running_reqs, last.num_waiting_reqs,
+                         compat.kv_cache_usage(last), 0, 0, sink[1], spec)
         else:
+            self._last_stats = st
             pc = getattr(st, "prefix_cache_stats", None)
             stats = (p_r, p_t, d_r, d_t, st.num_running_reqs, st.num_waiting_reqs,
                      compat.kv_cache_usage(st), pc.queries if pc is not None else 0,
@@ -629,25 +748,48 @@ class Engine:
         return deltas, texts, stats, timings, cached, connector
 
     def profile_start(self):
-        """Opens a torch profiler window (CPU, plus CUDA/ROCm when torch has a
-        device); returns the activity names. Nothing profiles outside the
-        window: the profiler object exists only between start and stop."""
+        """Opens a profiler window; returns the activity names it records.
+
+        vLLM's worker profiler ("vllm"): start_profile with a prefix unique
+        to this window, so its traces are told apart by name
+        (`{prefix}_{rank suffix}.{time_ns}.pt.trace.json.gz`,
+        vllm/v1/worker/gpu_worker.py:1365-1421, torch's
+        tensorboard_trace_handler). Otherwise a torch profiler in this
+        process (CPU, plus CUDA/ROCm when torch has a device), which exists
+        only between start and stop."""
+        if self.profiler_kind == "vllm":
+            self._profile_windows += 1
+            self._profile_prefix = f"enginebench-{os.getpid()}-{self._profile_windows}"
+            self.engine.start_profile(self._profile_prefix)
+            return list(self.engine.vllm_config.profiler_config.torch_profiler_activities or ["CPU"])
         acts, names = compat.profiler_activities()
         self._profiler = compat.get("torch_profile")(activities=acts, record_shapes=False, with_stack=False)
         self._profiler.start()
         return names
 
     def profile_stop(self, path):
-        """Closes the window and writes the Chrome trace to `path` (gzipped by
-        torch when the name ends in .gz); returns (stop_s, export_s)."""
+        """Closes the window and puts rank 0's Chrome trace at `path`
+        (gzipped when the name ends in .gz). Returns (stop_s, export_s,
+        [other ranks' trace paths]): the other ranks' traces of the window
+        go beside it as `<path stem>.rank<N>.json.gz`."""
+        if self.profiler_kind == "vllm":
+            t0 = time.perf_counter()
+            # Waits for every worker's stop and trace export (collective_rpc).
+            self.engine.stop_profile()
+            t1 = time.perf_counter()
+            others = _place_rank_traces(self._profile_dir, self._profile_prefix, path)
+            return (t1 - t0, time.perf_counter() - t1, others)
         prof, self._profiler = self._profiler, None
         t0 = time.perf_counter()
-        if getattr(torch_cuda(), "is_available", lambda: False)():
-            torch_cuda().synchronize()
+        # Kernels still queued must land in the trace; only where this
+        # process already holds a CUDA context (never create one here).
+        cuda = torch_cuda()
+        if getattr(cuda, "is_initialized", lambda: False)():
+            cuda.synchronize()
         prof.stop()
         t1 = time.perf_counter()
         prof.export_chrome_trace(path)
-        return (t1 - t0, time.perf_counter() - t1)
+        return (t1 - t0, time.perf_counter() - t1, [])
 
     def abort(self, rids):
         self.engine.abort_request([str(r) for r in rids])
@@ -659,6 +801,46 @@ class Engine:
         core = getattr(self.engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
+
+
+def _rank_of(name):
+    """The global rank in a worker trace name (`..._rank3.<ns>.pt.trace...`,
+    or `rank3...` without parallel state: vllm/distributed/utils.py:685-723),
+    else None."""
+    import re
+
+    m = re.search(r"(?:^|_)rank(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
+def _place_rank_traces(directory, prefix, path):
+    """Moves the traces vLLM's workers wrote for the window `prefix` into
+    place: rank 0's to `path`, each other rank's beside it as
+    `<stem>.rank<N>.json.gz`. Returns the other ranks' paths. Raises
+    RuntimeError when rank 0 wrote none (vLLM only logs a failed start or
+    stop as a warning, vllm/profiler/wrapper.py:86-101)."""
+    try:
+        names = sorted(n for n in os.listdir(directory)
+                       if n.startswith(prefix + "_") or n.startswith(prefix + "."))
+    except FileNotFoundError:
+        names = []
+    traces = [n for n in names if ".pt.trace.json" in n]
+    ranks = {}
+    for n in traces:
+        rank = _rank_of(n[len(prefix):])
+        ranks[0 if rank is None and len(traces) == 1 else rank] = n
+    if 0 not in ranks:
+        raise RuntimeError(
+            f"vLLM's profiler wrote no rank-0 trace for window {prefix} into {directory} "
+            f"(found: {traces or 'nothing'}); its start/stop errors are only logged: see the worker log")
+    os.replace(os.path.join(directory, ranks.pop(0)), path)
+    stem = path[:-len(".json.gz")] if path.endswith(".json.gz") else path.rsplit(".", 1)[0]
+    others = []
+    for rank in sorted(r for r in ranks if r is not None):
+        target = f"{stem}.rank{rank}.json.gz"
+        os.replace(os.path.join(directory, ranks[rank]), target)
+        others.append(target)
+    return others
 
 
 def torch_cuda():

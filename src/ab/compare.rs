@@ -298,6 +298,10 @@ pub struct Comparison {
     /// (speculating or not) ([`super::spec`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<super::spec::SpecComparison>,
+    /// Prefix-cache hit rate and median TTFT per point where the cache
+    /// mattered ([`super::prefix_cache`]); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefix_cache: Vec<super::prefix_cache::CacheRow>,
     /// The A/A noise floor the verdicts used, if any.
     pub noise: Option<NoiseSource>,
     /// True when this comparison is itself an A/A (a variant against itself):
@@ -534,6 +538,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         notes,
         gate,
         spec: super::spec::compare_spec(baseline, candidate),
+        prefix_cache: super::prefix_cache::compare_cache(baseline, candidate),
         noise: None,
         aa: false,
         kernels: crate::profile::diff::compare(&b_tables, &c_tables),

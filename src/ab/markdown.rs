@@ -213,6 +213,10 @@ pub fn render(c: &Comparison) -> String {
         s.push('\n');
         s.push_str(&super::spec::markdown(sc));
     }
+    if !c.prefix_cache.is_empty() {
+        s.push('\n');
+        s.push_str(&super::prefix_cache::markdown(&c.prefix_cache));
+    }
     if !c.kernels.is_empty() {
         s.push_str("\n### Kernels (torch profiler, --profile)\n");
         for d in &c.kernels {
@@ -382,6 +386,7 @@ pub fn terminal(c: &Comparison) -> String {
     if let Some(sc) = &c.spec {
         s.push_str(&super::spec::terminal(sc));
     }
+    s.push_str(&super::prefix_cache::terminal(&c.prefix_cache));
     for d in &c.kernels {
         s.push_str(&d.terminal());
     }
@@ -521,6 +526,7 @@ pub(crate) mod tests {
             notes: vec!["ISL/OSL 1024/1024 TP 8 conc 128 ran only in the baseline: not compared".into()],
             gate: GateResult { passed: true, failures: vec![], perf_not_gated: None },
             spec: None,
+            prefix_cache: Vec::new(),
             noise: None,
             aa: false,
             kernels: vec![],

@@ -19,6 +19,7 @@ pub mod compare;
 pub mod input;
 pub mod markdown;
 pub mod plot;
+pub mod prefix_cache;
 pub mod spec;
 pub mod stats;
 #[cfg(test)]

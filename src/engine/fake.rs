@@ -218,7 +218,7 @@ impl super::Profiler for FakeEngine {
     fn profile_start(&mut self) -> Result<Vec<String>> {
         bail!("the fake engine (${FAKE_VAR}) has no profiler: --profile needs vLLM")
     }
-    fn profile_stop(&mut self, _trace: &std::path::Path) -> Result<(f64, f64)> {
+    fn profile_stop(&mut self, _trace: &std::path::Path) -> Result<super::ProfileStop> {
         bail!("the fake engine has no profiler")
     }
 }

@@ -36,9 +36,21 @@ pub trait StepEngine {
 pub trait Profiler {
     /// Starts the profiler; returns the activities it records (`CPU`, `CUDA`).
     fn profile_start(&mut self) -> Result<Vec<String>>;
-    /// Stops it and writes the Chrome trace to `trace`; returns the stop and
-    /// export times, s.
-    fn profile_stop(&mut self, trace: &Path) -> Result<(f64, f64)>;
+    /// Stops it and writes rank 0's Chrome trace to `trace` (the other
+    /// ranks' beside it, see [`ProfileStop::other_ranks`]).
+    fn profile_stop(&mut self, trace: &Path) -> Result<ProfileStop>;
+}
+
+/// What stopping a profiler window took and wrote.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProfileStop {
+    /// Stopping the profiler (with vLLM's worker profiler: every worker's
+    /// stop and trace export, which its `stop_profile` waits for), s.
+    pub stop_s: f64,
+    /// Writing or moving the trace into place afterwards, s.
+    pub export_s: f64,
+    /// The traces of ranks other than 0 (TP/PP > 1), one per rank, beside `trace`.
+    pub other_ranks: Vec<std::path::PathBuf>,
 }
 
 /// What the worker needs of an engine besides stepping it (and opening a

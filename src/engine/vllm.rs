@@ -28,13 +28,16 @@ impl VllmEngine {
     /// Builds the engine from a `vllm serve` argument list (model first), parsed
     /// by vLLM's own serve parser, in the worker's own interpreter (whose
     /// `sys.executable` is what multiprocessing's children run).
+    /// `profile_dir`: `--profile` windows will be taken, and vLLM's worker
+    /// profiler writes its per-rank traces there (the shim's `Engine`).
     ///
     /// Errors: a [`super::pyerror::PythonError`] for rejected flags or a failed
     /// engine start, with vLLM's message.
-    pub fn build(argv: &[String]) -> Result<VllmEngine> {
+    pub fn build(argv: &[String], profile_dir: Option<&std::path::Path>) -> Result<VllmEngine> {
         Python::attach(|py| {
             let module = load_shim(py)?;
-            let engine = module.call_method1("Engine", (argv.to_vec(),)).py_context(py)?;
+            let dir = profile_dir.map(|d| d.to_string_lossy().into_owned());
+            let engine = module.call_method1("Engine", (argv.to_vec(), dir)).py_context(py)?;
             let info: String = module
                 .getattr("json")
                 .and_then(|json| json.call_method1("dumps", (engine.call_method0("info")?,)))
@@ -286,8 +289,10 @@ impl super::Profiler for VllmEngine {
         Python::attach(|py| self.engine.call_method0(py, "profile_start").and_then(|v| v.extract(py)).py_context(py))
     }
 
-    fn profile_stop(&mut self, trace: &std::path::Path) -> Result<(f64, f64)> {
+    fn profile_stop(&mut self, trace: &std::path::Path) -> Result<super::ProfileStop> {
         let path = trace.to_string_lossy().into_owned();
-        Python::attach(|py| self.engine.call_method1(py, "profile_stop", (path,)).and_then(|v| v.extract(py)).py_context(py))
+        let (stop_s, export_s, others): (f64, f64, Vec<String>) =
+            Python::attach(|py| self.engine.call_method1(py, "profile_stop", (path,)).and_then(|v| v.extract(py)).py_context(py))?;
+        Ok(super::ProfileStop { stop_s, export_s, other_ranks: others.into_iter().map(Into::into).collect() })
     }
 }

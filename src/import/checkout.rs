@@ -183,14 +183,15 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result
     let mut variants = Vec::new();
     for (i, j) in imported.jobs.iter().enumerate() {
         let name = if i == 0 { "base".to_string() } else { j.name.clone() };
-        match crate::recipe::parallel::data_parallel_refusal(&j.engine.args) {
-            Some(_) => errln!("  skipped: {} (data parallel; see the note)", j.name),
+        match crate::recipe::parallel::data_parallel(&j.engine.args) {
+            Some(dp) => errln!("  left out: {} (vLLM --data-parallel-size {dp}; see the note)", j.name),
             None => variants.push(name),
         }
     }
     if variants.is_empty() {
-        let why = crate::recipe::parallel::data_parallel_refusal(&imported.jobs[0].engine.args).unwrap_or_default();
-        return Err(crate::error::usage(format!("entry {key}: every job is refused in-process: {why}")));
+        return Err(crate::error::usage(format!(
+            "entry {key}: every job runs vLLM with data parallelism (-dp > 1), which does not run in-process (see the notes above)"
+        )));
     }
     Ok(Prepared { recipe: file, variants })
 }

@@ -60,7 +60,7 @@ impl Service {
                 "Mooncake's store master: a separate server the engine's MooncakeStoreConnector registers with; enginebench starts only the engine, so the connector finds no master"
             }
             "vllm-router" => {
-                "vLLM's router: an HTTP front that pins each session to one data-parallel rank; in-process there is no HTTP server (requests go to the engine directly) and data parallelism is refused"
+                "vLLM's router: an HTTP front that pins each session to one data-parallel rank; in-process there is no HTTP server (requests go to the engine directly) and no data parallelism"
             }
             "lmcache server" => {
                 "LMCache's multi-process cache server: the engine's LMCacheMPConnector connects to it; enginebench starts only the engine"
@@ -127,8 +127,12 @@ impl Job {
                 s.reason()
             ));
         }
-        if let Some(why) = crate::recipe::parallel::data_parallel_refusal(&self.engine.args) {
-            out.push(format!("job {}: refused at run and recipe check: {why}", self.name));
+        if let Some(dp) = crate::recipe::parallel::data_parallel(&self.engine.args) {
+            out.push(format!(
+                "job {}: vLLM runs with --data-parallel-size {dp}: not reproducible in-process (vLLM's in-process engine waits for {} peer engine(s) that never start); run and recipe check refuse it, and a run from the checkout leaves it out",
+                self.name,
+                dp - 1
+            ));
         }
         match &self.bench {
             Bench::Fixed(c) => {

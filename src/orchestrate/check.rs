@@ -2,8 +2,9 @@
 //! loads. The recipe's TOML and schema, placeholders and `--hf-overrides` JSON
 //! are checked in Rust when the recipe is read; the flag lists go through
 //! vLLM's own serve parser in one worker process (no engine is built, no
-//! weights are read); then ISL + OSL against `--max-model-len`, TP against
-//! the visible GPUs, and data parallelism (refused: it hangs in-process).
+//! weights are read; the shim's parser check also refuses data parallelism,
+//! which hangs in-process); then ISL + OSL against `--max-model-len` and TP
+//! against the visible GPUs.
 
 use std::path::{Path, PathBuf};
 
@@ -119,9 +120,6 @@ pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &Fla
     }
     if let Some(e) = missing_local_model(&recipe.model) {
         f.errors.push(e);
-    }
-    if let Some(why) = crate::recipe::parallel::data_parallel_refusal(&config.args) {
-        f.errors.push(why);
     }
     for name in &flags.unknown_env {
         if let Some((_, instead)) = REMOVED_ENV.iter().find(|(n, _)| n == name) {

@@ -18,7 +18,7 @@ use crate::protocol::{Job, Message, Task};
 use super::spawn::spawn_worker;
 use crate::protocol::STOP_SIGNAL;
 use crate::report::result::{Evals, JobResult, RunError, RunResult, Status, TelemetryInfo, Unfinished};
-use crate::telemetry::{Telemetry, TelemetryConfig, visible_gpus_from_env};
+use crate::telemetry::{Telemetry, TelemetryConfig, engine_gpus_from_ordinals, visible_gpus_for_engine};
 
 /// How a job ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,10 +81,14 @@ pub fn run_job(
     files.write_result(result)?;
 
     // The sampler starts before the engine, so the series covers its load.
+    // It samples every GPU the engine's environment (inherited + recipe)
+    // leaves visible; once the engine says which it runs on, the windows
+    // narrow to those.
+    let visible = visible_gpus_for_engine(&job.env, &job.config.env_unset);
     let telemetry = Telemetry::start(TelemetryConfig {
         interval: plan.telemetry_interval,
-        visible_gpus: visible_gpus_from_env(&job.env),
-        gpu_count_hint: Some(super::plan::gpus_of(job, false)),
+        visible_gpus: visible.clone(),
+        gpu_count_hint: None,
     });
     telemetry.mark("engine load");
     let mut worker = spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, ui)?;
@@ -167,7 +171,13 @@ pub fn run_job(
                 telemetry.mark("engine ready");
                 started = true;
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
+                // Per-GPU figures divide by InferenceX's count (TP x PP x PCP, TP the recipe's).
                 gpus = engine.inferencex_gpus(job.config.tp);
+                let engine_gpus = engine_gpus_from_ordinals(visible.as_deref(), &engine.device_ordinals());
+                if let Err(e) = &engine_gpus {
+                    say(ui, &format!("  warning: telemetry cannot tell the engine's GPUs: {e}"));
+                }
+                telemetry.set_engine_gpus(engine_gpus);
                 j.fingerprint = Some(j.compute_fingerprint(&plan.model_path, engine.vllm.as_deref().unwrap_or("")));
                 if let Some(info) = j.python.as_mut() {
                     info.vllm = engine.vllm.clone();
@@ -206,7 +216,14 @@ pub fn run_job(
                 let point = job.specs.get(raw.point).map(|s| s.point);
                 match point.map(|p| crate::profile::attach::attach(&raw, &p, j, &files.dir)) {
                     Some(Ok(text)) => say(ui, &text),
-                    Some(Err(e)) => say(ui, &format!("warning: profile of {}: {e:#}", raw.trace.display())),
+                    // A profile that cannot be read, or a device profile
+                    // without device kernels, fails the job: never a table
+                    // of the wrong thing.
+                    Some(Err(e)) => {
+                        let message = format!("profile of {}: {e:#}", raw.trace.display());
+                        say(ui, &format!("error: {message}"));
+                        failure.get_or_insert(RunError { message, ..RunError::default() });
+                    }
                     None => say(ui, &format!("warning: profile of an unknown point {}", raw.point)),
                 }
                 deadline = plan.point_timeout.map(|t| Instant::now() + t);
@@ -253,6 +270,7 @@ pub fn run_job(
         interval_ms: report.interval_ms,
         sources: report.sources.clone(),
         gpus: report.gpus.clone(),
+        engine_gpus: report.engine_gpus.clone(),
         markers: report.markers.clone(),
         samples: report.samples.len(),
         series_file,

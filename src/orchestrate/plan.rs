@@ -160,11 +160,6 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let configs = recipe
         .engine_configs(&opts.variants, &cli_sweep(opts))
         .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
-    for c in &configs {
-        if let Some(why) = crate::recipe::parallel::data_parallel_refusal(&c.args) {
-            return Err(usage(format!("{}: {}: {why}", recipe_path.display(), c.label())));
-        }
-    }
     if let Some(e) = super::check::missing_local_model(&recipe.model) {
         return Err(usage(format!("{}: {e}", recipe_path.display())));
     }
@@ -233,7 +228,7 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
 
 /// The GPUs a job's engine occupies: vLLM's world size (TP x PP x PCP, the
 /// sweep's TP when the flags have none) times its DP size; 0 for a CPU
-/// recipe. What placement reserves and telemetry expects to see busy.
+/// recipe. What placement reserves.
 pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     if cpu {
         return 0;

@@ -2,9 +2,7 @@
 //! extension module `enginebench_native`), reads a [`Job`] from stdin, builds one
 //! vLLM engine in that process, runs the points and the eval on it, and reports [`Message`]s.
 
-use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -26,17 +24,21 @@ use crate::workload::{Pacing, Request, RequestIds, conversation, drive, trace};
 
 /// The message channel: the worker's original stdout. Everything else that
 /// writes to fd 1 (Python, vLLM, C libraries) is sent to stderr instead.
-struct Channel(File);
+/// Its fd is kept from children ([`super::private_fd`]): a copy in vLLM's
+/// forked workers would hold off the end-of-file the orchestrator waits for
+/// when this process dies.
+struct Channel(super::private_fd::PrivateFd);
 
 impl Channel {
     fn take_stdout() -> Result<Channel> {
         // SAFETY: plain fd juggling at start-up, before any other thread exists.
         unsafe {
-            let fd = libc::dup(1);
+            // A copy of stdout, close-on-exec from the start (F_DUPFD_CLOEXEC).
+            let fd = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
             if fd < 0 || libc::dup2(2, 1) < 0 {
                 anyhow::bail!("cannot redirect stdout: {}", std::io::Error::last_os_error());
             }
-            Ok(Channel(File::from_raw_fd(fd)))
+            Ok(Channel(super::private_fd::PrivateFd::new(fd)?))
         }
     }
 
@@ -44,7 +46,7 @@ impl Channel {
         let mut line = serde_json::to_vec(msg).expect("messages serialise");
         line.push(b'\n');
         // If the orchestrator is gone there is nobody to tell; stop quietly.
-        if self.0.write_all(&line).and_then(|_| self.0.flush()).is_err() {
+        if self.0.file().write_all(&line).and_then(|_| self.0.file().flush()).is_err() {
             std::process::exit(1);
         }
     }
@@ -149,7 +151,8 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
         // The stand-in engine (tests of the runner; see crate::engine::fake).
         Some(cfg) => drive_job(FakeEngine::build(&job.engine_argv, cfg)?, job, channel, started),
         None => {
-            let engine = VllmEngine::build(&job.engine_argv).context("building the vLLM engine")?;
+            let profile_dir = crate::profile::worker_trace_dir(&job.profile);
+            let engine = VllmEngine::build(&job.engine_argv, profile_dir.as_deref()).context("building the vLLM engine")?;
             drive_job(engine, job, channel, started)
         }
     }
@@ -393,3 +396,4 @@ fn run_eval(
     channel.send(&Message::Eval { completions, duration_s: outcome.duration_s, max_tokens });
     Ok(())
 }
+

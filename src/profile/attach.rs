@@ -20,7 +20,9 @@ use crate::report::result::JobResult;
 /// Errors: no measured result of that point in the job, the trace cannot be
 /// read back, or a table file cannot be written.
 pub fn attach(raw: &ProfileRaw, point: &Point, job: &mut JobResult, result_dir: &Path) -> Result<String> {
-    let totals = super::trace::read(&raw.trace)?;
+    // A profiler that recorded a device activity must find device kernels.
+    let expect_device = raw.activities.iter().any(|a| a != "CPU");
+    let totals = super::trace::read(&raw.trace, expect_device)?;
     let overhead = overhead(raw);
     let kernels = top_kernels(&totals, raw.window.profiled, overhead.profiled_step_ms, super::groups::builtin());
     let trace_name = raw.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -44,7 +46,13 @@ pub fn attach(raw: &ProfileRaw, point: &Point, job: &mut JobResult, result_dir: 
         overhead.stop_s,
         overhead.export_s
     );
-    std::fs::write(&md, format!("{title}{}\n{overhead_text}.\n\nTrace: `{}`. {PLACEMENT}.\n", kernels.markdown(SHOWN), rel(&raw.trace)))
+    let others: Vec<String> = raw.rank_traces.iter().map(|p| rel(p)).collect();
+    let others_text = if others.is_empty() {
+        String::new()
+    } else {
+        format!(" The table is rank 0's; the other ranks' traces of the same window: {}.", others.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", "))
+    };
+    std::fs::write(&md, format!("{title}{}\n{overhead_text}.\n\nTrace: `{}`.{others_text} {PLACEMENT}.\n", kernels.markdown(SHOWN), rel(&raw.trace)))
         .with_context(|| format!("writing {}", md.display()))?;
     std::fs::write(&json, serde_json::to_string_pretty(&kernels)? + "\n").with_context(|| format!("writing {}", json.display()))?;
     let profile = PointProfile {
@@ -57,16 +65,18 @@ pub fn attach(raw: &ProfileRaw, point: &Point, job: &mut JobResult, result_dir: 
         overhead,
         kernels,
         files: vec![rel(&md), rel(&json)],
+        other_ranks: others,
     };
     let text = format!(
-        "top kernels, {} {}/{} conc {} (batch {}): {}\n{overhead_text}\ntrace: {}",
+        "top kernels, {} {}/{} conc {} (batch {}): {}\n{overhead_text}\ntrace: {}{}",
         job.label,
         point.isl,
         point.osl,
         point.conc,
         raw.batch,
         profile.kernels.terminal(SHOWN),
-        raw.trace.display()
+        raw.trace.display(),
+        if raw.rank_traces.is_empty() { String::new() } else { format!(" (rank 0; {} other rank trace(s) beside it)", raw.rank_traces.len()) }
     );
     let target = job
         .points

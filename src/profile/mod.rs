@@ -10,15 +10,22 @@
 //!    workload start together; once every one of them has its first token
 //!    (all prefill done: steady-state decode at the point's batch), the
 //!    [`Window`] runs `warm` unprofiled decode steps, then the `profiled`
-//!    steps inside `torch.profiler.profile` (CPU activity, plus CUDA where
-//!    torch has a device, which covers ROCm's HIP too) with `reference`
-//!    unprofiled timed steps around them (half before, half after: the
-//!    overhead baseline). The pass then drains its
-//!    requests (aborts what is left), so the window never crosses into
-//!    another point.
-//! 3. The worker writes the Chrome/Perfetto trace
-//!    (`trace-<job>-<point>.json.gz`); the orchestrator reads it back
-//!    ([`trace`]), groups names by the patterns of `groups.toml`
+//!    steps with the profiler on, with `reference` unprofiled timed steps
+//!    around them (half before, half after: the overhead baseline). The
+//!    profiler is vLLM's own worker profiler (`--profiler-config` set by the
+//!    shim when the engine is built, `start_profile`/`stop_profile`), which
+//!    profiles every worker process, so TP/PP > 1 engines, whose model runs
+//!    in worker processes, are profiled where their kernels run (CPU
+//!    activity, plus CUDA on a GPU, which covers ROCm's HIP too). On a vLLM
+//!    without it and one worker, a torch profiler in the engine's process.
+//!    The pass then drains its requests (aborts what is left), so the
+//!    window never crosses into another point.
+//! 3. The worker puts rank 0's Chrome/Perfetto trace at
+//!    `trace-<job>-<point>.json.gz` and each other rank's beside it
+//!    (`trace-<job>-<point>.rank<N>.json.gz`, listed in the point's
+//!    profile); the orchestrator reads rank 0's back, streaming it
+//!    ([`trace`]): a device profile without device kernels is an error.
+//!    Names are grouped by the patterns of `groups.toml`
 //!    ([`groups`]) and writes the top-kernels table ([`table`]) into the
 //!    point's `profile` in `result.json`, `kernels-<job>-<point>.md` and
 //!    `.json`, and the terminal.
@@ -60,6 +67,16 @@ pub struct ProfileOptions {
     pub points: Vec<PointFilter>,
     /// Where traces go (`--profile-dir`); `None`: the output folder.
     pub dir: Option<PathBuf>,
+}
+
+/// Where vLLM's worker profiler writes the per-rank traces of a job's
+/// windows (`--profiler-config.torch_profiler_dir`, fixed when the engine is
+/// built): `vllm-profiler/` beside the job's trace files. Each window's
+/// traces are moved out of it to the target's name (rank 0) and beside it
+/// (other ranks). `None` when the job profiles nothing.
+pub fn worker_trace_dir(targets: &[ProfileTarget]) -> Option<PathBuf> {
+    let first = targets.first()?;
+    Some(first.trace.parent().unwrap_or(std::path::Path::new(".")).join("vllm-profiler"))
 }
 
 /// The profiler's cost in one pass: its profiled steps against the

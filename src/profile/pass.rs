@@ -129,13 +129,14 @@ impl Pass {
             }
         }
         // Stop the profiler whatever happened, so it never outlives the window.
-        let (stop_s, export_s) = engine.profile_stop(&target.trace)?;
+        let stopped = engine.profile_stop(&target.trace)?;
         steps?;
         for _ in before..w.reference {
             raw.reference_ms.push(timed(self, engine, "reference")?);
         }
-        raw.stop_s = stop_s;
-        raw.export_s = export_s;
+        raw.stop_s = stopped.stop_s;
+        raw.export_s = stopped.export_s;
+        raw.rank_traces = stopped.other_ranks;
         Ok(Some(raw))
     }
 }
@@ -145,7 +146,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::engine::{Delta, Prompt};
+    use crate::engine::{Delta, ProfileStop, Prompt};
     use crate::protocol::Window;
 
     /// A fake engine: a request's prefill takes `prefill_steps[i]` steps
@@ -199,10 +200,10 @@ mod tests {
             self.profiling = true;
             Ok(vec!["CPU".into()])
         }
-        fn profile_stop(&mut self, trace: &Path) -> Result<(f64, f64)> {
+        fn profile_stop(&mut self, trace: &Path) -> Result<ProfileStop> {
             self.profiling = false;
             self.traces.push(trace.to_path_buf());
-            Ok((0.0, 0.0))
+            Ok(ProfileStop::default())
         }
     }
 

@@ -34,15 +34,36 @@ pub struct EngineInfo {
     pub pipeline_parallel_size: Option<u32>,
     #[serde(default)]
     pub data_parallel_size: Option<u32>,
-    /// Context parallelism (`ParallelConfig.prefill_context_parallel_size`,
-    /// `.decode_context_parallel_size`); DCP reuses the TP ranks.
-    #[serde(default)]
+    /// Context parallel sizes (`ParallelConfig.prefill_context_parallel_size`,
+    /// `.decode_context_parallel_size`; vllm/config/parallel.py:143, 385).
+    /// Decode context parallelism reuses the TP ranks; prefill's adds processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill_context_parallel_size: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_context_parallel_size: Option<u32>,
-    /// vLLM's world size per DP rank (`ParallelConfig.world_size` = PP x TP x PCP).
-    #[serde(default)]
+    /// Worker processes (GPUs) of the engine: vLLM's `ParallelConfig.world_size`
+    /// = PP x TP x PCP (vllm/config/parallel.py:944-949).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u32>,
+    /// The visible device ordinals the workers use, rank order (vLLM's
+    /// `current_platform.logical_device_id_to_visible_device_id(rank)`,
+    /// vllm/platforms/interface.py:317-340; `--device-ids` changes them):
+    /// positions in the engine's `CUDA_VISIBLE_DEVICES` / `HIP_VISIBLE_DEVICES`
+    /// list, or device indices when none is set. Empty on CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_ids: Option<Vec<u32>>,
+    /// Whether the engine core schedules asynchronously (vLLM's
+    /// `SchedulerConfig.async_scheduling` after the platform's say: on by
+    /// default on GPU, forced off on CPU, vllm/platforms/cpu.py:329-331).
+    /// Then a step returns the outputs of the batch scheduled one step earlier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub async_scheduling: Option<bool>,
+    /// How `--profile` profiles this engine: `vllm` (vLLM's worker profiler,
+    /// every rank: `--profiler-config` + `start_profile`/`stop_profile`) or
+    /// `torch` (a torch profiler in the engine's own process, for a vLLM
+    /// without the worker profiler and one worker); absent without `--profile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiler: Option<String>,
     /// Tokenizer vocabulary size and its special token ids: random prompts
     /// draw from the ids in `0..vocab_size` that are not special.
     #[serde(default)]
@@ -79,9 +100,22 @@ pub struct EngineInfo {
 }
 
 impl EngineInfo {
-    /// GPUs one engine spans: TP x PP (1 for a missing size), the per-GPU divisor.
+    /// GPUs one engine spans, the per-GPU divisor: vLLM's world size (PP x
+    /// TP x PCP) when reported, else TP x PP x PCP (1 for a missing size).
     pub fn gpus(&self) -> u32 {
-        self.tensor_parallel_size.unwrap_or(1).max(1) * self.pipeline_parallel_size.unwrap_or(1).max(1)
+        let size = |s: Option<u32>| s.unwrap_or(1).max(1);
+        self.world_size.filter(|&w| w > 0).unwrap_or_else(|| {
+            size(self.tensor_parallel_size) * size(self.pipeline_parallel_size) * size(self.prefill_context_parallel_size)
+        })
+    }
+
+    /// The visible device ordinals the engine's workers use: `device_ids`
+    /// when reported, else `0..gpus()`; empty for a CPU engine.
+    pub fn device_ordinals(&self) -> Vec<u32> {
+        if self.device.as_deref() == Some("cpu") {
+            return Vec::new();
+        }
+        self.device_ids.clone().unwrap_or_else(|| (0..self.gpus()).collect())
     }
 
     /// GPUs as InferenceX counts them for its per-GPU figures: TP x PP x PCP
@@ -130,5 +164,23 @@ mod tests {
             ..EngineInfo::default()
         };
         assert_eq!((dpa.inferencex_gpus(Some(8)), dpa.inferencex_gpus(None)), (16, 16));
+    }
+
+    #[test]
+    fn world_size_counts_prefill_context_parallel_ranks() {
+        // vLLM: world_size = PP x TP x PCP; DCP reuses the TP ranks.
+        let info: EngineInfo = serde_json::from_str(
+            r#"{"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "prefill_context_parallel_size": 2,
+                "decode_context_parallel_size": 4, "world_size": 8, "device": "cuda", "device_ids": [0,1,2,3,4,5,6,7],
+                "async_scheduling": true}"#,
+        )
+        .unwrap();
+        assert_eq!(info.gpus(), 8);
+        assert_eq!(info.async_scheduling, Some(true));
+        let no_world: EngineInfo = serde_json::from_str(r#"{"tensor_parallel_size": 4, "prefill_context_parallel_size": 2}"#).unwrap();
+        assert_eq!(no_world.gpus(), 8, "TP x PP only said 4");
+        assert_eq!(no_world.device_ordinals(), (0..8).collect::<Vec<u32>>());
+        let cpu: EngineInfo = serde_json::from_str(r#"{"device": "cpu", "world_size": 1}"#).unwrap();
+        assert!(cpu.device_ordinals().is_empty());
     }
 }

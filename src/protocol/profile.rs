@@ -61,4 +61,8 @@ pub struct ProfileRaw {
     pub start_s: f64,
     pub stop_s: f64,
     pub export_s: f64,
+    /// The traces of the other ranks (TP/PP > 1) of the same window, beside
+    /// `trace` (rank 0's, the one the table is built from).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rank_traces: Vec<PathBuf>,
 }

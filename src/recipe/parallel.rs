@@ -1,8 +1,7 @@
 //! The parallel layout a `vllm serve` flag list asks for, read before any
 //! engine starts: tensor, pipeline, data, prefill- and decode-context
 //! parallel sizes, vLLM's world size and the GPUs the engine occupies, and
-//! the one layout enginebench refuses (data parallelism, see
-//! [`data_parallel_refusal`]).
+//! whether it asks for data parallelism (see [`data_parallel`]).
 //!
 //! vLLM 0.32's names and rules (config/parallel.py `ParallelConfig`):
 //! `world_size = PP x TP x PCP` (DCP reuses the TP ranks and adds no
@@ -67,25 +66,16 @@ pub fn flag_value(args: &[String], names: &[&str]) -> Option<String> {
     found
 }
 
-/// Why a configuration with data parallelism (`-dp N`, N > 1) cannot run
-/// in-process, or `None` when it can.
-///
-/// vLLM's in-process `LLMEngine` with `data_parallel_size > 1` joins a DP
-/// group in its constructor (v1/engine/llm_engine.py `__init__` ->
-/// `ParallelConfig.stateless_init_dp_group`, a gloo rendezvous on a port
-/// this process picks) and waits there for peer engines that are never
-/// started: the worker would hang until gloo's timeout (30 min by default).
-pub fn data_parallel_refusal(args: &[String]) -> Option<String> {
+/// The DP size when a configuration asks for data parallelism (`-dp N`,
+/// N > 1), which does not run in-process: vLLM's in-process `LLMEngine`
+/// joins a DP group in its constructor and waits for peer engines that are
+/// never started. The shim refuses such flags as bad input, at engine start
+/// and in `recipe check` (python-shim engine.py
+/// `_refuse_in_process_data_parallel`); the importer uses this to leave
+/// such jobs out of a default run and say why.
+pub fn data_parallel(args: &[String]) -> Option<u32> {
     let dp = Layout::of(args, None).dp;
-    (dp > 1).then(|| {
-        format!(
-            "--data-parallel-size {dp}: data parallelism does not run in-process: vLLM's in-process engine waits in its \
-             constructor for {} peer engine(s) to join its DP group (llm_engine.py -> stateless_init_dp_group) and \
-             enginebench starts one engine, so it would hang; run this configuration with `vllm serve` \
-             (its DP coordinator starts the ranks), or benchmark the TP layout without -dp",
-            dp - 1
-        )
-    })
+    (dp > 1).then_some(dp)
 }
 
 #[cfg(test)]
@@ -107,9 +97,9 @@ mod tests {
     }
 
     #[test]
-    fn data_parallel_is_refused_with_the_reason() {
-        assert!(data_parallel_refusal(&args("-tp 8 --data-parallel-size 1")).is_none());
-        let why = data_parallel_refusal(&args("-tp 1 -dp 2")).unwrap();
-        assert!(why.contains("--data-parallel-size 2") && why.contains("stateless_init_dp_group"), "{why}");
+    fn data_parallel_is_read_from_the_flags() {
+        assert_eq!(data_parallel(&args("-tp 8 --data-parallel-size 1")), None);
+        assert_eq!(data_parallel(&args("-tp 1 -dp 2")), Some(2));
+        assert_eq!(data_parallel(&args("--data-parallel-size=8")), Some(8));
     }
 }

@@ -70,6 +70,10 @@ pub struct PointProfile {
     pub kernels: TopKernels,
     /// The table's Markdown and JSON files.
     pub files: Vec<String>,
+    /// The same window's traces of the other ranks (TP/PP > 1), for a look
+    /// in Perfetto; the table is rank 0's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_ranks: Vec<String>,
 }
 
 /// Rows shown in the terminal and Markdown (the JSON has all).

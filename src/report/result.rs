@@ -174,6 +174,10 @@ pub struct TelemetryInfo {
     pub interval_ms: f64,
     pub sources: Vec<crate::telemetry::SourceStatus>,
     pub gpus: Vec<crate::telemetry::GpuInfo>,
+    /// The engine's GPUs among them (source indices), whose readings the
+    /// points' windows cover; absent when the engine never said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_gpus: Option<Vec<u32>>,
     pub markers: Vec<crate::telemetry::Marker>,
     /// Samples taken (lines of the series file).
     pub samples: usize,

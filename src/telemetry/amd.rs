@@ -169,18 +169,21 @@ pub fn probe_amd_smi(
         }
         _ => PowerLayout::Unknown,
     };
-    let mut handles = Vec::new();
+    // (handle, socket index, position in the socket): a socket is one
+    // physical package, its processors the partitions, processor 0 the
+    // primary (AMD SMI docs/conceptual/partition.md).
+    let mut handles: Vec<(Handle, u32, u32)> = Vec::new();
     let mut n_sock = 0u32;
     unsafe {
         if sockets_fn(&mut n_sock, std::ptr::null_mut()) == 0 && n_sock > 0 {
             let mut socks = vec![std::ptr::null_mut(); n_sock as usize];
             if sockets_fn(&mut n_sock, socks.as_mut_ptr()) == 0 {
-                for s in socks.into_iter().take(n_sock as usize) {
+                for (si, s) in socks.into_iter().take(n_sock as usize).enumerate() {
                     let mut n = 0u32;
                     if procs_fn(s, &mut n, std::ptr::null_mut()) == 0 && n > 0 {
                         let mut ps = vec![std::ptr::null_mut(); n as usize];
                         if procs_fn(s, &mut n, ps.as_mut_ptr()) == 0 {
-                            handles.extend(ps.into_iter().take(n as usize));
+                            handles.extend(ps.into_iter().take(n as usize).enumerate().map(|(pi, h)| (h, si as u32, pi as u32)));
                         }
                     }
                 }
@@ -201,12 +204,19 @@ pub fn probe_amd_smi(
         mem_usage: sym(&lib, "amdsmi_get_gpu_memory_usage").ok(),
         mem_total: sym(&lib, "amdsmi_get_gpu_memory_total").ok(),
     };
-    let devices: Vec<_> = indices.iter().map(|&i| (i, handles[i as usize])).collect();
-    let gpus = indices.iter().map(|&i| GpuInfo { gpu: i, name: None, source: "amd_smi".into() }).collect();
+    let devices: Vec<_> = indices.iter().map(|&i| (i, handles[i as usize].0)).collect();
+    let gpus = indices
+        .iter()
+        .map(|&i| {
+            let (_, socket, partition) = handles[i as usize];
+            GpuInfo { socket: Some(socket), partition: Some(partition), ..GpuInfo::new(i, None, "amd_smi") }
+        })
+        .collect();
     let mut detail = format!(
-        "{path} (library version {}), {} GPU(s), sampling {:?}",
+        "{path} (library version {}), {} GPU(s) on {} socket(s), sampling {:?}",
         u32::from_ne_bytes(version[..4].try_into().unwrap()),
         handles.len(),
+        n_sock,
         indices
     );
     if layout == PowerLayout::Unknown {
@@ -347,6 +357,15 @@ pub fn probe_rocm_smi(
         return Err(format!("{path} loaded, but no AMD GPU"));
     }
     let (devices, notes) = select_gpus(n, visible, hint);
+    let pci_id: Option<unsafe extern "C" fn(u32, *mut u64) -> Status> = sym(&lib, "rsmi_dev_pci_id_get").ok();
+    let bdfids: Vec<Option<u64>> = (0..n)
+        .map(|dv| {
+            let mut id = 0u64;
+            // SAFETY: documented signature, valid out-pointer.
+            pci_id.filter(|f| unsafe { f(dv, &mut id) } == 0).map(|_| id)
+        })
+        .collect();
+    let packages = packages_from_bdfids(&bdfids);
     let fns = RsmiFns {
         current_power: sym(&lib, "rsmi_dev_current_socket_power_get").ok(),
         avg_power: sym(&lib, "rsmi_dev_power_ave_get").ok(),
@@ -357,7 +376,13 @@ pub fn probe_rocm_smi(
         mem_usage: sym(&lib, "rsmi_dev_memory_usage_get").ok(),
         mem_total: sym(&lib, "rsmi_dev_memory_total_get").ok(),
     };
-    let gpus = devices.iter().map(|&i| GpuInfo { gpu: i, name: None, source: "rocm_smi".into() }).collect();
+    let gpus = devices
+        .iter()
+        .map(|&i| {
+            let (socket, partition) = packages[i as usize];
+            GpuInfo { socket, partition, ..GpuInfo::new(i, None, "rocm_smi") }
+        })
+        .collect();
     let mut detail = format!("{path}, {n} GPU(s), sampling {devices:?}; clocks not read through ROCm SMI");
     if !notes.is_empty() {
         detail.push_str(&format!(" ({})", notes.join("; ")));
@@ -422,9 +447,53 @@ impl GpuSource for RocmSmiSource {
     }
 }
 
+/// (package, partition) of each device from its `rsmi_dev_pci_id_get` id
+/// (`None`: unknown). ROCm SMI's id is `domain << 32 | partition << 28 |
+/// bus << 8 | device << 3 | function`, with the partition in bits 31:28, or
+/// in the function bits 2:0 on older drivers (rocm_smi.cc and rocm_smi.py
+/// `getBus` in ROCm/rocm_smi_lib): devices that differ only in those bits
+/// are partitions of one package. Packages are numbered in order of first
+/// appearance.
+fn packages_from_bdfids(ids: &[Option<u64>]) -> Vec<(Option<u32>, Option<u32>)> {
+    const PARTITION_BITS: u64 = 0xF << 28;
+    const FUNCTION_BITS: u64 = 0x7;
+    let mut keys: Vec<u64> = Vec::new();
+    ids.iter()
+        .map(|id| {
+            let Some(id) = *id else { return (None, None) };
+            let key = id & !(PARTITION_BITS | FUNCTION_BITS);
+            let high = ((id & PARTITION_BITS) >> 28) as u32;
+            let partition = if high != 0 { high } else { (id & FUNCTION_BITS) as u32 };
+            let socket = keys.iter().position(|&k| k == key).unwrap_or_else(|| {
+                keys.push(key);
+                keys.len() - 1
+            });
+            (Some(socket as u32), Some(partition))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partitions_share_a_package_by_pci_id() {
+        // Two MI300X: one in CPX (8 partitions, 0000:0c:00.0-7 as the
+        // function), one in SPX (0000:22:00.0); and a device whose id is unknown.
+        let cpx = |p: u64| Some((0x0c << 8) | p);
+        let mut ids: Vec<Option<u64>> = (0..8).map(cpx).collect();
+        ids.push(Some(0x22 << 8));
+        ids.push(None);
+        let p = packages_from_bdfids(&ids);
+        assert_eq!(p[0], (Some(0), Some(0)));
+        assert_eq!(p[7], (Some(0), Some(7)));
+        assert_eq!(p[8], (Some(1), Some(0)));
+        assert_eq!(p[9], (None, None));
+        // The partition in bits 31:28 (newer drivers).
+        let p = packages_from_bdfids(&[Some(0x0c << 8), Some((3 << 28) | (0x0c << 8))]);
+        assert_eq!(p, vec![(Some(0), Some(0)), (Some(0), Some(3))]);
+    }
 
     #[test]
     fn power_info_layouts() {

@@ -118,6 +118,8 @@ pub struct CliSource {
     slot: Slot,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
+    /// Longest time from a reading's own timestamp to its hand-over.
+    lag: Duration,
 }
 
 /// Run the tool once; when it gives GPU readings, start polling it every
@@ -128,9 +130,21 @@ pub fn probe_cli(
     hint: Option<u32>,
     interval: Duration,
 ) -> Result<(CliSource, Vec<GpuInfo>, String), String> {
+    probe_cli_program(tool, tool.name(), visible, hint, interval)
+}
+
+/// [`probe_cli`] running `program` (the tool's name on PATH, or a path) with
+/// the tool's arguments and parser.
+pub fn probe_cli_program(
+    tool: CliTool,
+    program: &str,
+    visible: Option<&[u32]>,
+    hint: Option<u32>,
+    interval: Duration,
+) -> Result<(CliSource, Vec<GpuInfo>, String), String> {
     let limit = Duration::from_secs(15);
     let t0 = Instant::now();
-    let (text, stderr) = run_capturing(tool.name(), tool.args(), limit)?;
+    let (text, stderr) = run_capturing(program, tool.args(), limit)?;
     let took = t0.elapsed();
     let readings = tool.parse(&text).map_err(|e| {
         // Carry the tool's own words: they say why (driver not loaded, ...).
@@ -147,13 +161,14 @@ pub fn probe_cli(
     let slot: Slot = Arc::new(Mutex::new(None));
     let stop = Arc::new(AtomicBool::new(false));
     let (s2, st2, sel2) = (slot.clone(), stop.clone(), selected.clone());
+    let program = program.to_owned();
     let handle = std::thread::Builder::new()
         .name(format!("telemetry-{}", tool.name()))
         .spawn(move || {
             while !st2.load(Ordering::Relaxed) {
                 let next = Instant::now() + period;
                 let a = mono_now_s();
-                if let Ok(text) = run_with_timeout(tool.name(), tool.args(), limit) {
+                if let Ok(text) = run_with_timeout(&program, tool.args(), limit) {
                     let t = (a + mono_now_s()) / 2.0;
                     if let Ok(rs) = tool.parse(&text) {
                         let rs = rs.into_iter().filter(|r| sel2.contains(&r.gpu)).collect();
@@ -166,7 +181,7 @@ pub fn probe_cli(
             }
         })
         .map_err(|e| e.to_string())?;
-    let gpus = selected.iter().map(|&i| GpuInfo { gpu: i, name: None, source: tool.name().into() }).collect();
+    let gpus = selected.iter().map(|&i| GpuInfo::new(i, None, tool.name())).collect();
     let mut detail = format!(
         "`{} {}` every {:.1} s (one call took {:.2} s), sampling {:?}",
         tool.name(),
@@ -178,7 +193,11 @@ pub fn probe_cli(
     if !notes.is_empty() {
         detail.push_str(&format!(" ({})", notes.join("; ")));
     }
-    Ok((CliSource { slot, stop, handle: Some(handle) }, gpus, detail))
+    // A reading is stamped with the middle of its call and handed over at
+    // the call's end; the next call starts up to a period later. Twice the
+    // first call's time leaves room for slower calls.
+    let lag = period + took * 2;
+    Ok((CliSource { slot, stop, handle: Some(handle), lag }, gpus, detail))
 }
 
 impl GpuSource for CliSource {
@@ -187,6 +206,10 @@ impl GpuSource for CliSource {
             Some((t, rs)) => rs.into_iter().map(|r| GpuReading { t: Some(t), ..r }).collect(),
             None => vec![],
         }
+    }
+
+    fn reading_lag(&self) -> Duration {
+        self.lag
     }
 }
 

@@ -173,6 +173,31 @@ pub struct GpuInfo {
     pub name: Option<String>,
     /// The source sampling it.
     pub source: String,
+    /// The physical package (AMD SMI socket) this GPU is a partition of, as
+    /// an index in the source's socket order; `None` when the source does not
+    /// say. A partitioned MI300X/MI355X (DPX, QPX, CPX) shows each partition
+    /// as a GPU of the same socket, and socket power and energy are read on
+    /// the primary partition only (AMD SMI, `docs/conceptual/partition.md`,
+    /// "Physical GPU, socket, and logical device hierarchy", in
+    /// ROCm/rocm-systems `projects/amdsmi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<u32>,
+    /// The partition's number within its socket: 0 is the primary partition
+    /// (AMD SMI's processor 0 of the socket), which carries the socket's
+    /// power and energy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
+    /// Which reading the power series is (e.g. NVML's instantaneous field or
+    /// its 1 s average); `None` when the source has one kind only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_field: Option<String>,
+}
+
+impl GpuInfo {
+    /// A GPU with no socket, partition or power-field facts.
+    pub fn new(gpu: u32, name: Option<String>, source: &str) -> GpuInfo {
+        GpuInfo { gpu, name, source: source.to_owned(), socket: None, partition: None, power_field: None }
+    }
 }
 
 /// Sampler settings.
@@ -183,8 +208,9 @@ pub struct TelemetryConfig {
     /// Physical GPU indices visible to the engine ([`visible_gpus_from_env`]);
     /// `None`: all.
     pub visible_gpus: Option<Vec<u32>>,
-    /// How many GPUs the engine uses (tensor x pipeline parallel size): the
-    /// first this many visible GPUs are sampled.
+    /// Sample only the first this many visible GPUs (`None`: all of them).
+    /// A run leaves it `None`: which GPUs the engine uses is known only once
+    /// it is built, and [`Telemetry::set_engine_gpus`] narrows the windows then.
     pub gpu_count_hint: Option<u32>,
 }
 
@@ -217,6 +243,10 @@ pub struct TelemetryReport {
     pub sampler_wall_seconds: f64,
     /// `gpu_count_hint` of the config.
     pub expected_gpus: Option<u32>,
+    /// The engine's GPUs ([`Telemetry::set_engine_gpus`]), source indices;
+    /// `None` when never set (windows then cover every sampled GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_gpus: Option<Vec<u32>>,
 }
 
 impl TelemetryReport {
@@ -240,6 +270,7 @@ impl TelemetryReport {
             &self.samples,
             &self.gpus,
             &self.rapl_zones,
+            self.engine_gpus.as_deref(),
             self.expected_gpus,
             t0,
             t1,
@@ -263,6 +294,14 @@ impl TelemetryReport {
 /// when it has nothing new).
 trait GpuSource: Send {
     fn read(&mut self) -> Vec<GpuReading>;
+
+    /// How long after its own timestamp a reading may take to be handed over
+    /// (zero for a library read on the spot; a CLI tool's poll period plus a
+    /// call for [`amd_cli`]): how long a window may wait for a reading past
+    /// its end.
+    fn reading_lag(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// The GPUs to sample out of `count`: the visible ones (all when `None`) that
@@ -319,6 +358,48 @@ pub fn visible_gpus_from_env(env: &BTreeMap<String, String>) -> Option<Vec<u32>>
     }
 }
 
+/// The environment the engine process gets: this process's own (`inherited`),
+/// less the recipe's `unset` names, plus the recipe's `recipe` variables (as
+/// `orchestrate::spawn` builds the worker's). A visibility variable such as
+/// `CUDA_VISIBLE_DEVICES=4,5,6,7 enginebench run ...` is inherited, not in
+/// the recipe: reading the recipe alone would sample GPUs 0-3.
+pub fn engine_env(
+    inherited: impl IntoIterator<Item = (String, String)>,
+    recipe: &BTreeMap<String, String>,
+    unset: &[String],
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = inherited.into_iter().filter(|(k, _)| !unset.contains(k)).collect();
+    env.extend(recipe.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// [`visible_gpus_from_env`] of the engine's environment ([`engine_env`] of
+/// this process's environment).
+pub fn visible_gpus_for_engine(recipe: &BTreeMap<String, String>, unset: &[String]) -> Option<Vec<u32>> {
+    visible_gpus_from_env(&engine_env(std::env::vars(), recipe, unset))
+}
+
+/// The source indices of the GPUs an engine runs on, from the visible
+/// ordinals its workers use (`EngineInfo::device_ids`: vLLM's
+/// `logical_device_id_to_visible_device_id(rank)` for ranks `0..world_size`,
+/// vllm/platforms/interface.py:317-340) and the visible list
+/// ([`visible_gpus_from_env`]; `None`: all GPUs visible in source order).
+///
+/// Errors: an ordinal past the visible list, named.
+pub fn engine_gpus_from_ordinals(visible: Option<&[u32]>, ordinals: &[u32]) -> Result<Vec<u32>, String> {
+    match visible {
+        None => Ok(ordinals.to_vec()),
+        Some(list) => ordinals
+            .iter()
+            .map(|&k| {
+                list.get(k as usize).copied().ok_or_else(|| {
+                    format!("the engine uses visible device {k}, but only {} are visible ({list:?})", list.len())
+                })
+            })
+            .collect(),
+    }
+}
+
 struct Shared {
     samples: Mutex<Vec<Sample>>,
     markers: Mutex<Vec<Marker>>,
@@ -329,6 +410,8 @@ struct Probed {
     sources: Vec<SourceStatus>,
     gpus: Vec<GpuInfo>,
     rapl_zones: Vec<RaplZone>,
+    /// The GPU source's [`GpuSource::reading_lag`].
+    lag: Duration,
 }
 
 /// A running sampler. Dropping it without [`Telemetry::stop`] stops the thread too.
@@ -338,6 +421,21 @@ pub struct Telemetry {
     handle: Option<JoinHandle<(f64, f64, f64)>>,
     probed: Probed,
     config: TelemetryConfig,
+    /// [`Telemetry::set_engine_gpus`].
+    engine_gpus: Mutex<Option<Result<Vec<u32>, String>>>,
+}
+
+/// How a sampler finds its GPU source: the real probes, or (tests) a given one.
+type ProbeGpus = Box<dyn FnOnce(&TelemetryConfig) -> (Option<Box<dyn GpuSource>>, Vec<GpuInfo>, Vec<SourceStatus>) + Send>;
+
+/// Names the GPU sources to try (comma-separated, e.g. `amd-smi,rocm-smi`);
+/// the others are reported as not tried. Unset: all, in order. For checking
+/// a fallback (the CLI tools) on a node where a library source works.
+pub const SOURCES_VAR: &str = "ENGINEBENCH_TELEMETRY_SOURCES";
+
+/// Whether `name` is in the comma-separated `list`.
+fn source_listed(list: &str, name: &str) -> bool {
+    list.split(',').any(|n| n.trim() == name)
 }
 
 /// Try the GPU sources in order; the first that yields GPUs is used.
@@ -360,7 +458,12 @@ fn probe_gpus(cfg: &TelemetryConfig) -> (Option<Box<dyn GpuSource>>, Vec<GpuInfo
     ];
     let mut statuses = Vec::new();
     let mut chosen: Option<(Box<dyn GpuSource>, Vec<GpuInfo>)> = None;
+    let only = std::env::var(SOURCES_VAR).ok();
     for (name, probe) in probes {
+        if let Some(list) = only.as_deref().filter(|l| !source_listed(l, name)) {
+            statuses.push(SourceStatus { name: name.into(), used: false, reason: format!("not tried: {SOURCES_VAR}={list}") });
+            continue;
+        }
         if let Some((_, g)) = &chosen {
             statuses.push(SourceStatus {
                 name: name.into(),
@@ -393,6 +496,10 @@ impl Telemetry {
     }
 
     fn start_with_rapl_root(config: TelemetryConfig, rapl_root: &Path) -> Telemetry {
+        Self::start_with(config, rapl_root, Box::new(probe_gpus))
+    }
+
+    fn start_with(config: TelemetryConfig, rapl_root: &Path, probe: ProbeGpus) -> Telemetry {
         let shared = Arc::new(Shared {
             samples: Mutex::new(Vec::new()),
             markers: Mutex::new(Vec::new()),
@@ -408,7 +515,8 @@ impl Telemetry {
             .spawn(move || {
                 let cpu0 = thread_cpu_s();
                 let wall0 = mono_now_s();
-                let (mut gpu_src, gpus, mut sources) = probe_gpus(&cfg);
+                let (mut gpu_src, gpus, mut sources) = probe(&cfg);
+                let lag = gpu_src.as_ref().map(|s| s.reading_lag()).unwrap_or_default();
                 let (mut host, host_status) = host::HostSampler::new(&rapl_root);
                 sources.extend(host_status);
                 let rapl_zones = host.rapl_zones();
@@ -420,7 +528,7 @@ impl Telemetry {
                 };
                 let probe_cpu = thread_cpu_s() - cpu0;
                 take(&mut gpu_src);
-                probe_tx.send(Probed { sources, gpus, rapl_zones }).ok();
+                probe_tx.send(Probed { sources, gpus, rapl_zones, lag }).ok();
                 let mut next = Instant::now() + cfg.interval;
                 loop {
                     let wait = next.saturating_duration_since(Instant::now());
@@ -450,8 +558,18 @@ impl Telemetry {
             }],
             gpus: vec![],
             rapl_zones: vec![],
+            lag: Duration::ZERO,
         });
-        Telemetry { shared, stop_tx: Some(stop_tx), handle: Some(handle), probed, config }
+        Telemetry { shared, stop_tx: Some(stop_tx), handle: Some(handle), probed, config, engine_gpus: Mutex::new(None) }
+    }
+
+    /// The engine's GPUs, source indices ([`engine_gpus_from_ordinals`]):
+    /// from now on windows cover exactly these, expect that many, and say
+    /// which of them is not sampled. An empty list is an engine on no GPU;
+    /// an error (they could not be told) makes every window's power invalid
+    /// with that reason.
+    pub fn set_engine_gpus(&self, gpus: Result<Vec<u32>, String>) {
+        *self.engine_gpus.lock().unwrap() = Some(gpus);
     }
 
     /// The sources tried, in order, with reasons.
@@ -480,13 +598,16 @@ impl Telemetry {
     }
 
     /// Figures for `[t0, t1]` (mono seconds) with the point's token counts.
-    /// Waits (up to 3 intervals + 1 s) for a sample at or after `t1`, so the
-    /// window is bracketed when called right after it ends.
+    /// Waits for a sample at or after `t1`, and for a GPU reading whose own
+    /// timestamp is at or after `t1` (a CLI tool's readings are stamped
+    /// with the middle of their call and handed over a call later), so the
+    /// window is bracketed when called right after it ends. The wait is
+    /// bounded: 3 intervals + 1 s + the source's [`GpuSource::reading_lag`].
     pub fn window(&self, t0: f64, t1: f64, output_tokens: u64, total_tokens: u64) -> WindowSummary {
-        let deadline = Instant::now() + self.config.interval * 3 + Duration::from_secs(1);
+        let deadline = Instant::now() + self.config.interval * 3 + Duration::from_secs(1) + self.probed.lag;
+        let has_gpus = !self.probed.gpus.is_empty();
         while self.handle.as_ref().is_some_and(|h| !h.is_finished()) && Instant::now() < deadline {
-            let last = self.shared.samples.lock().unwrap().last().map(|s| s.t).unwrap_or(f64::MIN);
-            if last >= t1 {
+            if bracketed_after(&self.shared.samples.lock().unwrap(), t1, has_gpus) {
                 break;
             }
             std::thread::sleep((self.config.interval / 4).max(Duration::from_millis(5)));
@@ -500,16 +621,22 @@ impl Telemetry {
             let hi = all.partition_point(|s| s.t <= t1 + margin);
             all[lo..hi].to_vec()
         };
-        summary::summarize(
+        let engine_gpus = self.engine_gpus.lock().unwrap().clone();
+        let mut w = summary::summarize(
             &samples,
             &self.probed.gpus,
             &self.probed.rapl_zones,
+            engine_gpus.as_ref().and_then(|r| r.as_deref().ok()),
             self.config.gpu_count_hint,
             t0,
             t1,
             output_tokens,
             total_tokens,
-        )
+        );
+        if let Some(Err(e)) = engine_gpus {
+            w.invalidate(format!("engine_gpus_unknown: {e}"));
+        }
+        w
     }
 
     /// Stop sampling (after one last sample) and hand everything back.
@@ -528,6 +655,7 @@ impl Telemetry {
             sampler_probe_cpu_seconds: probe_cpu,
             sampler_wall_seconds: wall,
             expected_gpus: self.config.gpu_count_hint,
+            engine_gpus: self.engine_gpus.lock().unwrap().clone().and_then(Result::ok),
         }
     }
 
@@ -537,6 +665,22 @@ impl Telemetry {
         }
         self.handle.take().and_then(|h| h.join().ok()).unwrap_or((0.0, 0.0, 0.0))
     }
+}
+
+/// Whether `samples` (in time order) reach past `t1`: a sample at or after
+/// it and, when GPUs are sampled, a GPU reading whose own time
+/// (`GpuReading::t`, else its sample's) is at or after it.
+fn bracketed_after(samples: &[Sample], t1: f64, gpus: bool) -> bool {
+    let Some(last) = samples.last() else { return false };
+    if last.t < t1 {
+        return false;
+    }
+    !gpus
+        || samples
+            .iter()
+            .rev()
+            .take_while(|s| s.t >= t1)
+            .any(|s| s.gpus.iter().any(|r| r.t.unwrap_or(s.t) >= t1))
 }
 
 impl Drop for Telemetry {

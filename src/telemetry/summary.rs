@@ -25,6 +25,11 @@ pub struct GpuWindow {
     pub gpu: u32,
     /// The source: nvml, amd_smi, rocm_smi, amd-smi, rocm-smi.
     pub source: String,
+    /// The GPU whose readings carry this one's socket power and energy, when
+    /// it is another partition of the same package (see `GpuInfo::socket`):
+    /// this GPU's own energy is then not counted, so no package is counted twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_on_gpu: Option<u32>,
     /// Readings with a timestamp inside the window.
     pub samples: usize,
     /// Power readings inside the window, W.
@@ -130,17 +135,42 @@ pub struct WindowSummary {
     pub power_invalid_reasons: Vec<String>,
 }
 
+impl WindowSummary {
+    /// Marks the power figures invalid for `reason` (the InferenceX totals
+    /// exist only for valid windows).
+    pub fn invalidate(&mut self, reason: String) {
+        self.power_valid = false;
+        self.power_invalid_reasons.push(reason);
+        self.avg_power_w = None;
+        self.avg_total_gpu_power_w = None;
+        self.total_gpu_energy_j = None;
+        self.joules_per_output_token = None;
+        self.joules_per_input_token = None;
+        self.joules_per_total_token = None;
+    }
+}
+
 fn per_token(j: Option<f64>, tokens: u64) -> Option<f64> {
     j.filter(|_| tokens > 0).map(|j| j / tokens as f64)
 }
 
-/// Summarise `[t0, t1]` (mono seconds) over `samples` for `gpus`.
-/// `expected_gpus`: the engine's GPU count, when known.
+/// Summarise `[t0, t1]` (mono seconds) over `samples`.
+///
+/// `gpus` are the sampled GPUs. `engine_gpus`, when known, are the engine's
+/// (source indices): the window covers exactly those, and one that is not
+/// sampled makes power invalid; `None`: every sampled GPU. `expected_gpus`:
+/// a GPU count to check against, when known.
+///
+/// Partitions of one package (`GpuInfo::socket`) share its power and
+/// energy, which the primary partition reports: the package's energy is
+/// counted once, from the primary, and only when every sampled partition of
+/// the package is in the window (otherwise it covers work outside it).
 #[allow(clippy::too_many_arguments)]
 pub fn summarize(
     samples: &[Sample],
     gpus: &[GpuInfo],
     rapl: &[RaplZone],
+    engine_gpus: Option<&[u32]>,
     expected_gpus: Option<u32>,
     t0: f64,
     t1: f64,
@@ -149,8 +179,30 @@ pub fn summarize(
 ) -> WindowSummary {
     let duration_s = t1 - t0;
     let inside = |t: f64| t >= t0 && t <= t1;
+    let mut reasons = Vec::new();
+    let window_gpus: Vec<&GpuInfo> = match engine_gpus {
+        None => gpus.iter().collect(),
+        Some(ids) => {
+            if ids.is_empty() {
+                reasons.push("engine_uses_no_gpu: the engine runs on no GPU".to_owned());
+            }
+            ids.iter()
+                .filter_map(|&id| {
+                    let found = gpus.iter().find(|g| g.gpu == id);
+                    // With no GPU sampled at all, `no_gpu_telemetry` says it once.
+                    if found.is_none() && !gpus.is_empty() {
+                        reasons.push(format!(
+                            "engine_gpu_not_sampled: the engine runs on GPU {id}, which is not sampled (sampled: {:?})",
+                            gpus.iter().map(|g| g.gpu).collect::<Vec<_>>()
+                        ));
+                    }
+                    found
+                })
+                .collect()
+        }
+    };
     let mut gpu_windows = Vec::new();
-    for info in gpus {
+    for info in window_gpus.iter().copied() {
         let readings: Vec<(f64, &super::GpuReading)> = samples
             .iter()
             .flat_map(|s| s.gpus.iter().filter(|r| r.gpu == info.gpu).map(move |r| (r.t.unwrap_or(s.t), r)))
@@ -200,6 +252,7 @@ pub fn summarize(
         gpu_windows.push(GpuWindow {
             gpu: info.gpu,
             source: info.source.clone(),
+            energy_on_gpu: None,
             samples: readings.iter().filter(|(t, _)| inside(*t)).count(),
             power_w: stats(&|r| r.power_w),
             avg_power_w: energy_j.filter(|_| duration_s > 0.0).map(|e| e / duration_s),
@@ -227,21 +280,23 @@ pub fn summarize(
         });
     }
 
-    let mut reasons = Vec::new();
+    share_package_energy(&mut gpu_windows, &window_gpus, gpus, &mut reasons);
     if gpus.is_empty() {
         reasons.push("no_gpu_telemetry: no GPU source available (see sources)".to_owned());
     }
-    if let Some(n) = expected_gpus.filter(|&n| n > 0 && !gpus.is_empty() && n as usize != gpus.len()) {
-        reasons.push(format!("expected_gpu_count_mismatch: expected {n}, observed {}", gpus.len()));
+    if let Some(n) = expected_gpus.filter(|&n| n > 0 && !gpus.is_empty() && n as usize != window_gpus.len()) {
+        reasons.push(format!("expected_gpu_count_mismatch: expected {n}, observed {}", window_gpus.len()));
     }
     if duration_s <= 0.0 {
         reasons.push("invalid_window: t1 <= t0".to_owned());
     }
-    for g in gpu_windows.iter().filter(|g| !g.energy_valid) {
+    for g in gpu_windows.iter().filter(|g| !g.energy_valid && g.energy_on_gpu.is_none()) {
         reasons.push(format!("gpu {}: no valid energy ({})", g.gpu, g.notes.join("; ")));
     }
     let power_valid = reasons.is_empty();
-    let total = power_valid.then(|| gpu_windows.iter().filter_map(|g| g.energy_j).sum::<f64>());
+    // A secondary partition's energy is its package's, counted on the primary.
+    let total = power_valid
+        .then(|| gpu_windows.iter().filter(|g| g.energy_on_gpu.is_none()).filter_map(|g| g.energy_j).sum::<f64>());
     let avg_total = total.map(|e| e / duration_s);
     let input_tokens = total_tokens.saturating_sub(output_tokens);
 
@@ -261,6 +316,44 @@ pub fn summarize(
         gpus: gpu_windows,
         power_valid,
         power_invalid_reasons: reasons,
+    }
+}
+
+/// Marks each secondary partition's window as counted on its package's
+/// primary partition (`energy_on_gpu`; its energy figures cleared, its
+/// validity the primary's), and gives a reason for each package whose
+/// primary is not in the window or whose sampled partitions are not all in
+/// it: that package's energy would cover work outside the window's GPUs.
+fn share_package_energy(windows: &mut [GpuWindow], in_window: &[&GpuInfo], sampled: &[GpuInfo], reasons: &mut Vec<String>) {
+    let mut sockets: Vec<u32> = in_window.iter().filter_map(|g| g.socket).collect();
+    sockets.sort_unstable();
+    sockets.dedup();
+    for s in sockets {
+        let members: Vec<&GpuInfo> = sampled.iter().filter(|g| g.socket == Some(s)).collect();
+        if members.len() < 2 {
+            continue; // a whole package: nothing shared
+        }
+        let primary = members.iter().min_by_key(|g| g.partition.unwrap_or(u32::MAX)).map(|g| g.gpu);
+        let primary_window = windows.iter().find(|w| Some(w.gpu) == primary).map(|w| (w.energy_valid, w.power_readings_valid));
+        let outside: Vec<u32> = members.iter().filter(|m| !in_window.iter().any(|g| g.gpu == m.gpu)).map(|m| m.gpu).collect();
+        if primary_window.is_none() || !outside.is_empty() {
+            reasons.push(format!(
+                "shared_package: package {s} (GPUs {:?}, primary partition GPU {}) reports one energy for all its partitions, and GPUs {outside:?} of it are not among this window's",
+                members.iter().map(|g| g.gpu).collect::<Vec<_>>(),
+                primary.map_or("?".to_owned(), |p| p.to_string())
+            ));
+        }
+        for w in windows.iter_mut().filter(|w| in_window.iter().any(|g| g.gpu == w.gpu && g.socket == Some(s)) && Some(w.gpu) != primary) {
+            w.energy_on_gpu = primary;
+            (w.energy_valid, w.power_readings_valid) = primary_window.unwrap_or((false, false));
+            (w.energy_j, w.avg_power_w, w.energy_method, w.counter_energy_j, w.integrated_energy_j, w.energy_cross_check) =
+                (None, None, None, None, None, None);
+            (w.joules_per_output_token, w.joules_per_total_token) = (None, None);
+            w.notes = vec![format!(
+                "package_energy_on_primary: socket power and energy of this partition's package are read on its primary partition, GPU {}",
+                primary.map_or("?".to_owned(), |p| p.to_string())
+            )];
+        }
     }
 }
 
@@ -310,7 +403,7 @@ mod tests {
     use super::*;
 
     fn info(gpu: u32) -> GpuInfo {
-        GpuInfo { gpu, name: None, source: "test".into() }
+        GpuInfo::new(gpu, None, "test")
     }
 
     /// 2 GPUs at 10 Hz over 0..=10 s: GPU 0 draws 300 W with a counter that
@@ -365,7 +458,7 @@ mod tests {
     #[test]
     fn stuck_gpu_without_counter_invalidates_power() {
         let s = series(1.0, false);
-        let w = summarize(&s, &[info(0), info(1)], &rapl(), Some(2), 101.0, 109.0, 800, 4000);
+        let w = summarize(&s, &[info(0), info(1)], &rapl(), None, Some(2), 101.0, 109.0, 800, 4000);
         let g0 = &w.gpus[0];
         assert_eq!(g0.energy_method.as_deref(), Some("counter"));
         assert!((g0.energy_j.unwrap() - 2400.0).abs() < 1e-6);
@@ -391,7 +484,7 @@ mod tests {
     #[test]
     fn stuck_power_with_valid_counter_still_gives_energy() {
         let s = series(1.0, true);
-        let w = summarize(&s, &[info(0), info(1)], &rapl(), Some(2), 101.0, 109.0, 800, 4000);
+        let w = summarize(&s, &[info(0), info(1)], &rapl(), None, Some(2), 101.0, 109.0, 800, 4000);
         let g1 = &w.gpus[1];
         assert!(!g1.power_readings_valid && g1.energy_valid);
         assert_eq!(g1.energy_method.as_deref(), Some("counter"));
@@ -409,7 +502,7 @@ mod tests {
     #[test]
     fn trapezoid_when_no_counter_and_mismatch_flag() {
         let s = series(250.0, false);
-        let w = summarize(&s, &[info(0), info(1)], &[], None, 101.0, 109.0, 800, 4000);
+        let w = summarize(&s, &[info(0), info(1)], &[], None, None, 101.0, 109.0, 800, 4000);
         let g1 = &w.gpus[1];
         assert_eq!(g1.energy_method.as_deref(), Some("trapezoid"));
         assert!((g1.energy_j.unwrap() - 250.17 * 8.0).abs() < 2.0, "{:?}", g1.energy_j);
@@ -420,7 +513,7 @@ mod tests {
         for x in &mut s {
             x.gpus[1].energy_j = Some(500.0 * x.t);
         }
-        let w = summarize(&s, &[info(0), info(1)], &[], None, 101.0, 109.0, 800, 4000);
+        let w = summarize(&s, &[info(0), info(1)], &[], None, None, 101.0, 109.0, 800, 4000);
         let g1 = &w.gpus[1];
         assert!(!g1.energy_cross_check.as_ref().unwrap().within_tolerance);
         assert!(g1.notes.iter().any(|n| n.starts_with("energy_mismatch")), "{:?}", g1.notes);
@@ -429,11 +522,89 @@ mod tests {
     #[test]
     fn no_gpu_and_count_mismatch() {
         let s = series(250.0, true);
-        let w = summarize(&s, &[], &rapl(), Some(1), 101.0, 109.0, 10, 20);
+        let w = summarize(&s, &[], &rapl(), None, Some(1), 101.0, 109.0, 10, 20);
         assert!(!w.power_valid && w.power_invalid_reasons[0].starts_with("no_gpu_telemetry"));
         assert!(w.host.cpu_energy_j.is_some());
-        let w = summarize(&s, &[info(0)], &rapl(), Some(2), 101.0, 109.0, 10, 20);
+        let w = summarize(&s, &[info(0)], &rapl(), None, Some(2), 101.0, 109.0, 10, 20);
         assert!(w.power_invalid_reasons[0].starts_with("expected_gpu_count_mismatch"));
+    }
+
+    /// Readings of `gpus` at 10 Hz over 100..=110 s: each draws `watts` with
+    /// an energy counter that agrees, except those in `na`, which report
+    /// neither (a secondary partition without the package's metrics).
+    fn flat(gpus: &[u32], watts: f64, na: &[u32]) -> Vec<Sample> {
+        (0..=100)
+            .map(|i| {
+                let t = 100.0 + i as f64 * 0.1;
+                let wiggle = if i % 2 == 0 { 3.0 } else { -3.0 };
+                Sample {
+                    t,
+                    gpus: gpus
+                        .iter()
+                        .map(|&gpu| {
+                            let on = !na.contains(&gpu);
+                            GpuReading {
+                                gpu,
+                                power_w: on.then_some(watts + wiggle),
+                                energy_j: on.then_some(1000.0 + watts * (t - 100.0)),
+                                util_pct: Some(90.0),
+                                ..Default::default()
+                            }
+                        })
+                        .collect(),
+                    host: HostReading::default(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn window_covers_the_engine_gpus_only() {
+        // GPUs 0-7 sampled (the whole node), the engine on 4-7: energy is of
+        // those four; 0-3 draw idle power that must not count.
+        let all: Vec<u32> = (0..8).collect();
+        let infos: Vec<GpuInfo> = all.iter().map(|&g| info(g)).collect();
+        let s = flat(&all, 100.0, &[]);
+        let w = summarize(&s, &infos, &[], Some(&[4, 5, 6, 7]), None, 101.0, 109.0, 800, 1600);
+        assert!(w.power_valid, "{:?}", w.power_invalid_reasons);
+        assert_eq!(w.gpus.iter().map(|g| g.gpu).collect::<Vec<_>>(), vec![4, 5, 6, 7]);
+        assert!((w.total_gpu_energy_j.unwrap() - 4.0 * 800.0).abs() < 1e-6);
+        // An engine GPU the source does not sample makes the figures invalid.
+        let w = summarize(&s, &infos[..4], &[], Some(&[4, 5]), None, 101.0, 109.0, 800, 1600);
+        assert!(!w.power_valid && w.power_invalid_reasons[0].starts_with("engine_gpu_not_sampled: the engine runs on GPU 4"), "{:?}", w.power_invalid_reasons);
+        // A CPU engine: no GPU figure is the engine's.
+        let w = summarize(&s, &infos, &[], Some(&[]), None, 101.0, 109.0, 800, 1600);
+        assert!(!w.power_valid && w.gpus.is_empty() && w.power_invalid_reasons[0].starts_with("engine_uses_no_gpu"));
+    }
+
+    fn partition(gpu: u32, socket: u32, partition: u32) -> GpuInfo {
+        GpuInfo { socket: Some(socket), partition: Some(partition), ..GpuInfo::new(gpu, None, "amd_smi") }
+    }
+
+    #[test]
+    fn partitioned_package_energy_is_counted_once_on_the_primary() {
+        // One MI300X in CPX mode: 8 partitions (GPUs 0-7) of socket 0, and a
+        // second package in SPX (GPU 8). Only the primary partition reports
+        // the package's socket power and energy.
+        let mut infos: Vec<GpuInfo> = (0..8).map(|p| partition(p, 0, p)).collect();
+        infos.push(partition(8, 1, 0));
+        let all: Vec<u32> = (0..9).collect();
+        let s = flat(&all, 600.0, &[1, 2, 3, 4, 5, 6, 7]);
+        let w = summarize(&s, &infos, &[], None, None, 101.0, 109.0, 800, 1600);
+        assert!(w.power_valid, "{:?}", w.power_invalid_reasons);
+        assert!((w.total_gpu_energy_j.unwrap() - 2.0 * 4800.0).abs() < 1e-6, "two packages, each once");
+        let g3 = w.gpus.iter().find(|g| g.gpu == 3).unwrap();
+        assert_eq!((g3.energy_on_gpu, g3.energy_j, g3.energy_valid), (Some(0), None, true));
+        // A driver that repeats the package's figures on every partition:
+        // still counted once.
+        let s = flat(&all, 600.0, &[]);
+        let w = summarize(&s, &infos, &[], None, None, 101.0, 109.0, 800, 1600);
+        assert!((w.total_gpu_energy_j.unwrap() - 2.0 * 4800.0).abs() < 1e-6, "{:?}", w.total_gpu_energy_j);
+        // An engine on partitions 0-3 only: the package's energy covers
+        // partitions 4-7 too, so it is not the engine's.
+        let w = summarize(&s, &infos, &[], Some(&[0, 1, 2, 3]), None, 101.0, 109.0, 800, 1600);
+        assert!(!w.power_valid && w.power_invalid_reasons.iter().any(|r| r.starts_with("shared_package: package 0")), "{:?}", w.power_invalid_reasons);
+        assert_eq!(w.total_gpu_energy_j, None);
     }
 
     #[test]
@@ -454,7 +625,7 @@ mod tests {
             name: "package-0".into(),
             max_energy_range_uj: Some(range_uj),
         }];
-        let w = summarize(&s, &[], &z, None, 0.0, 20.0, 0, 0);
+        let w = summarize(&s, &[], &z, None, None, 0.0, 20.0, 0, 0);
         assert!((w.host.cpu_energy_j.unwrap() - 400.0).abs() < 1e-6, "{:?}", w.host);
     }
 
@@ -477,7 +648,7 @@ mod tests {
                 host: HostReading::default(),
             })
             .collect();
-        let w = summarize(&s, &[info(0)], &[], None, 1.0, 8.0, 0, 0);
+        let w = summarize(&s, &[info(0)], &[], None, None, 1.0, 8.0, 0, 0);
         assert_eq!(w.gpus[0].samples, 7);
         assert_eq!(w.gpus[0].energy_method.as_deref(), Some("trapezoid"));
     }

@@ -206,3 +206,90 @@ fn unreadable_rapl_is_reported() {
     assert!(w.host.cpu_energy_j.is_none() && w.host.cpu_energy_note.is_some());
     tel.stop();
 }
+
+#[test]
+fn engine_env_carries_inherited_visibility() {
+    // `CUDA_VISIBLE_DEVICES=4,5,6,7 enginebench run tp4.toml`: the variable
+    // is this process's, not the recipe's. The recipe alone says nothing
+    // (the sampler then took GPUs 0-3); the engine's environment says 4-7.
+    let inherited = env(&[("CUDA_VISIBLE_DEVICES", "4,5,6,7"), ("PATH", "/usr/bin")]);
+    let recipe = env(&[("VLLM_ROCM_USE_AITER", "1")]);
+    assert_eq!(visible_gpus_from_env(&recipe), None, "the recipe alone");
+    let e = engine_env(inherited.clone(), &recipe, &[]);
+    assert_eq!(visible_gpus_from_env(&e), Some(vec![4, 5, 6, 7]));
+    // The recipe's own value wins; an unset name is gone.
+    let e = engine_env(inherited.clone(), &env(&[("CUDA_VISIBLE_DEVICES", "1")]), &[]);
+    assert_eq!(visible_gpus_from_env(&e), Some(vec![1]));
+    let e = engine_env(inherited, &recipe, &["CUDA_VISIBLE_DEVICES".to_string()]);
+    assert_eq!(visible_gpus_from_env(&e), None);
+    // Slurm's ROCR_VISIBLE_DEVICES with HIP indices relative to it.
+    let e = engine_env(env(&[("ROCR_VISIBLE_DEVICES", "4,5,6,7")]), &env(&[("HIP_VISIBLE_DEVICES", "2,3")]), &[]);
+    assert_eq!(visible_gpus_from_env(&e), Some(vec![6, 7]));
+}
+
+#[test]
+fn engine_gpus_follow_the_workers_visible_ordinals() {
+    // A TP2 engine under CUDA_VISIBLE_DEVICES=4,5,6,7 runs on 4 and 5.
+    assert_eq!(engine_gpus_from_ordinals(Some(&[4, 5, 6, 7]), &[0, 1]), Ok(vec![4, 5]));
+    // `--device-ids 2,3` makes the ordinals 2 and 3.
+    assert_eq!(engine_gpus_from_ordinals(Some(&[4, 5, 6, 7]), &[2, 3]), Ok(vec![6, 7]));
+    assert_eq!(engine_gpus_from_ordinals(None, &[0, 1, 2]), Ok(vec![0, 1, 2]));
+    let e = engine_gpus_from_ordinals(Some(&[4]), &[0, 1]).unwrap_err();
+    assert!(e.contains("visible device 1"), "{e}");
+}
+
+/// A stand-in for `amd-smi metric ... --json`: each call takes 0.4 s and
+/// reports 300 W and an energy counter of 300 J per second of wall time.
+fn fake_amd_smi(dir: &std::path::Path) -> String {
+    let path = dir.join("amd-smi");
+    std::fs::write(
+        &path,
+        r#"#!/bin/sh
+sleep 0.4
+now=$(date +%s.%N)
+e=$(echo "$now" | awk '{printf "%.3f", ($1 % 100000) * 300}')
+echo "{\"gpu_data\": [{\"gpu\": 0, \"power\": {\"socket_power\": {\"value\": 300, \"unit\": \"W\"}}, \"energy\": {\"total_energy_consumption\": {\"value\": $e, \"unit\": \"J\"}}, \"usage\": {\"gfx_activity\": {\"value\": 90, \"unit\": \"%\"}}}]}"
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn cli_fallback_brackets_a_point_with_its_own_timestamps() {
+    // Readings at >= 1 s, stamped with the middle of a 0.4 s call and handed
+    // over at its end: a window must wait for a reading past its end.
+    let dir = tempfile::tempdir().unwrap();
+    let program = fake_amd_smi(dir.path());
+    let cfg = TelemetryConfig { interval: Duration::from_millis(100), ..Default::default() };
+    let probe: ProbeGpus = Box::new(move |cfg: &TelemetryConfig| {
+        match amd_cli::probe_cli_program(amd_cli::CliTool::AmdSmi, &program, None, None, cfg.interval) {
+            Ok((src, gpus, detail)) => (
+                Some(Box::new(src) as Box<dyn GpuSource>),
+                gpus,
+                vec![SourceStatus { name: "amd-smi".into(), used: true, reason: detail }],
+            ),
+            Err(e) => panic!("fake amd-smi: {e}"),
+        }
+    });
+    let tel = Telemetry::start_with(cfg, Path::new("/nonexistent"), probe);
+    assert_eq!(tel.gpus().len(), 1);
+    std::thread::sleep(Duration::from_millis(1600));
+    let t0 = mono_now_s();
+    std::thread::sleep(Duration::from_millis(1500));
+    let t1 = mono_now_s();
+    let w = tel.window(t0, t1, 100, 200);
+    assert!(w.power_valid, "{:?}", w.power_invalid_reasons);
+    let g = &w.gpus[0];
+    assert_eq!(g.energy_method.as_deref(), Some("counter"));
+    assert!((g.energy_j.unwrap() / (t1 - t0) - 300.0).abs() < 15.0, "{:?} J over {:.2} s", g.energy_j, t1 - t0);
+    tel.stop();
+}
+
+#[test]
+fn source_list_names_the_sources_to_try() {
+    assert!(source_listed("amd-smi,rocm-smi", "rocm-smi"));
+    assert!(source_listed(" nvml ", "nvml"));
+    assert!(!source_listed("amd-smi", "amd_smi"), "the library and the tool are different sources");
+}

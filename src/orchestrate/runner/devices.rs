@@ -1,5 +1,7 @@
 //! The GPUs of this node and packing jobs onto disjoint sets of them.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Whose GPUs, which decides the visibility variable.
@@ -18,9 +20,8 @@ pub struct Devices {
 }
 
 impl Devices {
-    /// This node's GPUs: the ones this process is limited to
-    /// (`CUDA_VISIBLE_DEVICES` / `HIP_VISIBLE_DEVICES`), else NVIDIA's
-    /// `/dev/nvidiaN` files, else AMD's KFD topology nodes with a GPU.
+    /// This node's GPUs: NVIDIA's `/dev/nvidiaN` files, else AMD's KFD
+    /// topology nodes with a GPU, limited as this process is ([`Devices::from_env`]).
     pub fn detect() -> Devices {
         let nvidia = count_matching("/dev", |n| n.strip_prefix("nvidia").is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit())));
         let amd = std::fs::read_dir("/sys/class/kfd/kfd/topology/nodes")
@@ -30,23 +31,50 @@ impl Devices {
                     .count()
             })
             .unwrap_or(0);
-        let vendor = if nvidia > 0 { Some(Vendor::Nvidia) } else if amd > 0 { Some(Vendor::Amd) } else { None };
-        let limited = ["HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"]
-            .iter()
-            .find_map(|k| std::env::var(k).ok())
-            .and_then(|v| v.split(',').map(|p| p.trim().parse::<u32>().ok()).collect::<Option<Vec<u32>>>());
-        let ids = limited.unwrap_or_else(|| (0..nvidia.max(amd) as u32).collect());
+        Devices::from_env(&std::env::vars().collect(), nvidia, amd)
+    }
+
+    /// The GPUs jobs may be given, from this process's environment `env` and
+    /// the device counts found (`nvidia`, `amd`).
+    ///
+    /// NVIDIA: `CUDA_VISIBLE_DEVICES` when set, else `0..nvidia`.
+    /// AMD: HIP indices, which are relative to `ROCR_VISIBLE_DEVICES` when
+    /// that is set (Slurm sets it; ROCm's runtime applies it first and HIP's
+    /// list selects among what it leaves): `HIP_VISIBLE_DEVICES` (else
+    /// `CUDA_VISIBLE_DEVICES`, which vLLM's ROCm platform keeps equal to it,
+    /// vllm/platforms/rocm.py:138-157) when set, else `0..` the number of
+    /// `ROCR_VISIBLE_DEVICES` entries, else `0..amd`.
+    pub fn from_env(env: &BTreeMap<String, String>, nvidia: usize, amd: usize) -> Devices {
+        let list = |k: &str| env.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let indices = |v: &str| v.split(',').map(|p| p.trim().parse::<u32>().ok()).collect::<Option<Vec<u32>>>();
+        let (vendor, ids) = if nvidia > 0 {
+            let ids = list("CUDA_VISIBLE_DEVICES").and_then(indices).unwrap_or_else(|| (0..nvidia as u32).collect());
+            (Some(Vendor::Nvidia), ids)
+        } else if amd > 0 {
+            let rocr = list("ROCR_VISIBLE_DEVICES").map(|v| v.split(',').count());
+            let ids = list("HIP_VISIBLE_DEVICES")
+                .or_else(|| list("CUDA_VISIBLE_DEVICES"))
+                .and_then(indices)
+                .unwrap_or_else(|| (0..rocr.unwrap_or(amd) as u32).collect());
+            (Some(Vendor::Amd), ids)
+        } else {
+            (None, Vec::new())
+        };
         Devices { vendor: vendor.filter(|_| !ids.is_empty()), ids }
     }
 
     /// The variable(s) that give a job devices `ids` (positions into [`Devices::ids`]).
+    ///
+    /// AMD: `HIP_VISIBLE_DEVICES` and `CUDA_VISIBLE_DEVICES` both, to the same
+    /// list: vLLM's ROCm platform raises "Inconsistent GPU visibility env
+    /// vars" when both are set and differ (vllm/platforms/rocm.py:146-151),
+    /// and a container often sets `CUDA_VISIBLE_DEVICES` to all GPUs.
+    /// `ROCR_VISIBLE_DEVICES` stays as inherited: the indices are relative to it.
     pub fn env_for(&self, slots: &[usize]) -> Vec<(String, String)> {
         let list = slots.iter().map(|&s| self.ids[s].to_string()).collect::<Vec<_>>().join(",");
         match self.vendor {
             Some(Vendor::Nvidia) => vec![("CUDA_VISIBLE_DEVICES".into(), list)],
-            // vLLM's ROCm platform reads HIP_VISIBLE_DEVICES (and mirrors it
-            // into CUDA_VISIBLE_DEVICES); ROCR_VISIBLE_DEVICES is left as inherited.
-            Some(Vendor::Amd) => vec![("HIP_VISIBLE_DEVICES".into(), list)],
+            Some(Vendor::Amd) => vec![("HIP_VISIBLE_DEVICES".into(), list.clone()), ("CUDA_VISIBLE_DEVICES".into(), list)],
             None => Vec::new(),
         }
     }
@@ -157,6 +185,38 @@ mod tests {
         let nv = Devices { vendor: Some(Vendor::Nvidia), ids: (0..8).collect() };
         assert_eq!(nv.env_for(&[4, 5, 6, 7]), vec![("CUDA_VISIBLE_DEVICES".to_string(), "4,5,6,7".to_string())]);
         let amd = Devices { vendor: Some(Vendor::Amd), ids: vec![2, 3, 6, 7] };
-        assert_eq!(amd.env_for(&[2, 3]), vec![("HIP_VISIBLE_DEVICES".to_string(), "6,7".to_string())]);
+        assert_eq!(
+            amd.env_for(&[2, 3]),
+            vec![("HIP_VISIBLE_DEVICES".to_string(), "6,7".to_string()), ("CUDA_VISIBLE_DEVICES".to_string(), "6,7".to_string())],
+            "both set alike: vLLM's ROCm platform raises when they differ"
+        );
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn amd_devices_are_hip_indices_relative_to_rocr() {
+        // Slurm gave this job physical GPUs 4-7 through ROCR_VISIBLE_DEVICES
+        // (the KFD topology still lists all 8): HIP numbers them 0-3.
+        let d = Devices::from_env(&env(&[("ROCR_VISIBLE_DEVICES", "4,5,6,7")]), 0, 8);
+        assert_eq!((d.vendor, d.ids.clone()), (Some(Vendor::Amd), vec![0, 1, 2, 3]));
+        let e = d.env_for(&[2, 3]);
+        assert!(e.contains(&("HIP_VISIBLE_DEVICES".into(), "2,3".into())) && e.contains(&("CUDA_VISIBLE_DEVICES".into(), "2,3".into())), "{e:?}");
+        // The engine's sampled GPUs follow: ROCR 4-7, HIP 2,3 -> physical 6, 7.
+        let mut task_env = env(&[("ROCR_VISIBLE_DEVICES", "4,5,6,7")]);
+        task_env.extend(e);
+        assert_eq!(crate::telemetry::visible_gpus_from_env(&task_env), Some(vec![6, 7]));
+        // A container's CUDA_VISIBLE_DEVICES on AMD, no HIP: its indices.
+        let d = Devices::from_env(&env(&[("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")]), 0, 8);
+        assert_eq!(d.ids, (0..8).collect::<Vec<u32>>());
+        // HIP within ROCR.
+        let d = Devices::from_env(&env(&[("ROCR_VISIBLE_DEVICES", "4,5,6,7"), ("HIP_VISIBLE_DEVICES", "1,3")]), 0, 8);
+        assert_eq!(d.ids, vec![1, 3]);
+        // NVIDIA ignores the ROCm variables.
+        let d = Devices::from_env(&env(&[("CUDA_VISIBLE_DEVICES", "4,5"), ("HIP_VISIBLE_DEVICES", "0")]), 8, 0);
+        assert_eq!((d.vendor, d.ids), (Some(Vendor::Nvidia), vec![4, 5]));
+        assert_eq!(Devices::from_env(&env(&[]), 0, 0).vendor, None);
     }
 }
