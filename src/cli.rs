@@ -122,7 +122,8 @@ pub struct CheckoutArgs {
     /// The master-config entry, e.g. dsv4-fp4-mi355x-vllm.
     #[arg(long, requires = "inferencex_checkout")]
     pub key: Option<String>,
-    /// Only this ISL/OSL scenario of the entry, e.g. 8k1k.
+    /// Only this scenario of the entry: an ISL/OSL pair, e.g. 8k1k, or
+    /// `agentic` (its agentic-coding configs, replayed as traces).
     #[arg(long, requires = "inferencex_checkout")]
     pub scenario: Option<String>,
 }
@@ -369,7 +370,8 @@ pub struct ImportArgs {
     /// The master-config entry, e.g. minimaxm3-fp4-mi355x-vllm.
     #[arg(long)]
     pub key: String,
-    /// Only this ISL/OSL scenario of the entry, e.g. 8k1k.
+    /// Only this scenario of the entry: an ISL/OSL pair, e.g. 8k1k, or
+    /// `agentic` (its agentic-coding configs, replayed as traces).
     #[arg(long)]
     pub scenario: Option<String>,
     /// Write the recipe here (default: stdout).

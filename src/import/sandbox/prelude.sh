@@ -28,15 +28,15 @@ __eb_service() {
 mooncake_master() { __eb_service mooncake_master "${BASH_LINENO[0]}"; }
 vllm-router() { __eb_service vllm-router "${BASH_LINENO[0]}"; }
 lmcache() {
-    if [ "$1" = server ]; then __eb_service "lmcache server" "${BASH_LINENO[0]}"; else __eb_noop "lmcache $1" "${BASH_LINENO[0]}"; fi
+    if [ "${1-}" = server ]; then __eb_service "lmcache server" "${BASH_LINENO[0]}"; else __eb_noop "lmcache ${1-}" "${BASH_LINENO[0]}"; fi
 }
 
 vllm() {
-    if [ "$1" = serve ]; then
+    if [ "${1-}" = serve ]; then
         shift
         __eb_serve "${BASH_LINENO[0]}" "$@"
     else
-        __eb_noop "vllm $1" "${BASH_LINENO[0]}"
+        __eb_noop "vllm ${1-}" "${BASH_LINENO[0]}"
     fi
 }
 
@@ -52,19 +52,20 @@ __eb_noop() {
 }
 
 python3() {
-    if [ "$1" = -m ] && [ "$2" = vllm.entrypoints.openai.api_server ]; then
+    if [ "${1-}" = -m ] && [ "${2-}" = vllm.entrypoints.openai.api_server ]; then
         shift 2
         __eb_serve "${BASH_LINENO[0]}" "$@"
     else
-        __eb_noop "python3 $1" "${BASH_LINENO[0]}"
+        __eb_noop "python3 ${1-}" "${BASH_LINENO[0]}"
     fi
 }
 python() { python3 "$@"; }
 
 for __eb_tool in pip pip3 uv hf huggingface-cli nvidia-smi amd-smi rocm-smi rocminfo \
     curl wget sleep docker git apt apt-get nproc lsof ss ps pkill killall ldconfig \
-    numactl free df ibstat ibv_devinfo modal aws gsutil; do
-    eval "$__eb_tool() { __eb_noop \"$__eb_tool \$1\" \"\${BASH_LINENO[0]}\"; }"
+    numactl free df ibstat ibv_devinfo modal aws gsutil flock; do
+    # ${1-}: launchers may run under `set -u` and call a tool bare (`nvidia-smi`).
+    eval "$__eb_tool() { __eb_noop \"$__eb_tool \${1-}\" \"\${BASH_LINENO[0]}\"; }"
 done
 unset __eb_tool
 
