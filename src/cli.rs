@@ -231,8 +231,9 @@ pub struct WorkloadArgs {
     /// conversation (a ShareGPT file), trace (AgentX or timed trace replay).
     #[arg(long, value_enum)]
     pub workload: Option<crate::recipe::workload::WorkloadName>,
-    /// The trace to replay (a .jsonl file, or a folder with traces.jsonl);
-    /// implies --workload trace.
+    /// The trace to replay (a .jsonl file, a folder with traces.jsonl, or a
+    /// Hugging Face dataset, hf://datasets/OWNER/NAME, from the HF cache or
+    /// downloaded into it); implies --workload trace.
     #[arg(long, value_name = "PATH")]
     pub trace_file: Option<PathBuf>,
     /// The conversations to replay (ShareGPT-shaped JSON or JSON lines);
@@ -277,7 +278,7 @@ impl WorkloadArgs {
     pub fn absolute(mut self) -> anyhow::Result<WorkloadArgs> {
         let cwd = std::env::current_dir().map_err(|e| crate::error::usage(format!("the current folder: {e}")))?;
         for p in [&mut self.trace_file, &mut self.conversation_file].into_iter().flatten() {
-            if p.is_relative() {
+            if p.is_relative() && !crate::workload::hub::is_dataset(p) {
                 *p = cwd.join(&*p);
             }
         }

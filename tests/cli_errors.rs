@@ -66,3 +66,33 @@ fn closed_stdout_is_not_a_panic() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Bad trace input is refused before any engine starts, naming the file,
+/// the line and the field; a dataset address that neither the Hugging Face
+/// cache nor the (offline) download has says how to fetch it by hand.
+#[test]
+fn bad_traces_and_unreachable_datasets() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = r#"{"id":"a","block_size":64,"requests":[{"t":0,"type":"s","in":128,"out":4,"hash_ids":[0,1],"api_time":1}]}"#;
+    let cases = [
+        (format!("{good}\n{{\"id\":\"b\",\"requests\":[{{\"t\":0,\"in\":5"), ":2"),
+        (good.replace("\"t\":0", "\"t\":-3"), "-3"),
+        (good.replace("[0,1]", "[0,1,2]"), "3 hash_ids but `in` = 128 tokens"),
+    ];
+    for (i, (text_of_trace, says)) in cases.iter().enumerate() {
+        let trace = dir.path().join(format!("t{i}.jsonl"));
+        std::fs::write(&trace, text_of_trace).unwrap();
+        let out = enginebench(&["run", "--trace-file", trace.to_str().unwrap(), "--conc", "1", "--no-eval"]);
+        let log = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{log}");
+        assert!(log.contains(&format!("t{i}.jsonl")) && log.contains(says), "case {i}: {log}");
+        assert!(!log.contains("Traceback") && !log.contains("engine started"), "{log}");
+    }
+    let out = common::enginebench_env(
+        &["run", "--trace-file", "hf://datasets/nobody-here/no-such-traces", "--conc", "1", "--no-eval"],
+        &[("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", dir.path().to_str().unwrap())],
+    );
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains("nobody-here/no-such-traces") && log.contains("hf download") && log.contains("--trace-file DIR"), "{log}");
+}

@@ -171,7 +171,7 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
         _ => None,
     };
     let mut seen_variants = Vec::new();
-    let jobs = configs
+    let mut jobs = configs
         .into_iter()
         .filter(|config| {
             // The eval alone needs one engine per variant, not one per TP.
@@ -214,6 +214,7 @@ pub fn plan(opts: &RunOptions) -> Result<Plan> {
     let telemetry_interval = opts
         .telemetry_interval
         .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
+    locate_trace_datasets(&mut jobs)?;
     check_workload_files(&jobs)?;
     if let Some(p) = &opts.profile {
         let sweeps: Vec<_> = jobs.iter().map(|j| (j.specs.as_slice(), j.config.tp)).collect();
@@ -260,6 +261,33 @@ fn cli_sweep(opts: &RunOptions) -> Sweep {
         goodput: opts.goodput,
         ..opts.workload.sweep()
     }
+}
+
+/// Replaces each trace dataset address (`hf://datasets/...`) by its local
+/// file, from the Hugging Face cache or downloaded with the job's Python,
+/// once per address.
+fn locate_trace_datasets(jobs: &mut [PlannedJob]) -> Result<()> {
+    use crate::workload::hub;
+    let mut found: Vec<(std::path::PathBuf, std::path::PathBuf)> = Vec::new();
+    for job in jobs.iter_mut() {
+        let python = job.python.path.clone();
+        for spec in &mut job.specs {
+            let Workload::Trace(t) = &mut spec.workload else { continue };
+            if !hub::is_dataset(&t.path) {
+                continue;
+            }
+            let local = match found.iter().find(|(url, _)| *url == t.path) {
+                Some((_, local)) => local.clone(),
+                None => {
+                    let local = hub::locate(&t.path, &python)?;
+                    found.push((t.path.clone(), local.clone()));
+                    local
+                }
+            };
+            t.path = local;
+        }
+    }
+    Ok(())
 }
 
 /// Reads and checks every trace and conversation file the points replay,

@@ -227,11 +227,12 @@ impl Sweep {
         s
     }
 
-    /// Makes the workload files relative paths relative to `dir`.
+    /// Makes the workload files relative paths relative to `dir` (a
+    /// dataset address, `hf://datasets/...`, stays as it is).
     pub fn anchor_files(&mut self, dir: &std::path::Path) {
         let files = [self.trace.as_mut().and_then(|t| t.file.as_mut()), self.conversation.as_mut().and_then(|c| c.file.as_mut())];
         for f in files.into_iter().flatten() {
-            if f.is_relative() {
+            if f.is_relative() && !crate::workload::hub::is_dataset(f) {
                 *f = dir.join(&*f);
             }
         }

@@ -15,6 +15,7 @@ pub mod chat;
 pub mod conversation;
 pub mod driver;
 pub mod files;
+pub mod hub;
 pub mod lengths;
 pub mod prompts;
 pub mod replay;

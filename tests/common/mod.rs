@@ -50,9 +50,15 @@ pub fn install() -> PathBuf {
 
 /// Runs the enginebench binary with `args` from the repository root.
 pub fn enginebench(args: &[&str]) -> Output {
+    enginebench_env(args, &[])
+}
+
+/// The same with extra environment variables.
+pub fn enginebench_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     install();
     Command::new(env!("CARGO_BIN_EXE_enginebench"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(repo())
         .output()
         .expect("enginebench runs")
