@@ -105,16 +105,15 @@ fn run_from_a_checkout_end_to_end() {
 }
 
 /// An agentic entry from the checkout on the CPU engine: the launcher's
-/// replay settings become a `trace` recipe; without a trace file the run
-/// stops before any engine and names InferenceX's dataset; with the fixture
-/// trace standing for it and a few seconds for InferenceX's hour, one
-/// replay point runs (conc 2, the duration ends it).
+/// replay settings become a `trace` recipe naming InferenceX's dataset by
+/// address; with the fixture trace standing for it (`--trace-file`) and a
+/// few seconds for InferenceX's hour, one replay point runs (conc 2, the
+/// duration ends it).
 #[test]
 fn run_an_agentic_entry_from_a_checkout() {
     let key = "tinyagent-fp32-cpu-vllm-agentic";
-    let out = enginebench(&["run", "--inferencex-checkout", &checkout(), "--key", key, "--no-eval"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("hf download --repo-type dataset semianalysisai/cc-traces-weka-062126-256k"), "{}", text(&out));
+    let show = enginebench(&["recipe", "show", "--inferencex-checkout", &checkout(), "--key", key]);
+    assert!(text(&show).contains("hf://datasets/semianalysisai/cc-traces-weka-062126-256k"), "{}", text(&show));
 
     let _engine = engine_lock();
     let dir = tempfile::tempdir().unwrap();
@@ -135,7 +134,7 @@ fn run_an_agentic_entry_from_a_checkout() {
     let p = &job["points"][0];
     assert_eq!((p["conc"].as_u64(), p["workload"]["kind"].as_str()), (Some(2), Some("trace")), "{p}");
     let w = &p["workload"];
-    assert_eq!((w["dataset"].as_str(), w["seed"].as_u64(), w["warmup_requests_per_lane"].as_u64()), (Some("semianalysisai/cc-traces-weka-062126-256k"), Some(42), Some(1)), "{w}");
+    assert_eq!((w["seed"].as_u64(), w["warmup_requests_per_lane"].as_u64(), w["start_min_ratio"].as_f64()), (Some(42), Some(1), Some(0.25)), "{w}");
     assert!(w.get("max_requests").is_none_or(|m| m.is_null()), "the duration, not a request count, ends the point: {w}");
     assert!(p["completed"].as_u64() > Some(0), "{p}");
 }

@@ -5,7 +5,8 @@
 //! settings: for fixed-length jobs the client's (`workload`, InferenceX's
 //! length convention, range ratio, prompts and warm-ups per concurrency,
 //! ignore-eos, percentiles); for agentic jobs the replay's (`workload =
-//! "trace"`, `[sweep.trace]` with the dataset, duration, start ratio,
+//! "trace"`, `[sweep.trace]` with the dataset's address
+//! (`hf://datasets/...`, fetched before any engine starts), duration, start ratio,
 //! warm-ups per lane, idle caps; the duration, not a request budget, ends
 //! a point). Where every point of a job has one TP and the flags carry it
 //! (`-tp 8`, or `-dp 8` under DP attention), the flag's value becomes
@@ -97,12 +98,17 @@ fn sweep_keys(j: &Job) -> Vec<(&'static str, String)> {
     keys
 }
 
+/// The replay's dataset as a trace address (`hf://datasets/OWNER/NAME`).
+fn dataset_address(r: &Replay) -> String {
+    format!("{}{}", crate::workload::hub::SCHEME, r.dataset)
+}
+
 /// `[sweep.trace]` of a replay, as an inline table.
 fn trace_table(r: &Replay) -> String {
     let f = |x: u32| Value::Float(f64::from(x)).to_string();
     format!(
-        "{{ dataset = {}, format = \"agentx\", duration_s = {}, start_ratio = [{}, {}], warmup_requests_per_lane = {}, tree_idle_cap_s = {}, system_idle_cap_s = {}, cache_bust = true, request_budget = false }}",
-        q(&r.dataset),
+        "{{ file = {}, format = \"agentx\", duration_s = {}, start_ratio = [{}, {}], warmup_requests_per_lane = {}, tree_idle_cap_s = {}, system_idle_cap_s = {}, cache_bust = true, request_budget = false }}",
+        q(&dataset_address(r)),
         f(r.duration_s),
         REPLAY_START_RATIO[0],
         REPLAY_START_RATIO[1],
@@ -117,8 +123,8 @@ fn trace_table(r: &Replay) -> String {
 pub fn agentic_notes(r: &Replay) -> Vec<String> {
     vec![
         format!(
-            "trace: InferenceX replays AIPerf's public dataset {} (Hugging Face {}); download it (hf download --repo-type dataset {} --local-dir DIR) and pass --trace-file DIR (or set [sweep.trace] file)",
-            r.loader, r.dataset, r.dataset
+            "trace: InferenceX replays AIPerf's public dataset {} (Hugging Face {}): the recipe names it by address ({}), which a run reads from the Hugging Face cache or downloads before any engine starts; --trace-file FILE replays another",
+            r.loader, r.dataset, dataset_address(r)
         ),
         "replay as InferenceX's (duration, start ratio 0.25-0.75, warm-ups per lane, idle caps 300/10 s, cache-bust marker, seed 42); a point ends at the duration (request_budget = false; --num-prompts brings a budget back)".into(),
         "differs in-process from InferenceX's HTTP replay (AIPerf against `vllm serve`): requests go to the engine directly (no HTTP, no chat endpoint, no streaming; TTFT lacks the server's share); prompts are token ids built from the hash ids (no text corpus, no chat template, no role boundaries), plus an 8-token cache-bust marker; top-level turns are one serial stream (AIPerf also splits parallel chains); primers are sent together rather than spread; a lane's traces come from a seeded shuffle; token counts are the engine's, not the server's usage fields".into(),
@@ -266,7 +272,7 @@ pub fn verify(toml: &str, jobs: &[Job]) -> Result<(), String> {
             }
             Bench::Agentic(r) => {
                 let Workload::Trace(t) = &s.workload else { return bad("workload") };
-                let same = t.dataset.as_deref() == Some(r.dataset.as_str())
+                let same = t.path == std::path::Path::new(&dataset_address(r))
                     && t.duration_s == Some(f64::from(r.duration_s))
                     && [t.start_min_ratio, t.start_max_ratio] == REPLAY_START_RATIO
                     && t.warmup_requests_per_lane == r.warmup_requests_per_lane

@@ -284,6 +284,7 @@ fn agentic_entry_imports_as_trace_replays() {
     assert_eq!(c.tp, Some(8), "the recipe's TP is InferenceX's matrix TP");
     assert!(c.args.windows(2).any(|w| w == ["--data-parallel-size", "8"]) && c.args.windows(2).any(|w| w == ["--tensor-parallel-size", "1"]));
     let Workload::Trace(t) = &c.sweep.workload else { panic!("{:?}", c.sweep.workload) };
+    assert_eq!(t.path, Path::new("hf://datasets/semianalysisai/cc-traces-weka-062126-256k"));
     assert_eq!((t.duration_s, t.start_min_ratio, t.start_max_ratio, t.seed), (Some(3600.0), 0.25, 0.75, 42));
     assert!(!c.sweep.request_budget, "the duration ends a replay point");
 }

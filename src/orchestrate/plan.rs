@@ -298,13 +298,6 @@ fn check_workload_files(jobs: &[PlannedJob]) -> Result<()> {
     let mut seen = Vec::new();
     for spec in jobs.iter().flat_map(|j| &j.specs) {
         match &spec.workload {
-            Workload::Trace(t) if t.path.as_os_str().is_empty() => {
-                let d = t.dataset.as_deref().unwrap_or("?");
-                return Err(usage(format!(
-                    "the recipe replays the Hugging Face dataset {d} but names no file: download it \
-                     (hf download --repo-type dataset {d} --local-dir DIR) and pass --trace-file DIR"
-                )));
-            }
             Workload::Trace(t) => {
                 ReplayConfig::for_trace(t, spec.point.conc as usize, 0).check()?;
                 if !seen.contains(&t.path) {

@@ -78,12 +78,8 @@ pub enum TraceFormat {
 /// `replay` overview states them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceSpec {
-    /// A `.jsonl` file, or a folder holding `traces.jsonl`; empty while
-    /// only the `dataset` is named (a run refuses it before any engine starts).
+    /// A `.jsonl` file, or a folder holding `traces.jsonl`.
     pub path: PathBuf,
-    /// The Hugging Face dataset the file comes from, when the recipe names it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dataset: Option<String>,
     #[serde(default)]
     pub format: TraceFormat,
     /// Tokens per hash id (AgentX 64; Mooncake 512). AgentX lines carry

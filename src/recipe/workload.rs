@@ -70,12 +70,6 @@ pub struct TraceSettings {
     /// A per-replay marker before each session (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_bust: Option<bool>,
-    /// The Hugging Face dataset the trace file comes from (written by
-    /// `import inferencex`, e.g. `semianalysisai/cc-traces-weka-062126`):
-    /// without `file`, a run stops before any engine starts and says how to
-    /// download it and pass `--trace-file`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dataset: Option<String>,
     /// Whether the measured-request budget (`num_prompts` /
     /// `prompts_per_conc`) ends a point (default true); false: only
     /// `duration_s` does, as in AgentX. Setting a request count in a
@@ -113,7 +107,6 @@ impl TraceSettings {
             system_idle_cap_s: over.system_idle_cap_s.or(self.system_idle_cap_s),
             time_scale: over.time_scale.or(self.time_scale),
             cache_bust: over.cache_bust.or(self.cache_bust),
-            dataset: over.dataset.clone().or_else(|| self.dataset.clone()),
             request_budget: over.request_budget.or(self.request_budget),
         }
     }
@@ -162,12 +155,7 @@ pub fn resolve(
         }
         WorkloadName::Trace => {
             let t = trace.cloned().unwrap_or_default();
-            // A recipe naming only the dataset is complete; the file comes at run time.
-            let path = match (t.file, &t.dataset) {
-                (Some(f), _) => f,
-                (None, Some(_)) => PathBuf::new(),
-                (None, None) => return Err("workload = \"trace\" needs [sweep.trace] file = \"traces.jsonl\" (or --trace-file)".into()),
-            };
+            let path = t.file.ok_or("workload = \"trace\" needs [sweep.trace] file = \"traces.jsonl\" (or --trace-file)")?;
             let format = t.format.unwrap_or_default();
             let default_block = if format == TraceFormat::Timed { TIMED_BLOCK_SIZE } else { AGENTX_BLOCK_SIZE };
             let block_size = t.block_size.unwrap_or(default_block);
@@ -203,7 +191,6 @@ pub fn resolve(
                 system_idle_cap_s: cap("system_idle_cap_s", t.system_idle_cap_s, AGENTX_SYSTEM_IDLE_CAP_S)?,
                 time_scale,
                 cache_bust: t.cache_bust.unwrap_or(true),
-                dataset: t.dataset,
             }))
         }
     }
@@ -230,10 +217,6 @@ mod tests {
         assert!(resolve(WorkloadName::Trace, Some(&bad), None, 0).unwrap_err().contains("duration_s = 0"));
         assert!(resolve(WorkloadName::Conversation, None, None, 0).unwrap_err().contains("--conversation-file"));
         assert_eq!(resolve(WorkloadName::ChatRandom, None, None, 0).unwrap(), Workload::ChatRandom);
-        // The dataset alone: the file is given at run time (an empty path until then).
-        let named = TraceSettings { dataset: Some("org/traces".into()), ..Default::default() };
-        let Workload::Trace(spec) = resolve(WorkloadName::Trace, Some(&named), None, 0).unwrap() else { panic!() };
-        assert_eq!((spec.path.as_os_str().is_empty(), spec.dataset.as_deref()), (true, Some("org/traces")));
     }
 
     #[test]

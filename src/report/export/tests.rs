@@ -130,7 +130,6 @@ fn agentic_aggregate_keys_for_a_session_point() {
         system_idle_cap_s: Some(10.0),
         time_scale: 1.0,
         cache_bust: true,
-        dataset: None,
     });
     p.prefix_cache = Some(PrefixCacheSummary {
         reset_before_point: true,
