@@ -2,11 +2,16 @@
 """Pass rate of `enginebench import inferencex` over an InferenceX checkout.
 
 For every single-node vLLM entry of configs/*master*.yaml and
-configs/deprecated/*master*.yaml (framework vllm, not multinode, with
-fixed-seq-len scenarios), runs
-  enginebench import inferencex --inferencex-checkout DIR --key KEY -o F
-and then `enginebench recipe check F`, and prints one line per entry and the
-totals. Nothing of the checkout is copied; it is only read.
+configs/deprecated/*master*.yaml (framework vllm, not multinode), runs
+  enginebench import inferencex --inferencex-checkout DIR --key KEY [--scenario S] -o F
+and then `enginebench recipe check F`, and prints one line per entry and
+the totals per kind: current fixed-seq-len (the entry's fixed-seq-len
+scenarios, from configs/), current agentic (its agentic-coding configs,
+`--scenario agentic`; an entry with both kinds counts in both rows) and
+deprecated (entries of configs/deprecated/). An entry whose only check
+errors are the refusal of data parallelism (DP-attention jobs that run
+vLLM with -dp > 1) is counted apart (DP): its other jobs run. Nothing of
+the checkout is copied; it is only read.
 
 usage: bench/inferencex_passrate.py INFERENCEX_DIR [ENGINEBENCH_BINARY]
 """
@@ -20,15 +25,26 @@ import yaml
 
 
 def entries(root):
+    """(config file, key, kind, scenario argument) per imported unit."""
     files = sorted(glob.glob(f"{root}/configs/*master*.yaml")) + sorted(glob.glob(f"{root}/configs/deprecated/*master*.yaml"))
     for f in files:
         doc = yaml.safe_load(open(f)) or {}
+        deprecated = "/deprecated/" in f
         for key, e in doc.items():
             if not isinstance(e, dict) or e.get("framework") != "vllm" or e.get("multinode"):
                 continue
             sc = e.get("scenarios") or {}
-            fixed = sc.get("fixed-seq-len") or e.get("seq-len-configs")
-            yield os.path.relpath(f, root), key, bool(fixed), bool(sc.get("agentic-coding"))
+            fixed = bool(sc.get("fixed-seq-len") or e.get("seq-len-configs"))
+            agentic = bool(sc.get("agentic-coding"))
+            rel = os.path.relpath(f, root)
+            if deprecated:
+                yield rel, key, "deprecated", None
+                continue
+            if fixed:
+                # Only the fixed-length scenarios when the entry has both kinds.
+                yield rel, key, "fixed-seq-len", (None if not agentic else "fixed")
+            if agentic:
+                yield rel, key, "agentic", "agentic"
 
 
 def last_error(text):
@@ -56,39 +72,71 @@ def check_all(exe, files):
     return result
 
 
+KINDS = ("fixed-seq-len", "agentic", "deprecated")
+
+
 def main():
     root = sys.argv[1]
     exe = sys.argv[2] if len(sys.argv) > 2 else "target/release/enginebench"
-    rows, imported, total, skipped = [], [], 0, 0
+    rows, imported = [], []
+    total = {k: 0 for k in KINDS}
     with tempfile.TemporaryDirectory() as tmp:
-        for cfg, key, fixed, agentic in entries(root):
-            if not fixed:
-                skipped += 1
-                rows.append(f"SKIP   {key} ({cfg}): agentic-coding only, no fixed-seq-len scenario")
-                continue
-            total += 1
-            out = os.path.join(tmp, f"{key}.toml")
-            p = subprocess.run([exe, "import", "inferencex", "--inferencex-checkout", root, "--key", key, "-o", out],
-                               capture_output=True, text=True, timeout=900)
-            if p.returncode != 0:
-                rows.append(f"IMPORT {key} ({cfg}): exit {p.returncode}: {last_error(p.stderr)}")
+        for cfg, key, kind, scenario in entries(root):
+            total[kind] += 1
+            scenarios = [scenario]
+            if scenario == "fixed":
+                # Each fixed-length scenario of an entry that also has agentic ones.
+                doc = yaml.safe_load(open(os.path.join(root, cfg)))[key]
+                scenarios = [f"{seq(s['isl'])}{seq(s['osl'])}" for s in doc["scenarios"]["fixed-seq-len"]]
+            outs, failed = [], None
+            for i, sc in enumerate(scenarios):
+                out = os.path.join(tmp, f"{key}-{kind}-{i}.toml")
+                cmd = [exe, "import", "inferencex", "--inferencex-checkout", root, "--key", key, "-o", out]
+                if sc:
+                    cmd[5:5] = ["--scenario", sc]
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                if p.returncode != 0:
+                    failed = f"exit {p.returncode}: {last_error(p.stderr)}"
+                    break
+                outs.append((out, sum(1 for l in p.stderr.splitlines() if l.startswith("job "))))
+            if failed:
+                rows.append((kind, f"IMPORT {key} ({cfg}): {failed}"))
             else:
-                jobs = sum(1 for l in p.stderr.splitlines() if l.startswith("job "))
-                imported.append((cfg, key, out, jobs))
-            print(rows[-1] if p.returncode else f"imported {key}", file=sys.stderr, flush=True)
-        checked = check_all(exe, [o for _, _, o, _ in imported]) if imported else {}
-        ok = 0
-        for cfg, key, out, jobs in imported:
-            good, problems = checked.get(out, [False, ["not in recipe check's report"]])
-            warn = f"; {len(problems)} warning(s): {' | '.join(problems)[:400]}" if problems else ""
-            if good:
-                ok += 1
-                rows.append(f"OK     {key} ({cfg}): {jobs} job(s){warn}")
+                imported.append((cfg, key, kind, outs))
+            print(rows[-1][1] if failed else f"imported {key} ({kind})", file=sys.stderr, flush=True)
+        checked = check_all(exe, [o for *_, outs in imported for o, _ in outs]) if imported else {}
+        ok = {k: 0 for k in KINDS}
+        done = {k: 0 for k in KINDS}
+        dp = {k: 0 for k in KINDS}
+        for cfg, key, kind, outs in imported:
+            done[kind] += 1
+            results = [checked.get(o, [False, ["not in recipe check's report"]]) for o, _ in outs]
+            problems = [pr for _, prs in results for pr in prs]
+            jobs = sum(j for _, j in outs)
+            errors = [p for p in problems if p.startswith("error:")]
+            if all(good for good, _ in results):
+                ok[kind] += 1
+                warn = f"; {len(problems)} warning(s): {' | '.join(problems)[:400]}" if problems else ""
+                rows.append((kind, f"OK     {key} ({cfg}): {jobs} job(s){warn}"))
+            elif all("--data-parallel-size" in e and "in-process" in e for e in errors):
+                # Only the refusal of data parallelism: the other jobs run.
+                dp[kind] += 1
+                rows.append((kind, f"DP     {key} ({cfg}): {jobs} job(s), {len(errors)} with vLLM -dp > 1 (refused in-process; the others check)"))
             else:
-                rows.append(f"CHECK  {key} ({cfg}): {' | '.join(problems)[:600]}")
-    print("\n".join(rows))
-    print(f"\nentries (single-node vLLM with fixed-seq-len scenarios): {total}; imported: {len(imported)}; "
-          f"imported and checked: {ok} ({100.0 * ok / max(total, 1):.0f}%); agentic-only entries skipped: {skipped}")
+                rows.append((kind, f"CHECK  {key} ({cfg}): {' | '.join(p for p in problems if p.startswith('error:'))[:600]}"))
+    for kind in KINDS:
+        print(f"\n== {kind}")
+        print("\n".join(r for k, r in rows if k == kind))
+    print()
+    for kind in KINDS:
+        print(f"{kind:14} entries: {total[kind]:3}; imported: {done[kind]:3}; imported and checked: {ok[kind]:3} "
+              f"({100.0 * ok[kind] / max(total[kind], 1):.0f}%); checked but for their -dp jobs: {dp[kind]:3} "
+              f"(together {100.0 * (ok[kind] + dp[kind]) / max(total[kind], 1):.0f}%)")
+
+
+def seq(n):
+    """InferenceX's seq_len_to_str: 1024 -> 1k."""
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
 if __name__ == "__main__":

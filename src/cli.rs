@@ -123,7 +123,8 @@ pub struct CheckoutArgs {
     /// The master-config entry, e.g. dsv4-fp4-mi355x-vllm.
     #[arg(long, requires = "inferencex_checkout")]
     pub key: Option<String>,
-    /// Only this ISL/OSL scenario of the entry, e.g. 8k1k.
+    /// Only this scenario of the entry: an ISL/OSL pair, e.g. 8k1k, or
+    /// `agentic` (its agentic-coding configs, replayed as traces).
     #[arg(long, requires = "inferencex_checkout")]
     pub scenario: Option<String>,
 }
@@ -198,6 +199,11 @@ pub struct RunArgs {
     /// engine worker is killed and the point recorded as `timeout`.
     #[arg(long)]
     pub point_timeout: Option<f64>,
+    /// The most engine start (import, weights, compile, graph capture) may
+    /// take, s (default: the recipe's start_timeout_s, else 3600); then the
+    /// worker is killed and the job recorded as failed (`--resume` retries it).
+    #[arg(long, value_name = "S", value_parser = positive_seconds)]
+    pub start_timeout: Option<f64>,
     /// Telemetry sampling interval, ms (10 to 60000). The sampler runs in the
     /// orchestrator, beside the engine: on a machine whose cores the engine
     /// fills, a longer interval disturbs it less.
@@ -304,7 +310,8 @@ pub struct ImportArgs {
     /// The master-config entry, e.g. minimaxm3-fp4-mi355x-vllm.
     #[arg(long)]
     pub key: String,
-    /// Only this ISL/OSL scenario of the entry, e.g. 8k1k.
+    /// Only this scenario of the entry: an ISL/OSL pair, e.g. 8k1k, or
+    /// `agentic` (its agentic-coding configs, replayed as traces).
     #[arg(long)]
     pub scenario: Option<String>,
     /// Write the recipe here (default: stdout).
@@ -494,4 +501,12 @@ pub struct DoctorArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Seconds > 0 (a finite number), for deadlines.
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?}: give seconds > 0, e.g. 3600")),
+    }
 }

@@ -111,6 +111,12 @@ def check_args(argv, env_names):
     if spec_error:
         out["error"] = spec_error
         return json.dumps(out)
+    try:
+        # The parsed flags carry the same names EngineArgs reads.
+        _refuse_in_process_data_parallel(args)
+    except FlagError as e:
+        out["error"] = str(e)
+        return json.dumps(out)
     mml = getattr(args, "max_model_len", None)
     out["max_model_len"] = mml if isinstance(mml, int) and mml > 0 else None
     out["tensor_parallel_size"] = getattr(args, "tensor_parallel_size", None)

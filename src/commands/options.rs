@@ -61,6 +61,7 @@ pub fn run_options(a: cli::RunArgs, g: &Global) -> anyhow::Result<(RunOptions, E
         no_eval: a.no_eval,
         step_trace: a.step_trace,
         point_timeout: a.point_timeout.map(std::time::Duration::from_secs_f64),
+        start_timeout: a.start_timeout.map(std::time::Duration::from_secs_f64),
         telemetry_interval: Some(std::time::Duration::from_millis(a.telemetry_interval_ms)),
         profile: a.profile.options(),
         workload: a.workload.absolute()?,

@@ -1,19 +1,23 @@
 //! An InferenceX checkout as a recipe source: finds the master config that
 //! defines a key and, per point, the launcher InferenceX's runner scripts
 //! would start (DESIGN.md, "InferenceX's runner rules"):
-//! `benchmarks/single_node/fixed_seq_len/` (then its `deprecated/`) +
-//! `{model-prefix}_{precision}_{hw}` + `_{framework}` (tried first) or the
-//! bare name (`_trt`/`_atom` for those frameworks) + `_mtp` when the point's
-//! spec-decoding is mtp, `.sh`.
+//! `benchmarks/single_node/fixed_seq_len/` (then its `deprecated/`), or
+//! `benchmarks/single_node/agentic/` for agentic points (the workflow's
+//! `SCENARIO_SUBDIR`), + `{model-prefix}_{precision}_{hw}` +
+//! `_{framework}` (tried first) or the bare name (`_trt`/`_atom` for those
+//! frameworks) + `_mtp` when the point's spec-decoding is mtp, `.sh`.
 
 use std::path::{Path, PathBuf};
 
-use super::inferencex::{Imported, MatrixPoint, import_with};
+use super::inferencex::{Imported, import_with};
 use super::master_config::{Entry, keys, read_entry};
+use super::workflow::{Hardware, Kind, MatrixPoint, read_hardware, runners_yaml};
 
 /// Folders of single-node fixed-seq-len launchers, in the order tried.
 const LAUNCHER_DIRS: [&str; 3] =
     ["benchmarks/single_node/fixed_seq_len", "benchmarks/single_node/fixed_seq_len/deprecated", "benchmarks/single_node"];
+/// The folder of single-node agentic launchers.
+const AGENTIC_DIRS: [&str; 1] = ["benchmarks/single_node/agentic"];
 
 /// The master configs of a checkout: `configs/*master*.yaml`, then
 /// `configs/deprecated/*master*.yaml`, each folder sorted by name.
@@ -69,8 +73,12 @@ pub fn candidates(e: &Entry, p: &MatrixPoint) -> Vec<PathBuf> {
         _ => "",
     };
     let names = [format!("{base}_{framework}{spec}.sh"), format!("{base}{fw_suffix}{spec}.sh")];
+    let dirs: &[&str] = match p.kind {
+        Kind::FixedSeqLen => &LAUNCHER_DIRS,
+        Kind::Agentic => &AGENTIC_DIRS,
+    };
     let mut out = Vec::new();
-    for dir in LAUNCHER_DIRS {
+    for dir in dirs {
         for n in &names {
             let p = Path::new(dir).join(n);
             if !out.contains(&p) {
@@ -106,8 +114,26 @@ pub fn import_key(root: &Path, key: &str, scenario: Option<&str>) -> Result<(Pat
     if entry.multinode {
         return Err(format!("entry {key} is multi-node: only single-node entries can be imported"));
     }
-    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario)?;
+    let hardware = hardware_for(&master, &entry)?;
+    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware)?;
     Ok((master, imported))
+}
+
+/// The entry's runner hardware from the runners.yaml beside its master
+/// config, when the entry offloads KV to DRAM (the budget needs it);
+/// `None` otherwise.
+///
+/// Errors: DRAM offload without a runners.yaml, or without the runner in it.
+pub fn hardware_for(master: &Path, e: &Entry) -> Result<Option<Hardware>, String> {
+    let dram = e.agentic_configs.iter().flat_map(|c| &c.spaces).any(|s| s.kv_offloading.as_deref() == Some("dram"));
+    if !dram {
+        return Ok(None);
+    }
+    let file = runners_yaml(master).ok_or_else(|| {
+        format!("entry {} offloads KV to DRAM: its budget needs the runner's CPU DRAM from runners.yaml, found neither beside {} nor one folder up", e.key, master.display())
+    })?;
+    let yaml = std::fs::read_to_string(&file).map_err(|err| format!("cannot read {}: {err}", file.display()))?;
+    read_hardware(&yaml, e.runner.as_deref().unwrap_or("")).map(Some).map_err(|err| format!("{}: {err}", file.display()))
 }
 
 /// An imported checkout entry, written where `run`, `recipe show` and
@@ -116,7 +142,8 @@ pub struct Prepared {
     /// The recipe file (under the system temp folder; `import` writes a
     /// permanent one).
     pub recipe: PathBuf,
-    /// Every job: `base` and the variants.
+    /// The jobs to run unless some are picked: `base` and the variants,
+    /// without those refused in-process (data parallelism).
     pub variants: Vec<String>,
 }
 
@@ -133,7 +160,7 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result
     std::fs::write(&file, &imported.toml).map_err(|e| crate::error::usage(format!("cannot write {}: {e}", file.display())))?;
     errln!("InferenceX entry {key} ({}): {} job(s)", master.display(), imported.jobs.len());
     for (i, j) in imported.jobs.iter().enumerate() {
-        let concs: Vec<String> = j.points.iter().map(|p| format!("{}:{}", super::inferencex::scenario_name(p.isl, p.osl), p.conc)).collect();
+        let concs: Vec<String> = j.points.iter().map(|p| format!("{}:{}", p.scenario(), p.conc)).collect();
         errln!(
             "  {} ({}): {} line {}; model {}; {} point(s) [{}]",
             j.name,
@@ -149,7 +176,22 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result
             errln!("    env {k}={v}");
         }
     }
+    for n in &imported.notes {
+        errln!("  note: {n}");
+    }
     errln!("  recipe: {}", file.display());
-    let variants = std::iter::once("base".to_string()).chain(imported.jobs[1..].iter().map(|j| j.name.clone())).collect();
+    let mut variants = Vec::new();
+    for (i, j) in imported.jobs.iter().enumerate() {
+        let name = if i == 0 { "base".to_string() } else { j.name.clone() };
+        match crate::recipe::parallel::data_parallel(&j.engine.args) {
+            Some(dp) => errln!("  left out: {} (vLLM --data-parallel-size {dp}; see the note)", j.name),
+            None => variants.push(name),
+        }
+    }
+    if variants.is_empty() {
+        return Err(crate::error::usage(format!(
+            "entry {key}: every job runs vLLM with data parallelism (-dp > 1), which does not run in-process (see the notes above)"
+        )));
+    }
     Ok(Prepared { recipe: file, variants })
 }

@@ -1,6 +1,6 @@
 //! Runs one InferenceX launcher under real bash for one search-space point,
 //! with every external command replaced by a recorder, and returns what
-//! `vllm serve` was called with.
+//! `vllm serve`, the client and the agentic replay were called with.
 //!
 //! The sandbox: `bash --noprofile --norc LAUNCHER` inside bubblewrap
 //! (`bwrap --unshare-all`: no network, own PID/IPC/UTS namespaces), with a
@@ -45,8 +45,8 @@ const RECORDED: [&str; 14] = [
 
 /// Real programs the launchers may use for text and files; they run as they
 /// are (inside the sandbox they only see the throwaway folders).
-const REAL_TOOLS: [&str; 44] = [
-    "cat", "grep", "egrep", "sed", "awk", "cut", "tr", "head", "tail", "sort", "uniq", "wc", "seq", "basename",
+const REAL_TOOLS: [&str; 45] = [
+    "cat", "grep", "egrep", "sed", "awk", "cut", "tr", "head", "tail", "sort", "uniq", "wc", "seq", "paste", "basename",
     "dirname", "readlink", "realpath", "mkdir", "rm", "cp", "mv", "ln", "touch", "ls", "date", "env", "printf",
     "echo", "test", "true", "false", "mktemp", "tee", "find", "xargs", "expr", "bc", "jq", "id", "whoami",
     "uname", "stat", "chmod", "bash",
@@ -56,12 +56,14 @@ const REAL_TOOLS: [&str; 44] = [
 /// the launcher's.
 const SHELL_VARS: [&str; 9] = ["PATH", "PWD", "OLDPWD", "SHLVL", "_", "BASH_ENV", "EB_IMPORT_REC", "EB_IMPORT_LIB", "HOME"];
 
-/// One `vllm serve` the launcher ran.
+/// One recorded call: a `vllm serve`, the client (`run_benchmark_serving`),
+/// the agentic replay (`build_replay_cmd`) or the trace choice
+/// (`resolve_trace_source`, argv = the loader).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Served {
+pub struct Call {
     /// The launcher's line (1-based; 0 when started through another program).
     pub line: u32,
-    /// Everything after `vllm serve`, exactly as bash passed it.
+    /// The arguments, exactly as bash passed them (after `vllm serve`).
     pub args: Vec<String>,
     /// The whole exported environment at that moment (sandbox variables removed).
     pub env: BTreeMap<String, String>,
@@ -70,7 +72,13 @@ pub struct Served {
 /// What one evaluation saw.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
-    pub serves: Vec<Served>,
+    pub serves: Vec<Call>,
+    pub clients: Vec<Call>,
+    pub replays: Vec<Call>,
+    pub traces: Vec<Call>,
+    /// `(line, name)` of helper servers the launcher started beside the
+    /// engine (`mooncake_master`, `vllm-router`, `lmcache server`).
+    pub services: Vec<(u32, String)>,
     /// `(line, text)`: every reason the point cannot be trusted.
     pub problems: Vec<(u32, String)>,
 }
@@ -153,7 +161,19 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outco
         return Err(format!("bubblewrap could not make the sandbox: {}", String::from_utf8_lossy(&out.stderr).trim()));
     }
 
-    let mut outcome = Outcome { serves: read_serves(&rec)?, problems: Vec::new() };
+    let mut outcome = Outcome {
+        serves: read_calls(&rec, "serve")?,
+        clients: read_calls(&rec, "client")?,
+        replays: read_calls(&rec, "replay")?,
+        traces: read_calls(&rec, "trace")?,
+        ..Outcome::default()
+    };
+    if let Ok(text) = std::fs::read_to_string(rec.join("services")) {
+        for l in text.lines() {
+            let (line, name) = l.split_once('\t').unwrap_or(("0", l));
+            outcome.services.push((line.parse().unwrap_or(0), name.to_string()));
+        }
+    }
     if let Ok(text) = std::fs::read_to_string(rec.join("problems")) {
         for l in text.lines() {
             let (line, what) = l.split_once('\t').unwrap_or(("0", l));
@@ -185,14 +205,14 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outco
     Ok(outcome)
 }
 
-/// The recorded serves, in the order of their lines.
-fn read_serves(rec: &Path) -> Result<Vec<Served>, String> {
+/// The recorded calls of `kind` (`serve`, `client`, ...), in the order of their lines.
+fn read_calls(rec: &Path, kind: &str) -> Result<Vec<Call>, String> {
     let mut out = Vec::new();
     let entries = std::fs::read_dir(rec).map_err(|e| format!("cannot read {}: {e}", rec.display()))?;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
-        let Some(id) = name.strip_prefix("serve.").and_then(|n| n.strip_suffix(".line")) else { continue };
-        let read = |ext: &str| std::fs::read(rec.join(format!("serve.{id}.{ext}"))).unwrap_or_default();
+        let Some(id) = name.strip_prefix(&format!("{kind}.")).and_then(|n| n.strip_suffix(".line")) else { continue };
+        let read = |ext: &str| std::fs::read(rec.join(format!("{kind}.{id}.{ext}"))).unwrap_or_default();
         let split = |bytes: Vec<u8>| -> Vec<String> {
             bytes.split(|&b| b == 0).map(|s| String::from_utf8_lossy(s).to_string()).collect::<Vec<_>>()
         };
@@ -204,7 +224,7 @@ fn read_serves(rec: &Path) -> Result<Vec<Served>, String> {
             .filter(|(k, _)| !SHELL_VARS.contains(&k.as_str()) && !k.starts_with("BASH_FUNC_"))
             .collect();
         let line = String::from_utf8_lossy(&read("line")).trim().parse().unwrap_or(0);
-        out.push(Served { line, args, env });
+        out.push(Call { line, args, env });
     }
     out.sort_by_key(|s| s.line);
     Ok(out)

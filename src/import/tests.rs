@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::checkout::{import_key, launcher_for};
-use super::inferencex::{Imported, Job, import_with, matrix};
+use super::inferencex::{Imported, Job, import_with};
+use super::workflow::matrix;
 use super::master_config::read_entry;
 use crate::recipe::{Recipe, Sweep};
 
@@ -150,14 +151,14 @@ fn launcher_search_follows_the_runners() {
     assert_eq!(j.engine.model, "bundled:smollm2-135m-instruct");
     assert_eq!(
         j.engine.args,
-        strings(&["--tensor-parallel-size", "1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "296"])
+        strings(&["--tensor-parallel-size", "1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "392"])
     );
     assert_eq!(j.engine.env, env(&[("VLLM_CPU_KVCACHE_SPACE", "2")]));
     // A missing launcher names every name tried.
     let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
     let mut e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
     e.precision = Some("fp8".into());
-    let p = &matrix(&e, None).unwrap()[0];
+    let p = &matrix(&e, None, None).unwrap()[0];
     let err = launcher_for(&root(), &e, p).unwrap_err();
     assert!(err.contains("tiny_fp8_cpu_vllm.sh") && err.contains("deprecated/tiny_fp8_cpu.sh"), "{err}");
 }
@@ -184,7 +185,7 @@ fn import_text(script: &str) -> Result<Imported, String> {
     std::fs::write(dir.path().join("l.sh"), script).unwrap();
     let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
     let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
-    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None)
+    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None)
 }
 
 #[test]
@@ -198,7 +199,7 @@ fn unresolvable_constructs_fail_with_the_line() {
     let err = import_text("while true; do sleep 1; done\n").unwrap_err();
     assert!(err.contains("did not finish within"), "{err}");
     let err = import_text("vllm serve \"$MODEL\" -tp 1\nvllm serve \"$MODEL\" -tp 2\n").unwrap_err();
-    assert!(err.contains("ran 2 times with different flags (lines 1, 2)"), "{err}");
+    assert!(err.contains("ran 2 times with different arguments (lines 1, 2)"), "{err}");
 }
 
 #[test]
@@ -208,4 +209,82 @@ fn the_sandbox_keeps_files_and_network_out() {
     let err = import_text(script).unwrap_err();
     assert!(err.contains("exited with status 7"), "{err}");
     assert!(err.contains("line 3: bash (l.sh): ") && err.contains("Read-only file system"), "{err}");
+}
+
+/// The client's options become the recipe's workload settings: the MTP
+/// launcher's `--use-chat-template` (1k1k) and `--dsv4` (8k1k) give
+/// `chat_random` (the DeepSeek-V4 encoder named as not reproduced), the
+/// range ratio and `CONC * 10` prompts carry over, and the written recipe
+/// gives them back; a fixed `--num-prompts 64` stays one count across
+/// concurrencies.
+#[test]
+fn client_options_become_workload_settings() {
+    use super::client::Prompts;
+    use super::inferencex::Bench;
+    use crate::protocol::{LengthConvention, Workload};
+
+    let im = import("shapes-fp4-mi355x-vllm");
+    let client = |name: &str| match &job(&im, name).bench {
+        Bench::Fixed(c) => c.clone(),
+        Bench::Agentic(_) => panic!("{name} is a replay"),
+    };
+    let (short, long, plain) = (client("tp4-mtp-1k1k-conc4"), client("tp4-mtp-8k1k-conc4"), client("tp8-8k1k-conc4"));
+    assert_eq!((short.chat, short.dsv4, long.chat, long.dsv4, plain.chat), (true, false, true, true, false));
+    assert_eq!((short.range_ratio, short.prompts), (0.8, Prompts::PerConc(10)));
+    assert!(im.notes.iter().any(|n| n.contains("job tp4-mtp-8k1k-conc4: client --dsv4")), "{:?}", im.notes);
+    let recipe = Recipe::parse(&im.toml, "shapes").unwrap();
+    for (name, workload) in [("tp4-mtp-8k1k-conc4", Workload::ChatRandom), ("tp8-8k1k-conc4", Workload::Random)] {
+        let c = &recipe.engine_configs(&[name.to_string()], &Sweep::default()).unwrap()[0];
+        assert_eq!(c.sweep.workload, workload, "{name}");
+        assert_eq!((c.sweep.length_convention, c.sweep.range_ratio, c.sweep.ignore_eos), (LengthConvention::Inferencex, 0.8, true));
+        assert_eq!((c.points[0].num_prompts, c.points[0].warmups), (40, 8), "{name}: 10 x conc prompts, 2 x conc warm-ups");
+    }
+    let old = import("old-fp8-mi300x-vllm");
+    let [j] = old.jobs.as_slice() else { panic!("{:?}", old.jobs) };
+    assert!(matches!(&j.bench, Bench::Fixed(c) if c.prompts == Prompts::Fixed(64)), "{:?}", j.bench);
+}
+
+/// An agentic entry: one job per engine configuration with the replay's
+/// settings (`trace` workload, InferenceX's dataset, duration, warm-ups),
+/// the DRAM budget from runners.yaml in the offload connector, the matrix
+/// TP as `${TP}` also where DP attention runs vLLM with `-tp 1 -dp 8`, and
+/// the helper servers and data parallelism named per job.
+#[test]
+fn agentic_entry_imports_as_trace_replays() {
+    use super::inferencex::Bench;
+    use crate::protocol::Workload;
+
+    let im = import("relay-fp4-b200-vllm-agentic-mtp");
+    let names: Vec<&str> = im.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "tp8-agentic-conc1",
+            "tp8-agentic-conc4",
+            "tp8-vllm-simple-agentic-conc8",
+            "tp4-mooncake-agentic-conc4",
+            "tp8-ep8-dpa-vllm-simple-agentic-conc16"
+        ]
+    );
+    let simple = job(&im, "tp8-vllm-simple-agentic-conc8");
+    // 1_000_000 MiB x 0.5 x 8/8 GPUs = 524 GB over 8 ranks.
+    assert!(simple.engine.args.iter().any(|a| a.contains("\"cpu_bytes_to_use_per_rank\":65500000000")), "{:?}", simple.engine.args);
+    assert!(simple.engine.args.iter().any(|a| a.contains("\"rejection_sample_method\":\"synthetic\"")), "synthetic acceptance");
+    assert_eq!(simple.engine.env.get("PYTHONHASHSEED").map(String::as_str), Some("42"));
+    let Bench::Agentic(r) = &simple.bench else { panic!("{:?}", simple.bench) };
+    assert_eq!((r.dataset.as_str(), r.duration_s, r.warmup_requests_per_lane), ("semianalysisai/cc-traces-weka-062126-256k", 3600, 10));
+    let dpa = job(&im, "tp8-ep8-dpa-vllm-simple-agentic-conc16");
+    assert_eq!(super::super::recipe::parallel::data_parallel(&dpa.engine.args), Some(8));
+    let note = |needle: &str| assert!(im.notes.iter().any(|n| n.contains(needle)), "{needle}: {:?}", im.notes);
+    note("job tp4-mooncake-agentic-conc4: conc 4: the launcher starts mooncake_master (line 48)");
+    note("job tp8-ep8-dpa-vllm-simple-agentic-conc16: conc 16: the launcher starts vllm-router");
+    note("job tp8-ep8-dpa-vllm-simple-agentic-conc16: vLLM runs with --data-parallel-size 8");
+    let recipe = Recipe::parse(&im.toml, "relay").unwrap();
+    let c = &recipe.engine_configs(&[dpa.name.clone()], &Sweep::default()).unwrap()[0];
+    assert_eq!(c.tp, Some(8), "the recipe's TP is InferenceX's matrix TP");
+    assert!(c.args.windows(2).any(|w| w == ["--data-parallel-size", "8"]) && c.args.windows(2).any(|w| w == ["--tensor-parallel-size", "1"]));
+    let Workload::Trace(t) = &c.sweep.workload else { panic!("{:?}", c.sweep.workload) };
+    assert_eq!(t.path, Path::new("hf://datasets/semianalysisai/cc-traces-weka-062126-256k"));
+    assert_eq!((t.duration_s, t.start_min_ratio, t.start_max_ratio, t.seed), (Some(3600.0), 0.25, 0.75, 42));
+    assert!(!c.sweep.request_budget, "the duration ends a replay point");
 }

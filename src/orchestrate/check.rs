@@ -2,8 +2,9 @@
 //! loads. The recipe's TOML and schema, placeholders and `--hf-overrides` JSON
 //! are checked in Rust when the recipe is read; the flag lists go through
 //! vLLM's own serve parser in one worker process (no engine is built, no
-//! weights are read); then ISL + OSL against `--max-model-len` and TP against
-//! the visible GPUs.
+//! weights are read; the shim's parser check also refuses data parallelism,
+//! which hangs in-process); then ISL + OSL against `--max-model-len` and TP
+//! against the visible GPUs.
 
 use std::path::{Path, PathBuf};
 

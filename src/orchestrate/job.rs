@@ -226,8 +226,11 @@ struct WorkerWatch<'a> {
     bar: Bar<'a>,
     /// GPUs the engine spans (the per-GPU divisor), once it is ready.
     gpus: u32,
-    /// When the next point must have finished (`--point-timeout`).
+    /// When the engine must have started (`--start-timeout`), then when
+    /// the next point must have finished (`--point-timeout`).
     deadline: Option<Instant>,
+    /// The engine reported ready.
+    started: bool,
     seen_interrupts: usize,
     killed: bool,
     end: WorkerEnd,
@@ -244,7 +247,8 @@ impl<'a> WorkerWatch<'a> {
             visible,
             bar: Bar::new(session.ui),
             gpus: 1,
-            deadline: None,
+            deadline: Some(Instant::now() + plan.start_timeout),
+            started: false,
             seen_interrupts: session.interrupts.count(),
             killed: false,
             end: WorkerEnd::default(),
@@ -308,11 +312,16 @@ impl<'a> WorkerWatch<'a> {
         }
         if self.deadline.is_some_and(|d| Instant::now() > d) && !self.end.timed_out {
             self.end.timed_out = true;
-            let secs = self.plan.point_timeout.map_or(0, |t| t.as_secs());
-            self.end.failure = Some(RunError {
-                message: format!("timeout: no point finished within --point-timeout {secs} s; the engine worker was killed"),
-                ..RunError::default()
-            });
+            let message = if self.started {
+                let secs = self.plan.point_timeout.map_or(0, |t| t.as_secs());
+                format!("timeout: no point finished within --point-timeout {secs} s; the engine worker was killed")
+            } else {
+                format!(
+                    "timeout: the engine did not start within --start-timeout {} s (model load, compile or graph capture hung?); the engine worker was killed; --resume retries the job",
+                    self.plan.start_timeout.as_secs()
+                )
+            };
+            self.end.failure = Some(RunError { message, ..RunError::default() });
             kill_group(pid);
         }
     }
@@ -325,8 +334,10 @@ impl<'a> WorkerWatch<'a> {
         match msg {
             Message::Ready { engine, engine_start_s } => {
                 telemetry.mark("engine ready");
+                self.started = true;
                 bar.finish(format!("engine started in {engine_start_s:.1} s"));
-                self.gpus = engine.gpus();
+                // Per-GPU figures divide by InferenceX's count (TP x PP x PCP, TP the recipe's).
+                self.gpus = engine.inferencex_gpus(job.config.tp);
                 let engine_gpus = engine_gpus_from_ordinals(self.visible.as_deref(), &engine.device_ordinals());
                 if let Err(e) = &engine_gpus {
                     say(ui, &format!("  warning: telemetry cannot tell the engine's GPUs: {e}"));

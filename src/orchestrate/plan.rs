@@ -56,6 +56,10 @@ pub struct RunOptions {
     /// The most one point (warm-up included) or the eval may take; then the
     /// worker is killed and the point recorded as `timeout`.
     pub point_timeout: Option<std::time::Duration>,
+    /// The most engine start may take (`None`: the recipe's
+    /// `start_timeout_s`, else [`crate::recipe::DEFAULT_START_TIMEOUT_S`]).
+    #[serde(default)]
+    pub start_timeout: Option<std::time::Duration>,
     /// Telemetry sampling interval (`None`: [`DEFAULT_TELEMETRY_INTERVAL_MS`]).
     pub telemetry_interval: Option<std::time::Duration>,
     /// `--profile`: a torch profiler window per chosen point ([`crate::profile`]).
@@ -108,6 +112,8 @@ pub struct Plan {
     pub min_accuracy: Option<f64>,
     /// From `--point-timeout` or the recipe's `point_timeout_s`.
     pub point_timeout: Option<std::time::Duration>,
+    /// From `--start-timeout`, the recipe's `start_timeout_s` or the default.
+    pub start_timeout: std::time::Duration,
     /// From `--telemetry-interval-ms`.
     pub telemetry_interval: std::time::Duration,
     /// `--profile`, checked against every job's points.
@@ -194,6 +200,12 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         return Err(usage("--point-timeout must be > 0 seconds"));
     }
     let point_timeout = opts.point_timeout.or(recipe.point_timeout_s.map(std::time::Duration::from_secs_f64));
+    if opts.start_timeout.is_some_and(|t| t.is_zero()) {
+        return Err(usage("--start-timeout must be > 0 seconds"));
+    }
+    let start_timeout = opts.start_timeout.unwrap_or_else(|| {
+        std::time::Duration::from_secs_f64(recipe.start_timeout_s.unwrap_or(crate::recipe::DEFAULT_START_TIMEOUT_S))
+    });
     let telemetry_interval = opts
         .telemetry_interval
         .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
@@ -207,29 +219,17 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         }
     }
     let profile = opts.profile.clone();
-    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, telemetry_interval, profile })
+    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, start_timeout, telemetry_interval, profile })
 }
 
-/// The GPUs a job's engine uses: tensor x pipeline x prefill-context
-/// parallel size (from the sweep's TP or the flags), 0 for a CPU recipe.
+/// The GPUs a job's engine occupies: vLLM's world size (TP x PP x PCP, the
+/// sweep's TP when the flags have none) times its DP size; 0 for a CPU
+/// recipe. What placement reserves.
 pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     if cpu {
         return 0;
     }
-    let flag = |names: &[&str]| {
-        let a = &job.config.args;
-        a.iter().enumerate().find_map(|(i, t)| {
-            names.iter().find_map(|n| {
-                t.strip_prefix(&format!("{n}=")).map(str::to_string).or_else(|| (t == n).then(|| a.get(i + 1).cloned()).flatten())
-            })
-        })
-        .and_then(|v| v.parse::<u32>().ok())
-    };
-    let tp = job.config.tp.or_else(|| flag(&["--tensor-parallel-size", "-tp"])).unwrap_or(1);
-    let pp = flag(&["--pipeline-parallel-size", "-pp"]).unwrap_or(1);
-    // vLLM's world size is PP x TP x PCP (vllm/config/parallel.py:944-949).
-    let pcp = flag(&["--prefill-context-parallel-size", "-pcp"]).unwrap_or(1);
-    (tp * pp * pcp).max(1)
+    crate::recipe::parallel::Layout::of(&job.config.args, job.config.tp).gpus()
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.
@@ -327,7 +327,9 @@ fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {
             },
             workload: match &sweep.workload {
                 // The point's measured-request budget.
-                Workload::Trace(t) => Workload::Trace(TraceSpec { max_requests: Some(point.num_prompts), ..t.clone() }),
+                Workload::Trace(t) => {
+                    Workload::Trace(TraceSpec { max_requests: sweep.request_budget.then_some(point.num_prompts), ..t.clone() })
+                }
                 w => w.clone(),
             },
             reset_prefix_cache: sweep.reset_prefix_cache,

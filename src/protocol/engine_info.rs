@@ -118,6 +118,17 @@ impl EngineInfo {
         self.device_ids.clone().unwrap_or_else(|| (0..self.gpus()).collect())
     }
 
+    /// GPUs as InferenceX counts them for its per-GPU figures: TP x PP x PCP
+    /// (utils/process_result.py and the agentic aggregation's `_gpu_shape`;
+    /// DCP and EP add none), with TP the recipe's (`recipe_tp`: the matrix
+    /// TP, 8 for a DP-attention job that runs vLLM with `-tp 1 -dp 8`), else
+    /// the engine's TP x DP (the GPUs such a layout occupies).
+    pub fn inferencex_gpus(&self, recipe_tp: Option<u32>) -> u32 {
+        let size = |v: Option<u32>| v.unwrap_or(1).max(1);
+        let tp = recipe_tp.filter(|&t| t > 0).unwrap_or_else(|| size(self.tensor_parallel_size) * size(self.data_parallel_size));
+        tp * size(self.pipeline_parallel_size) * size(self.prefill_context_parallel_size)
+    }
+
     /// The token ids a random prompt may use (vocabulary minus special
     /// tokens, as the shim computes them); `None` without a vocabulary size.
     pub fn allowed_token_ids(&self) -> Option<Vec<u32>> {
@@ -143,6 +154,16 @@ mod tests {
         let back = serde_json::to_value(&info).unwrap();
         assert_eq!(back["fake_engine"], true, "unknown keys survive a round trip");
         assert_eq!(EngineInfo::default().gpus(), 1);
+        assert_eq!(info.inferencex_gpus(None), 4);
+        // DP attention: vLLM runs -tp 1 -dp 8 with PCP 2; InferenceX counts its TP 8 x PCP 2.
+        let dpa = EngineInfo {
+            tensor_parallel_size: Some(1),
+            data_parallel_size: Some(8),
+            prefill_context_parallel_size: Some(2),
+            decode_context_parallel_size: Some(8),
+            ..EngineInfo::default()
+        };
+        assert_eq!((dpa.inferencex_gpus(Some(8)), dpa.inferencex_gpus(None)), (16, 16));
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::error::usage;
 pub mod args;
 pub mod config;
 pub mod overrides;
+pub mod parallel;
 pub mod show;
 pub mod sweep;
 pub mod variant;
@@ -37,6 +38,12 @@ pub mod workload;
 pub use config::EngineConfig;
 pub use sweep::Sweep;
 pub use variant::Variant;
+
+/// Engine start deadline unless the recipe or `--start-timeout` says
+/// otherwise, s: generous, since a large model's load, compile and graph
+/// capture take tens of minutes (InferenceX's launchers give the server
+/// `VLLM_ENGINE_READY_TIMEOUT_S=3600`).
+pub const DEFAULT_START_TIMEOUT_S: f64 = 3600.0;
 
 /// The default recipe, used when `run` gets no recipe path.
 pub const DEFAULT_RECIPE: &str = "recipes/cpu/smollm2-135m.toml";
@@ -68,6 +75,12 @@ pub struct Recipe {
     /// (`--point-timeout` overrides); then the worker is killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub point_timeout_s: Option<f64>,
+    /// The most engine start (import, weights, compile, graph capture) may
+    /// take, s (`--start-timeout` overrides; default
+    /// [`DEFAULT_START_TIMEOUT_S`]); then the worker is killed and the job
+    /// recorded as failed, to be resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timeout_s: Option<f64>,
     /// Values for `${NAME}` placeholders in args and env (`${TP}` comes from the sweep).
     #[serde(default)]
     pub vars: BTreeMap<String, String>,
@@ -197,6 +210,9 @@ impl Recipe {
         let bad = |what: String| Err(usage(format!("recipe {origin}: {what}")));
         if self.point_timeout_s.is_some_and(|t| !(t > 0.0)) {
             return bad("point_timeout_s must be > 0 seconds".into());
+        }
+        if self.start_timeout_s.is_some_and(|t| !(t > 0.0 && t.is_finite())) {
+            return bad("start_timeout_s must be > 0 seconds".into());
         }
         if self.framework != "vllm" {
             return bad(format!("framework = {:?} is not supported; use \"vllm\"", self.framework));

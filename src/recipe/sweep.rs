@@ -148,6 +148,10 @@ pub struct ResolvedSweep {
     pub workload: Workload,
     #[serde(default = "yes")]
     pub reset_prefix_cache: bool,
+    /// Trace replays: the measured-request budget ends a point (else only
+    /// the duration does; `[sweep.trace] request_budget`).
+    #[serde(default = "yes")]
+    pub request_budget: bool,
     count: Count,
 }
 
@@ -195,6 +199,10 @@ impl Sweep {
         }
         if over.prompts_per_conc.is_some() || over.num_prompts.is_some() {
             (s.prompts_per_conc, s.num_prompts) = (over.prompts_per_conc, over.num_prompts);
+            // A request count given on top brings the replay's budget back.
+            if let Some(t) = s.trace.as_mut() {
+                t.request_budget = None;
+            }
         }
         if over.warmups_per_conc.is_some() || over.warmups.is_some() {
             (s.warmups_per_conc, s.warmups) = (over.warmups_per_conc, over.warmups);
@@ -349,6 +357,7 @@ impl Sweep {
             seed: self.seed,
             workload,
             reset_prefix_cache: self.reset_prefix_cache.unwrap_or(true),
+            request_budget: self.trace.as_ref().and_then(|t| t.request_budget).unwrap_or(true),
             count,
         })
     }

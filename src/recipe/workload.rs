@@ -70,6 +70,12 @@ pub struct TraceSettings {
     /// A per-replay marker before each session (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_bust: Option<bool>,
+    /// Whether the measured-request budget (`num_prompts` /
+    /// `prompts_per_conc`) ends a point (default true); false: only
+    /// `duration_s` does, as in AgentX. Setting a request count in a
+    /// variant or on the command line (`--num-prompts`) brings it back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_budget: Option<bool>,
 }
 
 /// `[sweep.conversation]`.
@@ -101,6 +107,7 @@ impl TraceSettings {
             system_idle_cap_s: over.system_idle_cap_s.or(self.system_idle_cap_s),
             time_scale: over.time_scale.or(self.time_scale),
             cache_bust: over.cache_bust.or(self.cache_bust),
+            request_budget: over.request_budget.or(self.request_budget),
         }
     }
 }

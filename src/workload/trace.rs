@@ -506,7 +506,7 @@ mod tests {
             system_idle_cap_s: None,
             time_scale: 1.0,
             cache_bust: true,
-        };
+            };
         assert_eq!(load_trace(&spec).unwrap().1.sessions, 4);
         let empty = tempfile::tempdir().unwrap();
         let err = load_trace(&TraceSpec { path: empty.path().to_path_buf(), ..spec.clone() }).unwrap_err();

@@ -1,7 +1,8 @@
 //! InferenceX import through the CLI, on the fixture checkout
 //! (tests/fixtures/inferencex-checkout): `import`, `recipe show/check` and
 //! `run` with `--inferencex-checkout DIR --key KEY`, one end-to-end run on
-//! the CPU engine, and the recipe checks found while trying real launchers.
+//! the CPU engine (a fixed-length and an agentic entry), the recipe checks
+//! found while trying real launchers, and the refusal of data parallelism.
 
 use crate::util::{engine_lock, enginebench, read_json, repo, text};
 
@@ -78,7 +79,8 @@ fn recipe_check_names_missing_models_removed_variables_and_unknown_flags() {
 
 /// `run --inferencex-checkout DIR --key K` end to end on the CPU engine: the
 /// fixture entry's launcher on the bundled model, InferenceX's client
-/// settings (10 x conc prompts), two concurrencies at ISL/OSL 32/8.
+/// settings (10 x conc prompts), two concurrencies at ISL/OSL 128/8 (chat-shaped prompts: the
+/// tokenizer's chat template takes part of the 128).
 #[test]
 fn run_from_a_checkout_end_to_end() {
     let _engine = engine_lock();
@@ -91,11 +93,77 @@ fn run_from_a_checkout_end_to_end() {
     let log = text(&out);
     assert!(out.status.success(), "{log}");
     assert!(log.contains("InferenceX entry tiny-fp32-cpu-vllm"), "the plan is shown:\n{log}");
-    assert!(log.contains("vllm serve bundled:smollm2-135m-instruct --tensor-parallel-size 1 --dtype float32 --enforce-eager --max-model-len 296"), "{log}");
+    assert!(log.contains("vllm serve bundled:smollm2-135m-instruct --tensor-parallel-size 1 --dtype float32 --enforce-eager --max-model-len 392"), "{log}");
     let r = read_json(&out_dir.join("result.json"));
     let job = &r["jobs"][0];
     assert_eq!(job["status"], "ok", "{job}");
     let points = job["points"].as_array().unwrap();
     assert_eq!(points.iter().map(|p| p["conc"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2]);
     assert!(points.iter().all(|p| p["num_prompts"].as_u64() == Some(10 * p["conc"].as_u64().unwrap())), "{points:?}");
+}
+
+/// An agentic entry from the checkout on the CPU engine: the launcher's
+/// replay settings become a `trace` recipe naming InferenceX's dataset by
+/// address; with the fixture trace standing for it (`--trace-file`) and a
+/// few seconds for InferenceX's hour, one replay point runs (conc 2, the
+/// duration ends it).
+#[test]
+fn run_an_agentic_entry_from_a_checkout() {
+    let key = "tinyagent-fp32-cpu-vllm-agentic";
+    let show = enginebench(&["recipe", "show", "--inferencex-checkout", &checkout(), "--key", key]);
+    assert!(text(&show).contains("hf://datasets/semianalysisai/cc-traces-weka-062126-256k"), "{}", text(&show));
+
+    let _engine = engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let trace = repo().join("tests/fixtures/traces/agentx_e2e.jsonl");
+    let started = std::time::Instant::now();
+    let out = enginebench(&[
+        "run", "--inferencex-checkout", &checkout(), "--key", key, "--no-eval", "--trace-file", trace.to_str().unwrap(),
+        "--duration", "3", "-o", out_dir.to_str().unwrap(),
+    ]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    eprintln!("agentic checkout run: {:.1} s", started.elapsed().as_secs_f64());
+    assert!(log.contains("differs in-process from InferenceX's HTTP replay"), "the notes are shown:\n{log}");
+    let r = read_json(&out_dir.join("result.json"));
+    let job = &r["jobs"][0];
+    assert_eq!(job["status"], "ok", "{job}");
+    let p = &job["points"][0];
+    assert_eq!((p["conc"].as_u64(), p["workload"]["kind"].as_str()), (Some(2), Some("trace")), "{p}");
+    let w = &p["workload"];
+    assert_eq!((w["seed"].as_u64(), w["warmup_requests_per_lane"].as_u64(), w["start_min_ratio"].as_f64()), (Some(42), Some(1), Some(0.25)), "{w}");
+    assert!(w.get("max_requests").is_none_or(|m| m.is_null()), "the duration, not a request count, ends the point: {w}");
+    assert!(p["completed"].as_u64() > Some(0), "{p}");
+}
+
+/// Data parallelism does not run in-process (vLLM's in-process engine waits
+/// for peer engines): `recipe check` and `run` end with exit 2 and the
+/// reason, quickly, never a hang; and an engine start past `--start-timeout`
+/// is a failed job, not a wait.
+#[test]
+fn a_data_parallel_recipe_or_a_slow_start_ends_quickly() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = crate::util::bundled_recipe_head("dp2", 512, "").replace("\"--enforce-eager\",", "\"--enforce-eager\", \"-dp\", \"2\",")
+        + "[sweep]\nisl = 32\nosl = 8\nconc = [1]\nnum_prompts = 2\n";
+    let recipe = crate::util::write_recipe(dir.path(), "dp2", &body);
+    let out = enginebench(&["recipe", "check", &recipe]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--data-parallel-size 2: enginebench runs one in-process engine"), "{}", text(&out));
+    let _engine = engine_lock();
+    let started = std::time::Instant::now();
+    let out = enginebench(&["run", &recipe, "--no-eval", "-o", dir.path().join("run").to_str().unwrap()]);
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--data-parallel-size 2"), "{}", text(&out));
+    assert!(secs < 180.0, "refused after {secs:.0} s");
+
+    // A start that does not finish within --start-timeout: killed, recorded as a failed job.
+    let ok = crate::util::write_recipe(dir.path(), "dp1", &body.replace("\"-dp\", \"2\", ", ""));
+    let out = enginebench(&["run", &ok, "--no-eval", "--start-timeout", "1", "-o", dir.path().join("slow").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let r = read_json(&dir.path().join("slow/result.json"));
+    let job = &r["jobs"][0];
+    assert_eq!(job["status"], "failed", "{job}");
+    assert!(job["error"]["message"].as_str().unwrap().contains("did not start within --start-timeout 1 s"), "{job}");
 }

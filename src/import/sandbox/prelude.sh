@@ -6,22 +6,37 @@
 
 __eb_problem() { printf '%s\t%s\n' "$1" "$2" >> "$EB_IMPORT_REC/problems"; }
 
-# Records one `vllm serve`: line, then argv (NUL-separated), then the env.
-__eb_serve() {
-    local line=$1; shift
+# Records one call of KIND (serve, client, replay, trace): its line, argv
+# (NUL-separated) and the exported environment at that moment.
+__eb_record() {
+    local kind=$1 line=$2; shift 2
     local n=$BASHPID.$RANDOM
-    printf '%s\n' "$line" > "$EB_IMPORT_REC/serve.$n.line"
-    printf '%s\0' "$@" > "$EB_IMPORT_REC/serve.$n.args"
-    /usr/bin/env -0 > "$EB_IMPORT_REC/serve.$n.env"
+    printf '%s\n' "$line" > "$EB_IMPORT_REC/$kind.$n.line"
+    printf '%s\0' "$@" > "$EB_IMPORT_REC/$kind.$n.args"
+    /usr/bin/env -0 > "$EB_IMPORT_REC/$kind.$n.env"
     return 0
+}
+__eb_serve() { __eb_record serve "$@"; }
+
+# A helper server the launcher starts beside the engine (a KV store master,
+# a router, a cache server): recorded by name; the importer names it as not
+# reproducible in-process.
+__eb_service() {
+    printf '%s\t%s\n' "$2" "$1" >> "$EB_IMPORT_REC/services"
+    return 0
+}
+mooncake_master() { __eb_service mooncake_master "${BASH_LINENO[0]}"; }
+vllm-router() { __eb_service vllm-router "${BASH_LINENO[0]}"; }
+lmcache() {
+    if [ "${1-}" = server ]; then __eb_service "lmcache server" "${BASH_LINENO[0]}"; else __eb_noop "lmcache ${1-}" "${BASH_LINENO[0]}"; fi
 }
 
 vllm() {
-    if [ "$1" = serve ]; then
+    if [ "${1-}" = serve ]; then
         shift
         __eb_serve "${BASH_LINENO[0]}" "$@"
     else
-        __eb_noop "vllm $1" "${BASH_LINENO[0]}"
+        __eb_noop "vllm ${1-}" "${BASH_LINENO[0]}"
     fi
 }
 
@@ -37,19 +52,20 @@ __eb_noop() {
 }
 
 python3() {
-    if [ "$1" = -m ] && [ "$2" = vllm.entrypoints.openai.api_server ]; then
+    if [ "${1-}" = -m ] && [ "${2-}" = vllm.entrypoints.openai.api_server ]; then
         shift 2
         __eb_serve "${BASH_LINENO[0]}" "$@"
     else
-        __eb_noop "python3 $1" "${BASH_LINENO[0]}"
+        __eb_noop "python3 ${1-}" "${BASH_LINENO[0]}"
     fi
 }
 python() { python3 "$@"; }
 
 for __eb_tool in pip pip3 uv hf huggingface-cli nvidia-smi amd-smi rocm-smi rocminfo \
     curl wget sleep docker git apt apt-get nproc lsof ss ps pkill killall ldconfig \
-    numactl free ibstat ibv_devinfo modal aws gsutil; do
-    eval "$__eb_tool() { __eb_noop \"$__eb_tool \$1\" \"\${BASH_LINENO[0]}\"; }"
+    numactl free df ibstat ibv_devinfo modal aws gsutil flock; do
+    # ${1-}: launchers may run under `set -u` and call a tool bare (`nvidia-smi`).
+    eval "$__eb_tool() { __eb_noop \"$__eb_tool \${1-}\" \"\${BASH_LINENO[0]}\"; }"
 done
 unset __eb_tool
 

@@ -25,7 +25,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::inferencex::identity;
+use super::inferencex::{gpus, identity};
 use crate::metrics::stats::{mean, percentile_sorted, std_dev};
 use crate::report::result::{JobResult, PointResult, RunResult};
 
@@ -60,7 +60,7 @@ pub(super) fn aggregate(result: &RunResult, job: &JobResult, p: &PointResult, li
             "error_categories": categories,
         }),
     );
-    m.insert("request_metrics".into(), request_metrics(p, &kept));
+    m.insert("request_metrics".into(), request_metrics(&kept, gpus(&m)));
     let server = server_metrics(p, &kept);
     m.insert("kv_cache_pool_tokens".into(), server["kv_cache"]["gpu_total_tokens"].clone());
     m.insert("server_metrics".into(), server);
@@ -112,7 +112,7 @@ fn reciprocal_stats(values: &[f64]) -> Value {
     Value::Object(out)
 }
 
-fn request_metrics(p: &PointResult, kept: &[&Value]) -> Value {
+fn request_metrics(kept: &[&Value], gpus: f64) -> Value {
     let secs = |key: &str| -> Vec<f64> { kept.iter().filter_map(|r| num(r, key)).filter(|v| *v > 0.0).map(|ms| ms / 1000.0).collect() };
     let tokens = |key: &str| -> Vec<f64> { kept.iter().filter_map(|r| num(r, key)).collect() };
     let itl = secs("tpot_ms");
@@ -130,7 +130,6 @@ fn request_metrics(p: &PointResult, kept: &[&Value]) -> Value {
     let sum = |key: &str| tokens(key).iter().sum::<f64>();
     let (input, output) = (sum("input_tokens"), sum("output_tokens"));
     let per_s = |x: f64| if duration > 0.0 { x / duration } else { 0.0 };
-    let gpus = f64::from(p.gpus.max(1));
     let theoretical: f64 = tokens("theoretical_hit_tokens").iter().sum();
     let has_theoretical = kept.iter().any(|r| r.get("theoretical_hit_tokens").is_some_and(|v| !v.is_null()));
     json!({

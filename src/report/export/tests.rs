@@ -183,3 +183,31 @@ fn agentic_aggregate_keys_for_a_session_point() {
     assert_eq!(sm["kv_cache"]["gpu_usage_pct"], 0.1);
     assert!(v.get("isl").is_none(), "a session point has no ISL/OSL");
 }
+
+/// A DP-attention job as InferenceX runs it (matrix TP 8, vLLM `-tp 1 -dp 8`),
+/// recorded by a run that divided by the engine's TP 1: the export reports
+/// `tp` 8 and tok/s/GPU over TP x PP x PCP = 8 GPUs, as process_result.py.
+#[test]
+fn dp_attention_job_counts_gpus_as_inferencex() {
+    let mut r = fixture();
+    let job = &mut r.jobs[0];
+    job.engine_args = ["--tensor-parallel-size", "1", "--data-parallel-size", "8", "--enable-expert-parallel"].map(String::from).to_vec();
+    let engine = job.engine.as_mut().unwrap();
+    (engine.tensor_parallel_size, engine.data_parallel_size) = (Some(1), Some(8));
+    let p = &mut job.points[0];
+    p.gpus = 1;
+    p.figures.tput_per_gpu = 1012.0;
+    let docs = export(&r, &[], Format::Inferencex);
+    let v = &docs[0].1;
+    assert_eq!((v["tp"].as_u64(), v["ep"].as_u64(), v["dp_attention"].as_str()), (Some(8), Some(8), Some("true")));
+    assert_eq!((v["pp"].as_u64(), v["pcp_size"].as_u64(), v["dcp_size"].as_u64()), (Some(1), Some(1), Some(1)));
+    assert_eq!(v["tput_per_gpu"], 126.5);
+    assert_eq!(v["output_tput_per_gpu"], 64.0);
+    assert_eq!(v["input_tput_per_gpu"], 62.5);
+    // Without the recipe's TP, the engine's TP x DP stands for it; PCP from the engine multiplies.
+    r.jobs[0].tp = None;
+    r.jobs[0].engine.as_mut().unwrap().prefill_context_parallel_size = Some(2);
+    let v = &export(&r, &[], Format::Inferencex)[0].1;
+    assert_eq!((v["tp"].as_u64(), v["pcp_size"].as_u64()), (Some(8), Some(2)));
+    assert_eq!(v["tput_per_gpu"], 1012.0 / 16.0);
+}

@@ -1,0 +1,302 @@
+//! The recipe TOML of imported jobs, and the round trip that checks it.
+//!
+//! The first job is the base, the others variants that replace the flag
+//! list and environment, each with its own search space and workload
+//! settings: for fixed-length jobs the client's (`workload`, InferenceX's
+//! length convention, range ratio, prompts and warm-ups per concurrency,
+//! ignore-eos, percentiles); for agentic jobs the replay's (`workload =
+//! "trace"`, `[sweep.trace]` with the dataset's address
+//! (`hf://datasets/...`, fetched before any engine starts), duration, start ratio,
+//! warm-ups per lane, idle caps; the duration, not a request budget, ends
+//! a point). Where every point of a job has one TP and the flags carry it
+//! (`-tp 8`, or `-dp 8` under DP attention), the flag's value becomes
+//! `${TP}` and the search space says `tp = 8`: the recipe's TP is then
+//! InferenceX's, which its per-GPU figures divide by.
+
+use toml::Value;
+
+use super::client::{Prompts, REPLAY_SEED, REPLAY_START_RATIO, REPLAY_SYSTEM_IDLE_CAP_S, Replay};
+use super::inferencex::{Bench, Job};
+use super::master_config::Entry;
+use crate::protocol::{LengthConvention, Workload};
+use crate::recipe::args::is_flag;
+use crate::recipe::sweep::{INFERENCEX_PERCENTILES, INFERENCEX_WARMUPS_PER_CONC};
+
+/// Flags whose value may be the matrix TP.
+const TP_VALUE_FLAGS: [&str; 4] = ["--tensor-parallel-size", "-tp", "--data-parallel-size", "-dp"];
+
+/// A job's flags as written, with the matrix TP as `${TP}` where a
+/// parallel-size flag carries it, and that TP (None: left as written).
+fn written_args(j: &Job) -> (Vec<String>, Option<u32>) {
+    let Some(tp) = j.tp() else { return (j.engine.args.clone(), None) };
+    let value = tp.to_string();
+    let mut args = j.engine.args.clone();
+    let mut replaced = false;
+    for i in 0..args.len() {
+        let (name, inline) = args[i].split_once('=').map_or((args[i].as_str(), None), |(n, v)| (n, Some(v)));
+        if !TP_VALUE_FLAGS.contains(&name) {
+            continue;
+        }
+        match inline {
+            Some(v) if v == value => {
+                args[i] = format!("{name}=${{TP}}");
+                replaced = true;
+            }
+            None if args.get(i + 1) == Some(&value) => {
+                args[i + 1] = "${TP}".into();
+                replaced = true;
+            }
+            _ => {}
+        }
+    }
+    if replaced { (args, Some(tp)) } else { (j.engine.args.clone(), None) }
+}
+
+/// `(key, TOML value)` of a job's sweep.
+fn sweep_keys(j: &Job) -> Vec<(&'static str, String)> {
+    let tp = written_args(j).1;
+    let mut concs: Vec<(u32, u32, u32)> = j.points.iter().map(|p| (p.isl, p.osl, p.conc)).collect();
+    concs.sort_unstable();
+    concs.dedup();
+    let mut pairs: Vec<(u32, u32)> = Vec::new();
+    for p in &j.points {
+        if !pairs.contains(&(p.isl, p.osl)) {
+            pairs.push((p.isl, p.osl));
+        }
+    }
+    let tp_key = tp.map(|t| format!("tp = {t}, ")).unwrap_or_default();
+    let entry = |pair: Option<(u32, u32)>| {
+        let c: Vec<u32> = concs.iter().filter(|(i, o, _)| pair.is_none_or(|p| p == (*i, *o))).map(|(_, _, c)| *c).collect();
+        let isl_osl = pair.map(|(i, o)| format!(", isl_osl = [[{i}, {o}]]")).unwrap_or_default();
+        format!("{{ {tp_key}conc = {c:?}{isl_osl} }}")
+    };
+    let mut keys: Vec<(&str, String)> = Vec::new();
+    match &j.bench {
+        Bench::Fixed(c) => {
+            keys.push(("workload", q(if c.chat { "chat_random" } else { "random" })));
+            keys.push(("length_convention", q("inferencex")));
+            keys.push(("range_ratio", Value::Float(c.range_ratio).to_string()));
+            match c.prompts {
+                Prompts::PerConc(k) => keys.push(("prompts_per_conc", k.to_string())),
+                Prompts::Fixed(n) => keys.push(("num_prompts", n.to_string())),
+            }
+            keys.push(("warmups_per_conc", INFERENCEX_WARMUPS_PER_CONC.to_string()));
+            keys.push(("ignore_eos", "true".into()));
+            keys.push(("percentiles", Value::Array(INFERENCEX_PERCENTILES.iter().map(|p| Value::Float(*p)).collect()).to_string()));
+            let all: Vec<String> = pairs.iter().map(|(i, o)| format!("[{i}, {o}]")).collect();
+            keys.push(("isl_osl", format!("[{}]", all.join(", "))));
+            let entries: Vec<String> = pairs.iter().map(|p| entry(Some(*p))).collect();
+            keys.push(("search_space", format!("[{}]", entries.join(", "))));
+        }
+        Bench::Agentic(r) => {
+            keys.push(("workload", q("trace")));
+            keys.push(("seed", REPLAY_SEED.to_string()));
+            keys.push(("search_space", format!("[{}]", entry(None))));
+            keys.push(("trace", trace_table(r)));
+        }
+    }
+    keys
+}
+
+/// The replay's dataset as a trace address (`hf://datasets/OWNER/NAME`).
+fn dataset_address(r: &Replay) -> String {
+    format!("{}{}", crate::workload::hub::SCHEME, r.dataset)
+}
+
+/// `[sweep.trace]` of a replay, as an inline table.
+fn trace_table(r: &Replay) -> String {
+    let f = |x: u32| Value::Float(f64::from(x)).to_string();
+    format!(
+        "{{ file = {}, format = \"agentx\", duration_s = {}, start_ratio = [{}, {}], warmup_requests_per_lane = {}, tree_idle_cap_s = {}, system_idle_cap_s = {}, cache_bust = true, request_budget = false }}",
+        q(&dataset_address(r)),
+        f(r.duration_s),
+        REPLAY_START_RATIO[0],
+        REPLAY_START_RATIO[1],
+        r.warmup_requests_per_lane,
+        f(r.tree_idle_cap_s),
+        f(REPLAY_SYSTEM_IDLE_CAP_S)
+    )
+}
+
+/// What every imported agentic job does differently from InferenceX's HTTP
+/// replay, and where its trace comes from.
+pub fn agentic_notes(r: &Replay) -> Vec<String> {
+    vec![
+        format!(
+            "trace: InferenceX replays AIPerf's public dataset {} (Hugging Face {}): the recipe names it by address ({}), which a run reads from the Hugging Face cache or downloads before any engine starts; --trace-file FILE replays another",
+            r.loader, r.dataset, dataset_address(r)
+        ),
+        "replay as InferenceX's (duration, start ratio 0.25-0.75, warm-ups per lane, idle caps 300/10 s, cache-bust marker, seed 42); a point ends at the duration (request_budget = false; --num-prompts brings a budget back)".into(),
+        "differs in-process from InferenceX's HTTP replay (AIPerf against `vllm serve`): requests go to the engine directly (no HTTP, no chat endpoint, no streaming; TTFT lacks the server's share); prompts are token ids built from the hash ids (no text corpus, no chat template, no role boundaries), plus an 8-token cache-bust marker; top-level turns are one serial stream (AIPerf also splits parallel chains); primers are sent together rather than spread; a lane's traces come from a seeded shuffle; token counts are the engine's, not the server's usage fields".into(),
+    ]
+}
+
+/// The recipe for `jobs`: the first is the base, the others variants that
+/// replace the flag list and environment; each with its own search space
+/// and workload settings.
+pub fn render(e: &Entry, jobs: &[Job], notes: &[String]) -> String {
+    let base = &jobs[0];
+    let mut t = String::new();
+    t.push_str(&format!("# Imported by `enginebench import inferencex` from master-config entry {}:\n", e.key));
+    t.push_str("# the launcher ran under bash at every search-space point (vllm serve and the client recorded, not run).\n");
+    if let Some(img) = &e.image {
+        t.push_str(&format!("# InferenceX ran it in image {img}.\n"));
+    }
+    for j in jobs {
+        t.push_str(&format!(
+            "# job {}{}: {} line {} ({} line {}), {} point(s)\n",
+            j.name,
+            if std::ptr::eq(j, base) { " (the base)" } else { "" },
+            j.launcher.display(),
+            j.line,
+            match j.bench {
+                Bench::Fixed(_) => "client",
+                Bench::Agentic(_) => "replay",
+            },
+            j.bench_line,
+            j.points.len()
+        ));
+    }
+    if jobs.len() > 1 {
+        let names: Vec<&str> = std::iter::once("base").chain(jobs[1..].iter().map(|j| j.name.as_str())).collect();
+        t.push_str(&format!("# Run every job: enginebench run FILE --variants {}\n", names.join(",")));
+    }
+    for n in notes {
+        t.push_str(&format!("# {n}\n"));
+    }
+    t.push_str(&format!("name = {}\nmodel = {}\n", q(&e.key), q(&base.engine.model)));
+    if let Some(r) = &e.runner {
+        t.push_str(&format!("hardware = {}\n", q(r)));
+    }
+    if let Some(p) = &e.precision {
+        t.push_str(&format!("precision = {}\n", q(p)));
+    }
+    if let Some(img) = &e.image {
+        t.push_str(&format!("image = {}\n", q(img)));
+    }
+    t.push_str("framework = \"vllm\"\n\n[env]\n");
+    for (k, v) in &base.engine.env {
+        t.push_str(&format!("{} = {}\n", q(k), q(v)));
+    }
+    t.push_str(&format!("\n[engine]\nargs = {}\n\n[sweep]\n", list(&written_args(base).0)));
+    for (k, v) in sweep_keys(base) {
+        t.push_str(&format!("{k} = {v}\n"));
+    }
+    if jobs.iter().any(|j| matches!(j.bench, Bench::Fixed(_))) {
+        t.push_str("\n[eval]\ntask = \"gsm8k_inferencex\"\nmin_accuracy = 0.90\n");
+    }
+    for j in &jobs[1..] {
+        t.push_str(&format!("\n[variants.{}]\n", q(&j.name)));
+        let removed: Vec<String> = flag_names(&base.engine.args);
+        if !removed.is_empty() {
+            t.push_str(&format!("args_remove = {}\n", list(&removed)));
+        }
+        t.push_str(&format!("args_add = {}\n", list(&written_args(j).0)));
+        let unset: Vec<String> = base.engine.env.keys().filter(|k| !j.engine.env.contains_key(*k)).cloned().collect();
+        if !unset.is_empty() {
+            t.push_str(&format!("env_unset = {}\n", list(&unset)));
+        }
+        let env: Vec<String> = j
+            .engine
+            .env
+            .iter()
+            .filter(|(k, v)| base.engine.env.get(*k) != Some(*v))
+            .map(|(k, v)| format!("{} = {}", q(k), q(v)))
+            .collect();
+        if !env.is_empty() {
+            t.push_str(&format!("env = {{ {} }}\n", env.join(", ")));
+        }
+        let sweep: Vec<String> = sweep_keys(j).into_iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        t.push_str(&format!("sweep = {{ {} }}\n", sweep.join(", ")));
+    }
+    t
+}
+
+/// Distinct flag names of an argument list, in order.
+fn flag_names(args: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in args.iter().filter(|a| is_flag(a)) {
+        let name = a.split_once('=').map_or(a.as_str(), |(n, _)| n).to_string();
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// A TOML string literal.
+fn q(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+fn list(items: &[String]) -> String {
+    format!("[{}]", items.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "))
+}
+
+/// The round trip: the recipe loader must read `toml` and give each job
+/// exactly its recorded flags, environment, TP, points and workload
+/// settings (the client's or the replay's).
+pub fn verify(toml: &str, jobs: &[Job]) -> Result<(), String> {
+    let recipe = crate::recipe::Recipe::parse(toml, "the imported recipe").map_err(|e| format!("{e:#}"))?;
+    for (i, j) in jobs.iter().enumerate() {
+        let variant = if i == 0 { vec![] } else { vec![j.name.clone()] };
+        let configs = recipe.engine_configs(&variant, &crate::recipe::Sweep::default())?;
+        let [c] = configs.as_slice() else { return Err(format!("job {}: {} engine configurations, not 1", j.name, configs.len())) };
+        let bad = |what: &str| Err(format!("job {}: the written recipe gives different {what} than the launcher", j.name));
+        if c.args != j.engine.args {
+            return bad("flags");
+        }
+        if c.env != j.engine.env || !c.env_unset.iter().all(|k| !j.engine.env.contains_key(k)) {
+            return bad("environment");
+        }
+        if c.tp != written_args(j).1 {
+            return bad("TP");
+        }
+        let s = &c.sweep;
+        let mut want: Vec<(u32, u32, u32, u32, u32)> = Vec::new();
+        match &j.bench {
+            Bench::Fixed(cl) => {
+                let workload = if cl.chat { Workload::ChatRandom } else { Workload::Random };
+                let same = s.workload == workload
+                    && s.length_convention == LengthConvention::Inferencex
+                    && s.range_ratio == cl.range_ratio
+                    && s.ignore_eos
+                    && s.request_rate.is_none()
+                    && s.percentiles == INFERENCEX_PERCENTILES;
+                if !same {
+                    return bad("client settings (workload, length convention, range ratio, ignore-eos, request rate, percentiles)");
+                }
+                for p in &j.points {
+                    want.push((p.isl, p.osl, p.conc, cl.prompts.count(p.conc), INFERENCEX_WARMUPS_PER_CONC * p.conc));
+                }
+            }
+            Bench::Agentic(r) => {
+                let Workload::Trace(t) = &s.workload else { return bad("workload") };
+                let same = t.path == std::path::Path::new(&dataset_address(r))
+                    && t.duration_s == Some(f64::from(r.duration_s))
+                    && [t.start_min_ratio, t.start_max_ratio] == REPLAY_START_RATIO
+                    && t.warmup_requests_per_lane == r.warmup_requests_per_lane
+                    && t.tree_idle_cap_s == Some(f64::from(r.tree_idle_cap_s))
+                    && t.system_idle_cap_s == Some(f64::from(REPLAY_SYSTEM_IDLE_CAP_S))
+                    && t.cache_bust
+                    && t.seed == REPLAY_SEED
+                    && !s.request_budget;
+                if !same {
+                    return bad("replay settings (dataset, duration, start ratio, warm-ups, idle caps, cache bust, seed, request budget)");
+                }
+            }
+        }
+        let mut got: Vec<(u32, u32, u32, u32, u32)> = c.points.iter().map(|p| (p.isl, p.osl, p.conc, p.num_prompts, p.warmups)).collect();
+        if matches!(j.bench, Bench::Agentic(_)) {
+            // A replay's points are concurrencies: its length is the duration.
+            want = j.points.iter().map(|p| (0, 0, p.conc, 0, 0)).collect();
+            got = c.points.iter().map(|p| (p.isl, p.osl, p.conc, 0, 0)).collect();
+        }
+        want.sort_unstable();
+        got.sort_unstable();
+        if want != got {
+            return bad("points");
+        }
+    }
+    Ok(())
+}
