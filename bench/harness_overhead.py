@@ -186,9 +186,9 @@ def first_measured_step(probe, adds_before):
     return bisect.bisect_right(probe["t"], probe["at"][adds_before])
 
 
-def parse_eb(out, probe_dir, points):
-    """Per-conc figures of one enginebench run: its result.json and
-    steps.jsonl, and the probe's record of vLLM's own step/add_request calls."""
+def load_eb(out, probe_dir, n_points):
+    """One enginebench run's result.json, its steps.jsonl by point, the
+    probe's record of vLLM's own step/add_request calls, and its one job."""
     with open(os.path.join(out, "result.json")) as f:
         result = json.load(f)
     steps = {}
@@ -206,13 +206,18 @@ def parse_eb(out, probe_dir, points):
             found.append(p)
     if len(found) != 1:
         raise SystemExit(f"expected one probe with engine steps in {probe_dir}, found {len(found)}")
-    probe = found[0]
+    (job,) = result["jobs"]
+    if result["status"] != "ok" or len(job["points"]) != n_points:
+        raise SystemExit(f"enginebench run in {out}: status {result['status']}")
+    return result, steps, found[0], job
+
+
+def parse_eb(out, probe_dir, points):
+    """Per-conc figures of one enginebench run (fixed-length points)."""
+    result, steps, probe, job = load_eb(out, probe_dir, len(points))
     res = {}
     adds_before = 0
     keys = sorted(steps)
-    (job,) = result["jobs"]
-    if result["status"] != "ok" or len(job["points"]) != len(points):
-        raise SystemExit(f"enginebench run in {out}: status {result['status']}")
     for p, key, want in zip(job["points"], keys, points):
         assert (p["conc"], p["num_prompts"], p["warmups"]) == (want["conc"], want["num_prompts"], want["warmups"])
         st = steps[key]
@@ -252,13 +257,7 @@ def parse_eb_replay(out, probe_dir, concs):
     send, requests.jsonl), `all_harness_us` over every step of the point's
     loop (primers and warm-ups, which send and finish a request per lane per
     step, included)."""
-    with open(os.path.join(out, "result.json")) as f:
-        result = json.load(f)
-    steps = {}
-    with open(os.path.join(out, "steps.jsonl")) as f:
-        for line in f:
-            s = json.loads(line)
-            steps.setdefault(s["point"], []).append(s)
+    result, steps, probe, job = load_eb(out, probe_dir, len(concs))
     measure_start = {}
     with open(os.path.join(out, "requests.jsonl")) as f:
         for line in f:
@@ -266,18 +265,6 @@ def parse_eb_replay(out, probe_dir, concs):
             if r.get("phase") == "measured":
                 k = r["point"]
                 measure_start[k] = min(measure_start.get(k, r["send_s"]), r["send_s"])
-    found = []
-    for name in sorted(x for x in os.listdir(probe_dir) if x.endswith(".json")):
-        with open(os.path.join(probe_dir, name)) as f:
-            p = json.load(f)
-        if p.get("d"):
-            found.append(p)
-    if len(found) != 1:
-        raise SystemExit(f"expected one probe with engine steps in {probe_dir}, found {len(found)}")
-    probe = found[0]
-    (job,) = result["jobs"]
-    if result["status"] != "ok" or len(job["points"]) != len(concs):
-        raise SystemExit(f"enginebench replay in {out}: status {result['status']}")
     if sum(len(v) for v in steps.values()) != len(probe["d"]):
         raise SystemExit(f"probe: {len(probe['d'])} step calls, steps.jsonl {sum(len(v) for v in steps.values())}")
 
@@ -319,28 +306,18 @@ def parse_eb_replay(out, probe_dir, concs):
     return res, result
 
 
-def run_eb_replay(a, concs, d, env):
+def run_eb(a, d, env, binary, recipe, parse):
+    """One enginebench run of `recipe` (in the output folder) with the
+    probe installed; `parse(out, probe_dir)` gives its per-conc figures."""
     os.makedirs(d, exist_ok=True)
     probe_dir = os.path.join(d, "probe")
     os.makedirs(probe_dir, exist_ok=True)
     env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir)
     out = os.path.join(d, "run")
-    secs = run([a.enginebench, "run", os.path.join(a.out, "replay.toml"), "--no-eval", "--step-trace",
+    secs = run([binary, "run", os.path.join(a.out, recipe), "--no-eval", "--step-trace",
                 "-o", out], env, os.path.join(d, "stderr.log"))
-    res, _ = parse_eb_replay(out, probe_dir, concs)
+    res, _ = parse(out, probe_dir)
     return res, secs
-
-
-def run_eb(a, points, d, env, binary):
-    os.makedirs(d, exist_ok=True)
-    probe_dir = os.path.join(d, "probe")
-    os.makedirs(probe_dir, exist_ok=True)
-    env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir)
-    out = os.path.join(d, "run")
-    secs = run([binary, "run", os.path.join(a.out, "recipe.toml"), "--no-eval", "--step-trace",
-                "-o", out], env, os.path.join(d, "stderr.log"))
-    res, result = parse_eb(out, probe_dir, points)
-    return res, secs, result
 
 
 def run_py(a, points, d, env):
@@ -474,9 +451,11 @@ def main():
         for h in order:
             d = os.path.join(a.out, f"round{r + 1}", h)
             if h in ("eb", "eb0"):
-                rec[h], secs, _ = run_eb(a, points, d, env, a.enginebench if h == "eb" else a.baseline)
+                rec[h], secs = run_eb(a, d, env, a.enginebench if h == "eb" else a.baseline, "recipe.toml",
+                                      lambda out, probe: parse_eb(out, probe, points))
             elif h == "ebr":
-                rec["ebr"], secs = run_eb_replay(a, concs, d, env)
+                rec["ebr"], secs = run_eb(a, d, env, a.enginebench, "replay.toml",
+                                          lambda out, probe: parse_eb_replay(out, probe, concs))
             elif h == "py":
                 rec["py"], secs = run_py(a, points, d, env)
             elif h == "vb":
