@@ -274,7 +274,7 @@ fn locate_trace_datasets(jobs: &mut [PlannedJob]) -> Result<()> {
 /// once each, before any engine starts: a malformed line, a bad field or a
 /// replay setting out of range is a usage error (exit 2) naming it.
 fn check_workload_files(jobs: &[PlannedJob]) -> Result<()> {
-    use crate::workload::replay::ReplayConfig;
+    use crate::workload::replay_config::ReplayConfig;
     let mut seen = Vec::new();
     for spec in jobs.iter().flat_map(|j| &j.specs) {
         match &spec.workload {

@@ -18,7 +18,8 @@ use crate::protocol::STOP_SIGNAL;
 use crate::telemetry::mono_now_s;
 use crate::workload::arrivals::arrival_times;
 use crate::workload::driver::drive_schedule;
-use crate::workload::replay::{ReplayConfig, SessionReplay};
+use crate::workload::replay::SessionReplay;
+use crate::workload::replay_config::ReplayConfig;
 use crate::workload::synth::MARKER_TOKENS;
 use crate::workload::{Pacing, Request, RequestIds, conversation, drive, trace};
 
