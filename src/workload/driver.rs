@@ -158,6 +158,22 @@ pub fn drive<E: StepEngine>(
     drive_schedule(engine, &mut schedule, pacing.stop, ids, on_done)
 }
 
+/// Where a loop stands after a step, for a [`StepHook`].
+#[derive(Debug)]
+pub struct AfterStep<'a> {
+    /// The step just taken.
+    pub step: &'a StepRecord,
+    /// Requests in flight that have no output token yet (in prefill).
+    pub awaiting_first_token: usize,
+    /// Requests finished so far in this loop.
+    pub finished: usize,
+}
+
+/// Runs after each step, with the engine (e.g. to turn a profiler on or
+/// off between two steps); returns whether the loop goes on: `false` ends
+/// it as a stop does (in-flight requests aborted, `LoopOutcome::stopped`).
+pub type StepHook<'h, E> = dyn FnMut(&mut E, &AfterStep<'_>) -> Result<bool> + 'h;
+
 /// Longest single sleep while every request waits on the clock, so a stop
 /// is seen within this time.
 const MAX_IDLE_SLEEP: Duration = Duration::from_millis(100);
@@ -179,6 +195,21 @@ pub fn drive_schedule<E: StepEngine>(
     ids: &mut RequestIds,
     on_done: &mut dyn FnMut(usize),
 ) -> Result<LoopOutcome> {
+    drive_stepwise(engine, schedule, stop, ids, on_done, &mut |_, _| Ok(true))
+}
+
+/// [`drive_schedule`] with `after_step` run after every step (the profile
+/// pass brackets its window of steps with the profiler this way).
+///
+/// Errors: as [`drive_schedule`], and whatever `after_step` returned.
+pub fn drive_stepwise<E: StepEngine>(
+    engine: &mut E,
+    schedule: &mut dyn Schedule,
+    stop: Option<&AtomicBool>,
+    ids: &mut RequestIds,
+    on_done: &mut dyn FnMut(usize),
+    after_step: &mut StepHook<'_, E>,
+) -> Result<LoopOutcome> {
     let mut out = LoopOutcome::default();
     let base = ids.next;
     let origin = Instant::now();
@@ -186,6 +217,10 @@ pub fn drive_schedule<E: StepEngine>(
     let mut finished = 0usize;
     let mut step = StepOutput::default();
     let mut finished_flags: Vec<bool> = Vec::new();
+    // Whether each request got a token yet, and how many in flight have none.
+    let mut got_token: Vec<bool> = Vec::new();
+    let mut awaiting_first_token = 0usize;
+    let mut ended_by_hook = false;
     // Token arrivals go to one sequential log and reach the per-request
     // records after the loop: writing each request's record (and its ITL
     // list) in the loop touched one cold cache line per request per step,
@@ -194,15 +229,16 @@ pub fn drive_schedule<E: StepEngine>(
     let mut arrivals: Vec<Arrival> = Vec::new();
 
     loop {
-        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        if ended_by_hook || stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
             out.stopped = true;
             let aborted: Vec<u64> = (0..out.records.len())
                 .filter(|&i| out.records[i].error.is_none() && !finished_flags[i])
                 .map(|i| base + i as u64)
                 .collect();
             engine.abort(&aborted)?;
+            let why = if ended_by_hook { "aborted: the loop was ended" } else { "aborted: interrupted" };
             for rid in aborted {
-                out.records[(rid - base) as usize].error = Some("aborted: interrupted".into());
+                out.records[(rid - base) as usize].error = Some(why.into());
             }
             let unsent = RequestRecord { error: Some("not sent: interrupted".into()), ..RequestRecord::default() };
             out.records.extend(std::iter::repeat_n(unsent, schedule.unsent()));
@@ -228,6 +264,8 @@ pub fn drive_schedule<E: StepEngine>(
                 out.completions.push(None);
                 out.engine_timings.push(None);
                 finished_flags.push(false);
+                got_token.push(false);
+                awaiting_first_token += 1;
                 in_flight += 1;
                 Ok(idx)
             };
@@ -267,14 +305,20 @@ pub fn drive_schedule<E: StepEngine>(
             }
             arrivals.push(Arrival { idx: idx as u32, new_tokens: d.new_tokens, now_s: now });
             delivered += d.new_tokens;
+            if d.new_tokens > 0 && !got_token[idx] {
+                got_token[idx] = true;
+                awaiting_first_token -= 1;
+            }
             if d.finished {
                 finished_flags[idx] = true;
                 finished += 1;
                 in_flight -= 1;
+                if !got_token[idx] {
+                    awaiting_first_token -= 1;
+                }
                 // Tokens reach the records after the loop: a request that
                 // finishes with none at all failed, for the schedule too.
-                let got = d.new_tokens > 0 || arrivals_have(&arrivals, idx);
-                schedule.finished(idx, now, got);
+                schedule.finished(idx, now, got_token[idx]);
             }
         }
         for c in step.completions.drain(..) {
@@ -299,6 +343,8 @@ pub fn drive_schedule<E: StepEngine>(
         if finished > before {
             on_done(finished);
         }
+        let after = AfterStep { step: out.steps.last().expect("just pushed"), awaiting_first_token, finished };
+        ended_by_hook = !after_step(engine, &after)?;
     }
     for a in &arrivals {
         out.records[a.idx as usize].on_tokens(a.now_s, a.new_tokens);
@@ -317,12 +363,6 @@ pub fn drive_schedule<E: StepEngine>(
         .filter_map(|r| r.last_token_s)
         .fold(0.0, f64::max);
     Ok(out)
-}
-
-/// Whether request `idx` got any token in an earlier step (scanned only when
-/// a request finishes with no token in its last step: rare).
-fn arrivals_have(arrivals: &[Arrival], idx: usize) -> bool {
-    arrivals.iter().rev().any(|a| a.idx as usize == idx && a.new_tokens > 0)
 }
 
 /// `new_tokens` of request `idx` arrived when the step that returned at `now_s` did.
@@ -387,6 +427,29 @@ mod tests {
         assert_eq!(out.records[1].error.as_deref(), Some("aborted: interrupted"));
         assert!(out.records[2..].iter().all(|r| r.error.as_deref() == Some("not sent: interrupted")));
         assert!(engine.running.is_empty(), "in-flight requests were aborted in the engine");
+    }
+
+    /// The step hook sees each step, the requests still without a token
+    /// and the finished count, and ends the loop as a stop does.
+    #[test]
+    fn step_hook_sees_every_step_and_can_end_the_loop() {
+        let mut engine = OneTokenPerStep::default();
+        let prompt = [1u32];
+        let reqs = vec![Request::Tokens { prompt: &prompt, max_tokens: 5, ignore_eos: true }; 3];
+        let mut schedule = ListSchedule::new(&reqs, 2, None);
+        let mut seen = Vec::new();
+        let mut hook = |_: &mut OneTokenPerStep, a: &AfterStep<'_>| -> Result<bool> {
+            seen.push((a.step.output_tokens, a.awaiting_first_token, a.finished));
+            Ok(seen.len() < 6)
+        };
+        let out = drive_stepwise(&mut engine, &mut schedule, None, &mut RequestIds::default(), &mut |_| {}, &mut hook).unwrap();
+        // Two in flight get a token per step; the third is sent when the
+        // first two finish (step 5), and the hook ends the loop after step 6.
+        assert_eq!(seen, [(2, 0, 0), (2, 0, 0), (2, 0, 0), (2, 0, 0), (2, 0, 2), (1, 0, 2)]);
+        assert!(out.stopped);
+        assert!(out.records[..2].iter().all(|r| r.ok()));
+        assert_eq!(out.records[2].error.as_deref(), Some("aborted: the loop was ended"));
+        assert!(engine.running.is_empty(), "the request in flight was aborted");
     }
 
     #[test]
