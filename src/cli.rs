@@ -284,16 +284,14 @@ pub struct AbArgs {
     /// Repeats of each variant, interleaved in ABBA order (baseline, candidate, candidate, baseline, ...).
     #[arg(long, default_value_t = 3)]
     pub repeats: u32,
-    /// A saved A/A ab.json (from `ab --aa`): a verdict also needs |delta| above its noise floor.
-    #[arg(long, value_name = "FILE")]
-    pub noise: Option<PathBuf>,
     /// Run the A/A (baseline vs itself, same repeats) first into aa/ and use its noise floor.
     #[arg(long)]
     pub calibrate: bool,
     /// Keep adding ABBA pairs until every row's widest 95% CI half-width is
-    /// below this fraction (0.02 = 2%), or --max-repeats is reached.
-    #[arg(long, value_name = "PCT")]
-    pub until_ci: Option<f64>,
+    /// below this fraction (0.02 = 2%), or with `gate` until every gated
+    /// figure is PASS or FAIL (none INCONCLUSIVE); at most --max-repeats.
+    #[arg(long, value_name = "PCT|gate", value_parser = crate::orchestrate::ab::UntilCi::parse)]
+    pub until_ci: Option<crate::orchestrate::ab::UntilCi>,
     /// Most repeats per variant with --until-ci.
     #[arg(long, value_name = "N")]
     pub max_repeats: Option<u32>,
@@ -315,10 +313,13 @@ pub struct AbArgs {
 /// Options of the A/B statistics and gate, shared by `ab` and `compare`.
 #[derive(Debug, Args)]
 pub struct GateArgs {
-    /// Largest accepted drop of either exact_match, as a fraction (0.01 = 1 point).
+    /// Largest accepted drop of either exact_match, as a fraction (0.01 = 1
+    /// point), against the paired 95% CI of the difference (as --max-regression).
     #[arg(long, default_value_t = 0.01)]
     pub max_accuracy_drop: f64,
-    /// Fail (exit 1) on a significant perf regression larger than this fraction (0.05 = 5%).
+    /// Largest accepted perf regression, as a fraction (0.05 = 5%): FAIL
+    /// (exit 1) when a figure's whole 95% CI lies beyond it, PASS when the CI
+    /// excludes it, INCONCLUSIVE (exit 3) when the CI straddles it.
     #[arg(long, default_value_t = 0.05)]
     pub max_regression: f64,
     /// Bootstrap resamples for the confidence intervals.
@@ -330,6 +331,10 @@ pub struct GateArgs {
     /// The perf-changelog config key (default: the recipe name).
     #[arg(long)]
     pub config_key: Option<String>,
+    /// A saved A/A ab.json (from `ab --aa`): a verdict also needs |delta|
+    /// above its noise floor, and a figure's gate limit is raised to it.
+    #[arg(long, value_name = "FILE")]
+    pub noise: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
