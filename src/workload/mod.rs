@@ -17,6 +17,7 @@ pub mod driver;
 pub mod files;
 pub mod hub;
 pub mod lengths;
+pub mod prefetch;
 pub mod prompts;
 pub mod replay;
 pub mod sessions;
