@@ -268,32 +268,36 @@ mod tests {
             synth.build(&set, s, st, k, Some(7), &mut buf, &mut scratch);
         }
         println!("building the largest prompt ({} tokens): {:.0} us", buf.len(), t1.elapsed().as_secs_f64() / 20.0 * 1e6);
-        let cfg = ReplayConfig {
-            lanes: 64,
-            seed: 42,
-            run_id: 0,
-            start_min_ratio: 0.25,
-            start_max_ratio: 0.75,
-            warmup_requests_per_lane: 10,
-            tree_idle_cap_s: Some(300.0),
-            system_idle_cap_s: Some(10.0),
-            duration_s: None,
-            max_requests: Some(5000),
-            time_scale: 1.0,
-            cache_bust: true,
-            ignore_eos: true,
-        };
-        let mut replay = Replay::new(&set, &allowed, cfg).unwrap();
-        let t2 = Instant::now();
-        let reqs = simulate(&mut replay, 0.05, &|_| false);
-        let secs = t2.elapsed().as_secs_f64();
-        let tokens: usize = reqs.iter().map(|r| r.prompt.len()).sum();
-        println!(
-            "replay at 64 lanes: {} requests ({} prompt tokens) in {secs:.2} s of harness time; replay state {:.2} MiB",
-            reqs.len(),
-            tokens,
-            mib(replay.memory_bytes() as u64)
-        );
+        // Issue 34: the replay's state at GPU concurrencies (lanes), the
+        // same measured-request budget each.
+        for lanes in [64, 256, 512] {
+            let cfg = ReplayConfig {
+                lanes,
+                seed: 42,
+                run_id: 0,
+                start_min_ratio: 0.25,
+                start_max_ratio: 0.75,
+                warmup_requests_per_lane: 10,
+                tree_idle_cap_s: Some(300.0),
+                system_idle_cap_s: Some(10.0),
+                duration_s: None,
+                max_requests: Some(5000),
+                time_scale: 1.0,
+                cache_bust: true,
+                ignore_eos: true,
+            };
+            let mut replay = Replay::new(&set, &allowed, cfg).unwrap();
+            let t2 = Instant::now();
+            let reqs = simulate(&mut replay, 0.05, &|_| false);
+            let secs = t2.elapsed().as_secs_f64();
+            let tokens: usize = reqs.iter().map(|r| r.prompt.len()).sum();
+            println!(
+                "replay at {lanes} lanes: {} requests ({} prompt tokens) in {secs:.2} s of harness time; replay state {:.2} MiB",
+                reqs.len(),
+                tokens,
+                mib(replay.memory_bytes() as u64)
+            );
+        }
     }
 
     /// The loader's speed on a written quarter of the corpus.
