@@ -372,12 +372,17 @@ impl VllmEngine {
             if self.record_ids {
                 out.token_ids.push(new.extract()?);
             }
+            // A request's first output carries its QUEUED/SCHEDULED events
+            // and prefill stats (both recorded only with vLLM's log_stats), a
+            // later one events only at a preemption: a plain decode output
+            // has none, and nothing more is read of it.
             let events = o.getattr(a_events)?;
-            let prefill = o.getattr(a_prefill)?;
-            if events.is_none() && prefill.is_none() && !finished {
-                continue; // a decode step's output: nothing more to read
+            if events.is_none() && !finished {
+                continue;
             }
             let Some(req) = self.core.get_mut(&rid) else { continue };
+            let prefill = if events.is_none() { None } else { Some(o.getattr(a_prefill)?) };
+            let prefill = prefill.filter(|p| !p.is_none());
             if !events.is_none() {
                 for ev in events.try_iter()? {
                     let ev = ev?;
@@ -391,7 +396,7 @@ impl VllmEngine {
                     }
                 }
             }
-            if !prefill.is_none() && req.first_ts.is_none() {
+            if let Some(prefill) = prefill.filter(|_| req.first_ts.is_none()) {
                 // A request's first output (the output processor's
                 // is_prefilling): its cached prompt tokens, vLLM's TTFT.
                 let cached: u32 = prefill.getattr(names.num_cached_tokens.bind(py))?.extract()?;
