@@ -368,7 +368,14 @@ fn run_sessions(
     let mut progress = Progress::new(phase, u64::from(p.num_prompts));
     let started_mono_s = mono_now_s();
     let spec_before = engine.spec_counters();
-    let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done))?;
+    // Each stream's next prompt is built ahead on a helper thread (the
+    // replay's prompts are the same either way).
+    let outcome = std::thread::scope(|scope| {
+        replay.prefetch_in(scope, crate::workload::prefetch::DEFAULT_BUDGET_TOKENS);
+        let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done));
+        replay.stop_prefetch();
+        outcome
+    })?;
     let vllm_spec = spec_before.zip(engine.spec_counters()).map(|(before, after)| after.since(&before));
     let turns = replay.turns().to_vec();
     let measure_start_s = replay.measure_start_s();

@@ -110,6 +110,18 @@ pub struct EngineInfo {
     /// The engine is enginebench's fake one (tests), not vLLM.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fake_engine: bool,
+    /// How the shim steps the engine: `core` (vLLM's engine core driven
+    /// directly, no output processor between steps for token requests) or
+    /// `engine` (`LLMEngine.step()`); python-shim/enginebench_shim/steppath.py.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_path: Option<String>,
+    /// Why the engine path was used (a vLLM internal missing,
+    /// `ENGINEBENCH_STEP_PATH=engine`); `None` on the core path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_path_reason: Option<String>,
+    /// Keys this build does not know, kept as sent.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The shim's compatibility report, `compat.report()`: each vLLM internal

@@ -4,6 +4,44 @@
 //! [`ListSchedule`] is a fixed list (closed loop at a concurrency, or
 //! released on arrival times: request-rate mode); the replay of multi-turn
 //! sessions is another schedule (`super::replay`).
+//!
+//! # Between two steps, the least work (issues 34 and 37)
+//!
+//! The product measures the engine's step. On a GPU a decode step at high
+//! concurrency takes a few milliseconds, and everything the loop does
+//! between two `step()` calls is time the engine is not stepping. The loop
+//! and the engine layer under it are built so that this time is the
+//! smallest it can be, and nothing of ours runs beside the engine:
+//!
+//! - **The engine's own step, nothing else.** On vLLM the shim drives the
+//!   in-process engine core directly (python-shim/enginebench_shim/steppath.py,
+//!   "core" step path): a step is `EngineCore`'s schedule/execute/update, its
+//!   outputs go to Rust as they are and [`crate::engine::vllm`] reads the
+//!   few fields the figures need (no `RequestOutput`, no detokenization, no
+//!   stat loggers). Text requests (the eval, stop strings) still go through
+//!   vLLM's output processor, only theirs. `LLMEngine.step()` is the
+//!   fallback path, named in `doctor` and the result (`engine.step_path`).
+//! - **Prompts before the clock.** A fixed list (every sweep point, warm-ups
+//!   included) is handed to [`StepEngine::prepare_tokens`] before the loop
+//!   starts: vLLM's input processor makes each `EngineCoreRequest` then, and
+//!   a send only stamps its id and arrival time. Token ids reach Python as
+//!   lists of shared int objects (one per vocabulary id), the form vLLM
+//!   0.23-0.33 takes in-process (its core copies and appends to the list).
+//!   A replay's prompts are made when due, by the [`Schedule`] (the seam
+//!   where a replay builds the next turn of a session ahead of time).
+//! - **Per step, only what the figures need.** One reused [`StepOutput`];
+//!   each delta appends one (request, tokens, time) entry to a sequential
+//!   log, and the per-request records (TTFT, ITLs) are filled after the
+//!   loop: no per-request cache line touched, no allocation per token.
+//!   Progress goes to the orchestrator at most 10 times a second (the
+//!   worker), nothing is written per step.
+//! - **Whether to step** is one question, [`StepEngine::keep_stepping`]:
+//!   requests of this loop in flight, or (data parallel) work anywhere in
+//!   the engine's group, whose ranks must step together.
+//!
+//! What each part costs is measured by bench/harness_overhead.sh (the null
+//! engine at a GPU's step time, and the real engine against a pure-Python
+//! loop and `vllm bench throughput`); figures in docs/benchmarks.md.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -144,9 +182,10 @@ impl Schedule for ListSchedule<'_> {
 /// `max_in_flight` are running and its arrival time (if any) has come: the
 /// closed loop of `vllm bench serve --max-concurrency` (a semaphore), or its
 /// request-rate mode. `on_done(n)` is called with the number finished so far
-/// after each step that finished some.
+/// after each step that finished some. The token requests are handed to
+/// [`StepEngine::prepare_tokens`] before the loop's clock starts.
 ///
-/// Errors: see [`drive_schedule`].
+/// Errors: see [`drive_schedule`]; preparing a request failed.
 pub fn drive<E: StepEngine>(
     engine: &mut E,
     requests: &[Request<'_>],
@@ -154,8 +193,20 @@ pub fn drive<E: StepEngine>(
     ids: &mut RequestIds,
     on_done: &mut dyn FnMut(usize),
 ) -> Result<LoopOutcome> {
+    // Every request is known before the clock starts: the engine gets them
+    // ready now (vLLM: its input processor's work), not between two steps.
+    let ahead: Vec<(&[u32], u32, bool)> = requests
+        .iter()
+        .filter_map(|r| match *r {
+            Request::Tokens { prompt, max_tokens, ignore_eos } => Some((prompt, max_tokens, ignore_eos)),
+            Request::Text { .. } => None,
+        })
+        .collect();
+    engine.prepare_tokens(&ahead)?;
     let mut schedule = ListSchedule::new(requests, pacing.max_in_flight, pacing.arrivals);
-    drive_schedule(engine, &mut schedule, pacing.stop, ids, on_done)
+    let outcome = drive_schedule(engine, &mut schedule, pacing.stop, ids, on_done);
+    engine.prepare_tokens(&[])?;
+    outcome
 }
 
 /// Where a loop stands after a step, for a [`StepHook`].
@@ -271,7 +322,7 @@ pub fn drive_stepwise<E: StepEngine>(
             };
             schedule.poll(now, running, &mut send)?;
         }
-        if in_flight == 0 {
+        if !engine.keep_stepping(in_flight)? {
             if schedule.done() {
                 break;
             }
@@ -400,6 +451,8 @@ mod tests {
         assert_eq!(out.steps.iter().map(|s| s.output_tokens).sum::<u32>(), 40);
         assert_eq!(out.steps.iter().map(|s| s.finished).sum::<u32>(), 10);
         assert!(out.duration_s > 0.0);
+        // Every request was prepared before the loop, and freed after it.
+        assert_eq!(engine.prepared, vec![10, 0]);
         // Ids continue across loops on one engine.
         let one = Pacing { max_in_flight: 1, arrivals: None, stop: None };
         let out2 = drive(&mut engine, &reqs[..1], one, &mut ids, &mut |_| {}).unwrap();
@@ -477,5 +530,7 @@ mod tests {
         let out = drive(&mut engine, &reqs, pacing, &mut ids, &mut |_| {}).unwrap();
         let texts: Vec<String> = out.completions.into_iter().map(|c| c.unwrap().0).collect();
         assert_eq!(texts, vec!["done 0", "done 1", "done 2"]);
+        // Text requests are never prepared (the eval goes through vLLM's output processor).
+        assert_eq!(engine.prepared, vec![0, 0]);
     }
 }

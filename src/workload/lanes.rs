@@ -60,7 +60,8 @@ use rand_chacha::ChaCha8Rng;
 use super::driver::{Request, Schedule};
 use super::replay_config::{ReplayConfig, StopReason};
 use super::sessions::{Arrival, Content, SessionSet};
-use super::synth::{Synth, covered_blocks, key};
+use super::prefetch::{Prefetch, PromptKey};
+use super::synth::{MARKER_TOKENS, Synth, covered_blocks, key};
 use crate::error::usage;
 use crate::protocol::{ReplayPhase, TurnInfo};
 
@@ -170,6 +171,8 @@ pub struct LanesReplay<'a> {
     turns: Vec<TurnInfo>,
     buf: Vec<u32>,
     scratch: Vec<u32>,
+    /// Builds each stream's next prompt ahead of its send ([`LanesReplay::prefetch_in`]).
+    prefetch: Option<Prefetch>,
 }
 
 impl<'a> LanesReplay<'a> {
@@ -204,6 +207,7 @@ impl<'a> LanesReplay<'a> {
             turns: Vec::new(),
             buf: Vec::new(),
             scratch: Vec::new(),
+            prefetch: None,
             cfg,
         };
         for lane in 0..r.lanes.len() {
@@ -219,6 +223,20 @@ impl<'a> LanesReplay<'a> {
     /// One entry per request sent, in send order.
     pub fn turns(&self) -> &[TurnInfo] {
         &self.turns
+    }
+
+    /// From now on, each stream's next prompt is built ahead on a helper
+    /// thread in `scope` as soon as its predecessor is sent, holding at most
+    /// `budget_tokens` ahead ([`super::prefetch`]); the prompts sent are the
+    /// same. Call [`LanesReplay::stop_prefetch`] before the scope ends.
+    pub fn prefetch_in<'scope>(&mut self, scope: &'scope std::thread::Scope<'scope, 'a>, budget_tokens: usize) {
+        self.prefetch = Some(Prefetch::spawn(scope, self.set, self.synth, budget_tokens));
+    }
+
+    /// Ends the helper thread of [`LanesReplay::prefetch_in`]; returns how
+    /// many prompts were taken ready and how many waited for.
+    pub fn stop_prefetch(&mut self) -> Option<(u64, u64)> {
+        self.prefetch.take().map(|p| (p.taken, p.waited))
     }
 
     pub fn into_turns(self) -> Vec<TurnInfo> {
@@ -250,6 +268,7 @@ impl<'a> LanesReplay<'a> {
             + self.passes.capacity() * 4
             + self.turns.capacity() * size_of::<TurnInfo>()
             + (self.buf.capacity() + self.scratch.capacity()) * 4
+            + self.prefetch.as_ref().map_or(0, Prefetch::memory_bytes)
     }
 
     /// The next trace of `lane`, if any.
@@ -397,10 +416,20 @@ impl<'a> LanesReplay<'a> {
         let session = tree.session as usize;
         let def = set.session_streams(session)[s];
         let k = tree.streams[s].next as usize;
-        let turn = set.stream_turns(&def)[k];
-        self.synth.build(set, session, s, k, tree.marker, &mut self.buf, &mut self.scratch);
+        let turns = set.stream_turns(&def);
+        let turn = turns[k];
+        let pkey = PromptKey { session: session as u32, stream: s as u32, turn: k as u32, marker: tree.marker };
+        match self.prefetch.as_mut().and_then(|p| p.take(&pkey)) {
+            Some(built) => self.buf = built,
+            None => self.synth.build(set, session, s, k, tree.marker, &mut self.buf, &mut self.scratch),
+        }
         let max_tokens = if phase == ReplayPhase::Measured { turn.max_tokens } else { WARMUP_MAX_TOKENS };
         let index = send(Request::Tokens { prompt: &self.buf, max_tokens, ignore_eos: self.cfg.ignore_eos })?;
+        if let (Some(p), Some(next)) = (self.prefetch.as_mut(), turns.get(k + 1)) {
+            // The stream's next prompt is known now: built off this thread.
+            let marker = if tree.marker.is_some() { MARKER_TOKENS as usize } else { 0 };
+            p.ask(PromptKey { turn: pkey.turn + 1, ..pkey }, next.input as usize + marker);
+        }
         debug_assert_eq!(index, self.turns.len(), "records are numbered in send order");
         let hit_tokens = match set.content {
             Content::Blocks { block_size } => {

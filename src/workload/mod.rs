@@ -18,6 +18,7 @@ pub mod driver;
 pub mod files;
 pub mod hub;
 pub mod lengths;
+pub mod prefetch;
 pub mod prompts;
 pub mod lanes;
 pub mod replay;
@@ -27,7 +28,7 @@ pub mod synth;
 pub mod timed;
 pub mod trace;
 #[cfg(test)]
-mod agentx_shape_tests;
+mod agentx_shape;
 #[cfg(test)]
 mod replay_tests;
 #[cfg(test)]

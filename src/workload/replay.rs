@@ -52,6 +52,22 @@ impl<'a> SessionReplay<'a> {
         }
     }
 
+    /// [`LanesReplay::prefetch_in`] for a lanes replay (a timed trace's
+    /// prompts are built at their send).
+    pub fn prefetch_in<'scope>(&mut self, scope: &'scope std::thread::Scope<'scope, 'a>, budget_tokens: usize) {
+        if let SessionReplay::Lanes(r) = self {
+            r.prefetch_in(scope, budget_tokens);
+        }
+    }
+
+    /// [`LanesReplay::stop_prefetch`].
+    pub fn stop_prefetch(&mut self) -> Option<(u64, u64)> {
+        match self {
+            SessionReplay::Lanes(r) => r.stop_prefetch(),
+            SessionReplay::Timed(_) => None,
+        }
+    }
+
     fn schedule(&mut self) -> &mut dyn Schedule {
         match self {
             SessionReplay::Lanes(r) => r,

@@ -9,7 +9,7 @@ use std::io::Read;
 
 use serde_json::Value;
 
-use crate::util::{bundled_recipe_head, engine_lock, enginebench, f, read_json, text, write_recipe};
+use crate::util::{bundled_recipe_head, engine_lock, enginebench, enginebench_env, f, read_json, text, write_recipe};
 
 fn recipe(dir: &std::path::Path) -> String {
     let rest = r#"[sweep]
@@ -115,16 +115,23 @@ fn ab_float32_vs_bfloat16_kernel_diff() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ab");
-    let o = enginebench(&[
+    // On the shim's LLMEngine.step() path (the fallback where vLLM lacks the
+    // engine-core path): this run keeps it exercised end to end.
+    let o = enginebench_env(&[
         "ab", &recipe(dir.path()), "--baseline", "base", "--candidate", "bf16", "--repeats", "1", "--conc", "2",
         "--profile", "--profile-steps", "3", "--max-regression", "10", "-o", out.to_str().unwrap(),
-    ]);
+    ], &[("ENGINEBENCH_STEP_PATH", "engine")]);
     let log = text(&o);
     // One repeat and no eval: nothing gated, so the gate is INCONCLUSIVE (exit 3).
     assert_eq!(o.status.code(), Some(3), "{log}");
     assert!(log.contains("kernel diff, ISL/OSL 32/16 TP 1 conc 2"), "{log}");
 
     let r = read_json(&out.join("result.json"));
+    for job in r["jobs"].as_array().unwrap() {
+        assert_eq!(job["engine"]["step_path"], "engine", "{}", job["engine"]);
+        assert_eq!(job["engine"]["step_path_reason"], "ENGINEBENCH_STEP_PATH=engine");
+        assert_eq!(job["points"][0]["completed"], job["points"][0]["num_prompts"], "{}", job["points"][0]);
+    }
     let table = |label: &str| -> Vec<String> {
         let job = r["jobs"].as_array().unwrap().iter().find(|j| j["label"] == label).unwrap();
         job["points"][0]["profile"]["kernels"]["rows"].as_array().unwrap().iter().map(|x| x["name"].as_str().unwrap().to_string()).collect()

@@ -30,6 +30,7 @@ fn doctor_and_run_on_python312_vllm023() {
     // 0.23 keeps make_arg_parser where 0.2x did: the layer must say so.
     assert_eq!(d["engine"]["compat"]["make_arg_parser"]["found"], "vllm.entrypoints.openai.cli_args:make_arg_parser");
     assert_eq!(d["can_run"], true);
+    assert_eq!(d["engine"]["step_path"]["path"], "core", "{}", d["engine"]["step_path"]);
 
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
@@ -47,6 +48,7 @@ fn doctor_and_run_on_python312_vllm023() {
     assert!(job["python"]["vllm_path"].as_str().unwrap().contains("venv-vllm023"), "{}", job["python"]);
     assert_eq!(job["engine"]["scheduler_details"], true, "{}", job["engine"]);
     assert_eq!(job["engine"]["degraded"], serde_json::json!([]), "{}", job["engine"]);
+    assert_eq!(job["engine"]["step_path"], "core", "vLLM 0.23 has the engine-core path: {}", job["engine"]);
     for p in job["points"].as_array().unwrap() {
         assert_eq!(p["completed"], 4, "{p}");
         assert_eq!(p["crosscheck"]["agree"], true, "{p}");

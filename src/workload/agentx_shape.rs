@@ -1,7 +1,8 @@
-//! Tests of the trace loader and the lanes replay at AgentX's scale, on
-//! synthetic agentic traces of a chosen shape (memory and speed figures
-//! without the real dataset; test-only, unlike [`super::synth`], which
-//! builds the prompts of every replay): [`Shape::agentx`] is the
+//! Synthetic agentic traces of a chosen shape, for tests of the trace
+//! loader and the lanes replay at AgentX's scale (memory and speed figures
+//! without the real dataset) and for bench/promptgen's `agentx` set
+//! (test-only in the library, unlike [`super::synth`], which builds the
+//! prompts of every replay): [`Shape::agentx`] is the
 //! size of AgentX's corpus (393 traces, ~57k top-level and ~42k subagent
 //! requests, contexts growing to ~200k tokens; notes/agentx.md 6). The
 //! traces follow AgentX's structure: 64-token hash-id blocks numbered per
@@ -12,7 +13,6 @@
 //! All numbers are drawn from a seeded generator; none is real data.
 
 use std::io::Write;
-use std::time::Instant;
 
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
@@ -20,10 +20,6 @@ use rand_chacha::ChaCha8Rng;
 
 use super::sessions::{Arrival, Content, SessionSet, TurnRecord};
 use super::synth::{Synth, key, name_key};
-use super::lanes::LanesReplay;
-use super::replay_config::ReplayConfig;
-use super::testkit::simulate;
-use super::trace::load_agentx;
 
 /// The size of a synthetic trace set.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -196,141 +192,155 @@ impl Shape {
     }
 }
 
-/// Prompt tokens if every prompt were kept, and ids if stored whole.
-fn naive_bytes(set: &SessionSet) -> (u64, u64) {
-    let prompts = set.turns.iter().map(|t| u64::from(t.input) * 4).sum();
-    let ids = set.turns.iter().map(|t| u64::from(t.ids_len()) * 4).sum();
-    (prompts, ids)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use super::super::lanes::LanesReplay;
+    use super::super::replay_config::ReplayConfig;
+    use super::super::testkit::simulate;
+    use super::super::trace::load_agentx;
+    use std::time::Instant;
 
-#[test]
-fn memory_is_the_distinct_hash_ids() {
-    let shape = Shape { sessions: 12, ..Shape::agentx() };
-    let set = shape.build(1).unwrap();
-    let (prompts, ids) = naive_bytes(&set);
-    let bytes = set.memory_bytes() as u64;
-    let id_bytes = set.ids.len() as u64 * 4;
-    assert!(id_bytes * 2 > bytes, "ids {id_bytes} of {bytes} bytes");
-    assert!(bytes * 10 < ids && ids * 60 < prompts, "set {bytes}, whole ids {ids}, prompts {prompts}");
-    // The written file loads back into the same set.
-    let mut text = Vec::new();
-    Shape { sessions: 3, ..shape }.write_agentx(1, &mut text).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("traces.jsonl");
-    std::fs::write(&path, &text).unwrap();
-    let (loaded, summary) = load_agentx(&path, 64).unwrap();
-    let built = Shape { sessions: 3, ..shape }.build(1).unwrap();
-    assert_eq!((loaded.turns.len(), loaded.ids.len()), (built.turns.len(), built.ids.len()));
-    let shape_of = |set: &SessionSet| -> Vec<(u32, u32, Option<u32>, Option<u32>)> {
-        let st = set.streams.iter();
-        st.map(|s| (s.first_turn, s.n_turns, s.spawn.map(|x| x.anchor), s.join.map(|j| j.turn))).collect()
-    };
-    assert_eq!(shape_of(&loaded), shape_of(&built));
-    for (a, b) in loaded.streams.iter().zip(&built.streams) {
-        let gap = |s: &crate::workload::sessions::Stream| s.join.map_or(0.0, |j| j.gap_s);
-        assert!((gap(a) - gap(b)).abs() < 1e-9, "JSON keeps the times");
+    /// Prompt tokens if every prompt were kept, and ids if stored whole.
+    fn naive_bytes(set: &SessionSet) -> (u64, u64) {
+        let prompts = set.turns.iter().map(|t| u64::from(t.input) * 4).sum();
+        let ids = set.turns.iter().map(|t| u64::from(t.ids_len()) * 4).sum();
+        (prompts, ids)
     }
-    assert!(summary.subagents > 0);
-}
 
-/// The full AgentX shape: memory of the loaded set and of the replay's
-/// state, and the cost of building prompts.
-/// `cargo test --release --lib full_agentx_shape -- --ignored --nocapture`
-#[test]
-#[ignore = "a report: builds ~100k requests, ~5 s"]
-fn full_agentx_shape_memory_report() {
-    let t0 = Instant::now();
-    let set = Shape::agentx().build(42).unwrap();
-    let built = t0.elapsed().as_secs_f64();
-    let (prompts, ids) = naive_bytes(&set);
-    let (turns, sub) = set.turn_counts();
-    let inputs: Vec<u32> = set.turns.iter().map(|t| t.input).collect();
-    let mean_in = inputs.iter().map(|&x| f64::from(x)).sum::<f64>() / inputs.len() as f64;
-    let max_in = inputs.iter().max().unwrap();
-    println!("sessions {}, requests {turns} ({} top-level, {sub} subagent), mean in {mean_in:.0}, max in {max_in}", set.sessions.len(), turns - sub);
-    println!(
-        "set: {:.1} MiB ({:.1} MiB ids, {} distinct ids; {:.1} MiB turns); built in {built:.1} s",
-        mib(set.memory_bytes() as u64),
-        mib(set.ids.len() as u64 * 4),
-        set.ids.len(),
-        mib((set.turns.len() * std::mem::size_of::<crate::workload::sessions::Turn>()) as u64)
-    );
-    println!("for comparison: every request's ids stored whole {:.0} MiB, every prompt kept {:.0} MiB", mib(ids), mib(prompts));
-    let allowed: Vec<u32> = (0..150_000).collect();
-    let synth = Synth::new(&allowed, 1);
-    let (mut buf, mut scratch) = (Vec::new(), Vec::new());
-    let biggest = set.turns.iter().position(|t| t.input == *max_in).unwrap() as u32;
-    let (s, st, k) = locate(&set, biggest);
-    let t1 = Instant::now();
-    for _ in 0..20 {
-        synth.build(&set, s, st, k, Some(7), &mut buf, &mut scratch);
+    #[test]
+    fn memory_is_the_distinct_hash_ids() {
+        let shape = Shape { sessions: 12, ..Shape::agentx() };
+        let set = shape.build(1).unwrap();
+        let (prompts, ids) = naive_bytes(&set);
+        let bytes = set.memory_bytes() as u64;
+        let id_bytes = set.ids.len() as u64 * 4;
+        assert!(id_bytes * 2 > bytes, "ids {id_bytes} of {bytes} bytes");
+        assert!(bytes * 10 < ids && ids * 60 < prompts, "set {bytes}, whole ids {ids}, prompts {prompts}");
+        // The written file loads back into the same set.
+        let mut text = Vec::new();
+        Shape { sessions: 3, ..shape }.write_agentx(1, &mut text).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("traces.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        let (loaded, summary) = load_agentx(&path, 64).unwrap();
+        let built = Shape { sessions: 3, ..shape }.build(1).unwrap();
+        assert_eq!((loaded.turns.len(), loaded.ids.len()), (built.turns.len(), built.ids.len()));
+        let shape_of = |set: &SessionSet| -> Vec<(u32, u32, Option<u32>, Option<u32>)> {
+            let st = set.streams.iter();
+            st.map(|s| (s.first_turn, s.n_turns, s.spawn.map(|x| x.anchor), s.join.map(|j| j.turn))).collect()
+        };
+        assert_eq!(shape_of(&loaded), shape_of(&built));
+        for (a, b) in loaded.streams.iter().zip(&built.streams) {
+            let gap = |s: &crate::workload::sessions::Stream| s.join.map_or(0.0, |j| j.gap_s);
+            assert!((gap(a) - gap(b)).abs() < 1e-9, "JSON keeps the times");
+        }
+        assert!(summary.subagents > 0);
     }
-    println!("building the largest prompt ({} tokens): {:.0} us", buf.len(), t1.elapsed().as_secs_f64() / 20.0 * 1e6);
-    let cfg = ReplayConfig {
-        lanes: 64,
-        seed: 42,
-        run_id: 0,
-        start_min_ratio: 0.25,
-        start_max_ratio: 0.75,
-        warmup_requests_per_lane: 10,
-        tree_idle_cap_s: Some(300.0),
-        system_idle_cap_s: Some(10.0),
-        duration_s: None,
-        max_requests: Some(5000),
-        time_scale: 1.0,
-        cache_bust: true,
-        ignore_eos: true,
-    };
-    let mut replay = LanesReplay::new(&set, &allowed, cfg).unwrap();
-    let t2 = Instant::now();
-    let reqs = simulate(&mut replay, 0.05, &|_| false);
-    let secs = t2.elapsed().as_secs_f64();
-    let tokens: usize = reqs.iter().map(|r| r.prompt.len()).sum();
-    println!(
-        "replay at 64 lanes: {} requests ({} prompt tokens) in {secs:.2} s of harness time; replay state {:.2} MiB",
-        reqs.len(),
-        tokens,
-        mib(replay.memory_bytes() as u64)
-    );
-}
 
-/// The loader's speed on a written quarter of the corpus.
-/// `cargo test --release --lib agentx_file_load -- --ignored --nocapture`
-#[test]
-#[ignore = "a report: writes and loads a ~150 MB trace file"]
-fn agentx_file_load_report() {
-    let shape = Shape { sessions: 98, ..Shape::agentx() };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("traces.jsonl");
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    shape.write_agentx(42, &mut file).unwrap();
-    drop(file);
-    let size = std::fs::metadata(&path).unwrap().len();
-    let t0 = Instant::now();
-    let (set, summary) = load_agentx(&path, 64).unwrap();
-    let secs = t0.elapsed().as_secs_f64();
-    println!(
-        "loaded {:.0} MiB ({} sessions, {} requests) in {secs:.2} s ({:.0} MiB/s); set {:.1} MiB",
-        mib(size),
-        summary.sessions,
-        set.turns.len(),
-        mib(size) / secs,
-        mib(summary.memory_bytes as u64)
-    );
-}
-
-fn mib(b: u64) -> f64 {
-    b as f64 / (1 << 20) as f64
-}
-
-/// (session, stream within it, turn within it) of global turn `g`.
-fn locate(set: &SessionSet, g: u32) -> (usize, usize, usize) {
-    for s in 0..set.sessions.len() {
-        for (si, st) in set.session_streams(s).iter().enumerate() {
-            if (st.first_turn..st.first_turn + st.n_turns).contains(&g) {
-                return (s, si, (g - st.first_turn) as usize);
-            }
+    /// The full AgentX shape: memory of the loaded set and of the replay's
+    /// state, and the cost of building prompts.
+    /// `cargo test --release --lib full_agentx_shape -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a report: builds ~100k requests, ~5 s"]
+    fn full_agentx_shape_memory_report() {
+        let t0 = Instant::now();
+        let set = Shape::agentx().build(42).unwrap();
+        let built = t0.elapsed().as_secs_f64();
+        let (prompts, ids) = naive_bytes(&set);
+        let (turns, sub) = set.turn_counts();
+        let inputs: Vec<u32> = set.turns.iter().map(|t| t.input).collect();
+        let mean_in = inputs.iter().map(|&x| f64::from(x)).sum::<f64>() / inputs.len() as f64;
+        let max_in = inputs.iter().max().unwrap();
+        println!("sessions {}, requests {turns} ({} top-level, {sub} subagent), mean in {mean_in:.0}, max in {max_in}", set.sessions.len(), turns - sub);
+        println!(
+            "set: {:.1} MiB ({:.1} MiB ids, {} distinct ids; {:.1} MiB turns); built in {built:.1} s",
+            mib(set.memory_bytes() as u64),
+            mib(set.ids.len() as u64 * 4),
+            set.ids.len(),
+            mib((set.turns.len() * std::mem::size_of::<crate::workload::sessions::Turn>()) as u64)
+        );
+        println!("for comparison: every request's ids stored whole {:.0} MiB, every prompt kept {:.0} MiB", mib(ids), mib(prompts));
+        let allowed: Vec<u32> = (0..150_000).collect();
+        let synth = Synth::new(&allowed, 1);
+        let (mut buf, mut scratch) = (Vec::new(), Vec::new());
+        let biggest = set.turns.iter().position(|t| t.input == *max_in).unwrap() as u32;
+        let (s, st, k) = locate(&set, biggest);
+        let t1 = Instant::now();
+        for _ in 0..20 {
+            synth.build(&set, s, st, k, Some(7), &mut buf, &mut scratch);
+        }
+        println!("building the largest prompt ({} tokens): {:.0} us", buf.len(), t1.elapsed().as_secs_f64() / 20.0 * 1e6);
+        // Issue 34: the replay's state at GPU concurrencies (lanes), the same
+        // measured-request budget each.
+        for lanes in [64, 256, 512] {
+            let cfg = ReplayConfig {
+                lanes,
+                seed: 42,
+                run_id: 0,
+                start_min_ratio: 0.25,
+                start_max_ratio: 0.75,
+                warmup_requests_per_lane: 10,
+                tree_idle_cap_s: Some(300.0),
+                system_idle_cap_s: Some(10.0),
+                duration_s: None,
+                max_requests: Some(5000),
+                time_scale: 1.0,
+                cache_bust: true,
+                ignore_eos: true,
+            };
+            let mut replay = LanesReplay::new(&set, &allowed, cfg).unwrap();
+            let t2 = Instant::now();
+            let reqs = simulate(&mut replay, 0.05, &|_| false);
+            let secs = t2.elapsed().as_secs_f64();
+            let tokens: usize = reqs.iter().map(|r| r.prompt.len()).sum();
+            println!(
+                "replay at {lanes} lanes: {} requests ({} prompt tokens) in {secs:.2} s of harness time; replay state {:.2} MiB",
+                reqs.len(),
+                tokens,
+                mib(replay.memory_bytes() as u64)
+            );
         }
     }
-    unreachable!()
+
+    /// The loader's speed on a written quarter of the corpus.
+    /// `cargo test --release --lib agentx_file_load -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a report: writes and loads a ~150 MB trace file"]
+    fn agentx_file_load_report() {
+        let shape = Shape { sessions: 98, ..Shape::agentx() };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("traces.jsonl");
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        shape.write_agentx(42, &mut file).unwrap();
+        drop(file);
+        let size = std::fs::metadata(&path).unwrap().len();
+        let t0 = Instant::now();
+        let (set, summary) = load_agentx(&path, 64).unwrap();
+        let secs = t0.elapsed().as_secs_f64();
+        println!(
+            "loaded {:.0} MiB ({} sessions, {} requests) in {secs:.2} s ({:.0} MiB/s); set {:.1} MiB",
+            mib(size),
+            summary.sessions,
+            set.turns.len(),
+            mib(size) / secs,
+            mib(summary.memory_bytes as u64)
+        );
+    }
+
+    fn mib(b: u64) -> f64 {
+        b as f64 / (1 << 20) as f64
+    }
+
+    /// (session, stream within it, turn within it) of global turn `g`.
+    fn locate(set: &SessionSet, g: u32) -> (usize, usize, usize) {
+        for s in 0..set.sessions.len() {
+            for (si, st) in set.session_streams(s).iter().enumerate() {
+                if (st.first_turn..st.first_turn + st.n_turns).contains(&g) {
+                    return (s, si, (g - st.first_turn) as usize);
+                }
+            }
+        }
+        unreachable!()
+    }
 }
