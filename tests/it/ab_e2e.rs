@@ -1,7 +1,9 @@
 //! `enginebench ab` on the real engine: an inert runtime knob keeps greedy
-//! tokens identical, and its 2-repeat, 4-question gate ends INCONCLUSIVE
-//! (exit 3) saying what would decide it; a numerics change (float32 vs
-//! bfloat16) moves greedy tokens. Plots come out as valid PNG and SVG.
+//! tokens identical, with the A/A noise floor and --until-ci, and its
+//! 4-question accuracy gate stays INCONCLUSIVE saying what would decide it;
+//! a numerics change (float32 vs bfloat16) moves greedy tokens. Plots come
+//! out as valid PNG and SVG. The engine runs are few and shared by the
+//! checks (this module was the suite's longest).
 
 use std::path::Path;
 
@@ -29,41 +31,79 @@ args_replace = { "--dtype" = "bfloat16" }
     write_recipe(dir, "ab", &(bundled_recipe_head("ab-e2e", 1024, "") + rest))
 }
 
+/// One `ab` run checks the A/A, the noise floor, --until-ci and the gate
+/// together (each engine start is a job of this machine's longest test
+/// module): an inert runtime knob against the base, --calibrate (the A/A of
+/// the base first, into aa/, whose floor the A/B uses) and --until-ci with a
+/// target no run reaches (a third ABBA pair, then which row stayed open).
+/// Then a numerics change (float32 vs bfloat16) is run alone and compared,
+/// with `compare`, against the base jobs of that run.
 #[test]
-fn inert_knob_agrees_and_dtype_change_diverges() {
+fn knob_ab_with_calibration_and_until_ci_then_dtype_change_diverges() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
     let recipe = ab_recipe(dir.path());
 
-    // Inert knob, two interleaved repeats. This machine is noisy, so the perf
-    // gate is given room; the numerics must be exactly the same. Four
-    // questions cannot show that accuracy held within 1 point (their paired
-    // CI is about ±33 points), so the gate is INCONCLUSIVE, exit 3, and says
-    // how many questions would decide it.
+    // This machine is noisy, so the perf gate is given room; the numerics
+    // must be exactly the same. Four questions cannot show that accuracy
+    // held within 1 point (their paired CI is about ±33 points), so the
+    // accuracy gate is INCONCLUSIVE and says how many questions would decide it.
     let out = dir.path().join("knob");
     let o = enginebench(&[
-        "ab", &recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2",
-        "--max-regression", "0.5", "-o", out.to_str().unwrap(),
+        "ab", &recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2", "--calibrate",
+        "--until-ci", "0.0001", "--max-repeats", "3", "--max-regression", "0.5", "-o", out.to_str().unwrap(),
     ]);
     let log = text(&o);
-    assert_eq!(o.status.code(), Some(3), "{log}");
-    assert!(log.contains("points): INCONCLUSIVE\n") && log.contains("about 194 paired eval questions (`--eval-limit 194`)"), "{log}");
-    assert!(log.contains("| conc |") || log.contains("verdict"), "{log}");
-    let r = read_json(&out.join("result.json"));
-    let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
-    assert_eq!(labels, vec!["base", "knob", "knob", "base"], "interleaved per repeat, ABBA");
+
+    // The A/A: base against its copy, two ABBA pairs, in aa/.
+    let aa = out.join("aa");
+    let labels_of = |r: &serde_json::Value| -> Vec<String> {
+        r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(labels_of(&read_json(&aa.join("result.json"))), ["base", "base-aa", "base-aa", "base"], "A/A on the ABBA schedule");
+    let c = read_json(&aa.join("ab.json"));
+    assert_eq!(c["aa"], true);
+    assert!(c["changes"].as_array().unwrap().is_empty(), "an A/A changes nothing: {}", c["changes"]);
+    // At 2 repeats (t = 12.7) a ±50% limit may or may not be resolved; a
+    // same-variant A/A never fails.
+    check_gate_rule(&c, 0.5);
+    assert_ne!(c["gate"]["outcome"], "fail", "{log}");
+    for f in c["rows"][0]["figures"].as_array().unwrap() {
+        assert_eq!(f["method"], "paired-t", "{f}");
+        assert!(f["mde"].as_f64().unwrap() > 0.0, "{f}");
+        assert_eq!(f["repeat_deltas"].as_array().unwrap().len(), 2, "{f}");
+        assert!(f["bootstrap_ci"].is_array(), "the old method's interval is kept beside: {f}");
+    }
+    let md = std::fs::read_to_string(aa.join("ab.md")).unwrap();
+    assert!(md.contains("### Noise floor (A/A)") && md.contains("MDE (80% power)"), "{md}");
+    assert!(md.contains("paired t on the repeats' log ratios"), "{md}");
+
+    // The A/B: interleaved per repeat, ABBA, and a third pair added by --until-ci.
+    assert!(log.contains("after 2 repeats: ISL/OSL 32/16 TP 1 conc 4: tok/s/gpu"), "progress per row: {log}");
+    assert_eq!(labels_of(&read_json(&out.join("result.json"))), ["base", "knob", "knob", "base", "base", "knob"]);
     let c = read_json(&out.join("ab.json"));
+    assert_eq!(c["rows"].as_array().unwrap().len(), 1);
+    assert!(c["rows"][0]["verdict"].is_string());
+    assert_eq!(c["rows"][0]["repeats"], serde_json::json!([3, 3]));
+    let floor = aa.join("ab.json");
+    assert_eq!(c["noise"]["file"], floor.to_str().unwrap());
+    assert_eq!(c["noise"]["repeats"], 2);
+    assert!(c["rows"][0]["figures"].as_array().unwrap().iter().all(|f| f["noise_floor"].as_f64().is_some()));
+    check_verdict_rule(&c);
+    check_gate_rule(&c, 0.5);
+    assert_eq!(o.status.code(), Some(exit_of(&c)), "{log}");
+    let notes = c["notes"].to_string();
+    assert!(notes.contains("still wider than") && notes.contains("conc 4"), "{notes}");
     let agreement = &c["accuracy"]["agreement"];
     assert_eq!(agreement["compared"], 4, "{c}");
     assert_eq!(agreement["fraction"], 1.0, "an inert knob changes no greedy token: {agreement}");
     assert_eq!(c["accuracy"]["outcome"], "inconclusive");
     assert_eq!(c["accuracy"]["strict"]["gate"]["questions_needed"], serde_json::json!({"about": 194}));
-    assert_eq!(c["gate"]["outcome"], "inconclusive", "{}", c["gate"]);
-    assert_eq!(c["rows"].as_array().unwrap().len(), 1);
-    assert!(c["rows"][0]["verdict"].is_string());
-    check_gate_rule(&c, 0.5);
+    assert_ne!(c["gate"]["outcome"], "pass", "accuracy undecided: {}", c["gate"]);
+    assert!(log.contains("about 194 paired eval questions (`--eval-limit 194`)"), "{log}");
     let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
     assert!(md.contains("| conc | before | after | delta |"), "{md}");
+    assert!(md.contains(&format!("noise floor, from the A/A `{}`", floor.display())), "{md}");
     assert!(md.contains("### Gate per figure") && md.contains("| gsm8k | exact_match strict-match |"), "{md}");
     let changelog = std::fs::read_to_string(out.join("changelog.yaml")).unwrap();
     assert!(changelog.starts_with("# enginebench: no perf-changelog entry") && !changelog.contains("config-keys"), "{changelog}");
@@ -73,19 +113,24 @@ fn inert_knob_agrees_and_dtype_change_diverges() {
     let svg = std::fs::read_to_string(out.join("ab_tput_vs_intvty_isl32_osl16.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("tok/s/user"), "{}", &svg[..200.min(svg.len())]);
 
-    // float32 vs bfloat16: greedy tokens diverge on some questions.
-    let out = dir.path().join("bf16");
+    // float32 vs bfloat16: greedy tokens diverge on some questions. The
+    // bfloat16 variant runs alone; its baseline is the A/B's base jobs.
+    let bf16 = dir.path().join("bf16");
+    let o = enginebench(&["run", &recipe, "--variant", "bf16", "-o", bf16.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let cmp = dir.path().join("cmp");
     let o = enginebench(&[
-        "ab", &recipe, "--baseline", "base", "--candidate", "bf16", "--repeats", "1",
-        "--max-regression", "10", "--max-accuracy-drop", "1", "-o", out.to_str().unwrap(),
+        "compare", out.join("result.json").to_str().unwrap(), bf16.join("result.json").to_str().unwrap(),
+        "--baseline-label", "base", "--candidate-label", "bf16", "--max-regression", "10", "--max-accuracy-drop", "1",
+        "-o", cmp.to_str().unwrap(),
     ]);
     let log = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{log}");
-    let c = read_json(&out.join("ab.json"));
-    // One repeat: performance is not gated; a 100-point drop limit passes any accuracy.
+    let c = read_json(&cmp.join("ab.json"));
+    // One run a side: performance is not gated; a 100-point drop limit passes any accuracy.
     assert_eq!(c["gate"]["outcome"], "pass", "{}", c["gate"]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
     assert!(c["rows"][0]["figures"].as_array().unwrap().iter().all(|f| f["gate"].is_null()));
-    assert!(std::fs::read_to_string(out.join("changelog.yaml")).unwrap().contains("config-keys"));
+    assert!(std::fs::read_to_string(cmp.join("changelog.yaml")).unwrap().contains("config-keys"));
     let agreement = &c["accuracy"]["agreement"];
     assert!(agreement["fraction"].as_f64().unwrap() < 1.0, "bf16 must move some greedy tokens: {agreement}");
     assert!(agreement["mean_first_divergence"].as_f64().is_some(), "{agreement}");
@@ -162,83 +207,6 @@ fn exit_of(c: &serde_json::Value) -> i32 {
         "fail" => 1,
         _ => 3,
     }
-}
-
-#[test]
-fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
-    let _guard = engine_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let recipe = &tiny_recipe(dir.path());
-
-    // 1. A/A: base against its copy, two ABBA pairs. The gate is given room
-    // (as in the inert-knob test): this checks the A/A's files, not the VM.
-    let aa = dir.path().join("aa");
-    let o = enginebench(&[
-        "ab", recipe, "--baseline", "base", "--aa", "--repeats", "2", "--no-eval", "--max-regression", "0.5", "-o",
-        aa.to_str().unwrap(),
-    ]);
-    let log = text(&o);
-    let r = read_json(&aa.join("result.json"));
-    let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
-    assert_eq!(labels, vec!["base", "base-aa", "base-aa", "base"], "A/A on the ABBA schedule");
-    let c = read_json(&aa.join("ab.json"));
-    // At 2 repeats (t = 12.7) a ±50% limit may or may not be resolved; the
-    // exit code is the outcome's either way, and a same-variant A/A never fails.
-    check_gate_rule(&c, 0.5);
-    assert_eq!(o.status.code(), Some(exit_of(&c)), "{log}");
-    assert_ne!(c["gate"]["outcome"], "fail", "{log}");
-    assert_eq!(c["aa"], true);
-    assert!(c["changes"].as_array().unwrap().is_empty(), "an A/A changes nothing: {}", c["changes"]);
-    for f in c["rows"][0]["figures"].as_array().unwrap() {
-        assert_eq!(f["method"], "paired-t", "{f}");
-        assert!(f["mde"].as_f64().unwrap() > 0.0, "{f}");
-        assert_eq!(f["repeat_deltas"].as_array().unwrap().len(), 2, "{f}");
-        assert!(f["bootstrap_ci"].is_array(), "the old method's interval is kept beside: {f}");
-    }
-    let md = std::fs::read_to_string(aa.join("ab.md")).unwrap();
-    assert!(md.contains("### Noise floor (A/A)") && md.contains("MDE (80% power)"), "{md}");
-    assert!(md.contains("paired t on the repeats' log ratios"), "{md}");
-
-    // 2. A/B with that noise floor, and --until-ci with a target no run
-    // reaches: it adds a third pair, then says which row stayed open.
-    let ab = dir.path().join("ab");
-    let noise = aa.join("ab.json");
-    let o = enginebench(&[
-        "ab", recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2", "--no-eval",
-        "--noise", noise.to_str().unwrap(), "--until-ci", "0.0001", "--max-repeats", "3",
-        "--max-regression", "0.5", "-o", ab.to_str().unwrap(),
-    ]);
-    let log = text(&o);
-    assert!(log.contains("after 2 repeats: ISL/OSL 32/8 TP 1 conc 2: tok/s/gpu"), "progress per row: {log}");
-    let r = read_json(&ab.join("result.json"));
-    let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
-    assert_eq!(labels, vec!["base", "knob", "knob", "base", "base", "knob"], "a third ABBA pair was added");
-    let c = read_json(&ab.join("ab.json"));
-    assert_eq!(c["rows"][0]["repeats"], serde_json::json!([3, 3]));
-    assert_eq!(c["noise"]["file"], noise.to_str().unwrap());
-    assert!(c["rows"][0]["figures"].as_array().unwrap().iter().all(|f| f["noise_floor"].as_f64().is_some()));
-    check_verdict_rule(&c);
-    check_gate_rule(&c, 0.5);
-    assert_eq!(o.status.code(), Some(exit_of(&c)), "{log}");
-    let notes = c["notes"].to_string();
-    assert!(notes.contains("still wider than") && notes.contains("conc 2"), "{notes}");
-    let md = std::fs::read_to_string(ab.join("ab.md")).unwrap();
-    assert!(md.contains(&format!("noise floor, from the A/A `{}`", noise.display())), "{md}");
-
-    // 3. --calibrate: the A/A runs first into aa/ and its floor is used.
-    let cal = dir.path().join("cal");
-    let o = enginebench(&[
-        "ab", recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2", "--no-eval", "--calibrate",
-        "--max-regression", "0.5", "-o", cal.to_str().unwrap(),
-    ]);
-    let log = text(&o);
-    assert_eq!(read_json(&cal.join("aa/ab.json"))["aa"], true);
-    let c = read_json(&cal.join("ab.json"));
-    assert_eq!(c["noise"]["file"], cal.join("aa/ab.json").to_str().unwrap());
-    assert_eq!(c["noise"]["repeats"], 2);
-    check_verdict_rule(&c);
-    check_gate_rule(&c, 0.5);
-    assert_eq!(o.status.code(), Some(exit_of(&c)), "{log}");
 }
 
 #[test]
