@@ -20,5 +20,9 @@ fi
 export "$("$repo/ci/slurm.sh" env)"
 trap '"$repo/ci/slurm.sh" stop' EXIT
 cd "$repo"
-# Engine tests serialise themselves; the rest run in parallel.
+# Engine tests serialise themselves on a lock (tests/it/util.rs engine_lock);
+# the rest run in parallel. More test threads than cores, so that while one
+# engine test runs and others wait on the lock, the tests that start no
+# engine still have threads (with one per core they queued behind the lock).
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 cargo test --release "$@"
