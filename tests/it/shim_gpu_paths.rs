@@ -104,6 +104,7 @@ except e.FlagError as err:
 const ASYNC_STEPS: &str = r#"
 import types
 from enginebench_shim import engine as E
+from enginebench_shim import steppath
 
 class Cached:
     def __init__(self, ids, outs):
@@ -172,9 +173,11 @@ eng.scheduler_details = eng._wrap_scheduler()
 eng.num_speculative_tokens, eng._zero_spec = None, (0, 0, 0, [])
 eng._record_ids, eng.crosscheck, eng._text_rids = False, True, set()
 eng._hang_after, eng._steps = None, 0
+eng._TokensPrompt = None
+eng._path = steppath.EnginePath(eng)    # the fake has no engine core: vLLM's engine path
 
 def step(label):
-    deltas, _texts, stats, *_ = eng.step()
+    _core, deltas, _texts, stats, *_ = eng.step()
     p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits = stats[:9]
     print(label, len(deltas), (p_r, p_t), (d_r, d_t), running, queries, hits)
 
