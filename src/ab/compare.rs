@@ -601,7 +601,7 @@ fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)],
 }
 
 fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Vec<String>) -> Result<Option<Accuracy>> {
-    let eval_of = |arm: &Arm| arm.repeats.iter().find_map(|r| r.job.eval.as_ref().map(|e| e.gsm8k.clone()));
+    let eval_of = |arm: &Arm| arm.repeats.iter().find_map(|r| r.job.eval.as_ref().and_then(|e| e.gsm8k.clone()));
     let (be, ce) = match (eval_of(baseline), eval_of(candidate)) {
         (Some(b), Some(c)) => (b, c),
         (None, None) => {

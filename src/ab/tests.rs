@@ -86,7 +86,7 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
     if !samples.is_empty() {
         let a = crate::eval::score::aggregate(&samples);
         job.eval = Some(Evals {
-            gsm8k: Gsm8kResult {
+            gsm8k: Some(Gsm8kResult {
                 n: a.n,
                 exact_match_strict: a.exact_match_strict,
                 exact_match_strict_stderr: a.exact_match_strict_stderr,
@@ -104,8 +104,8 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
                 max_tokens: 256,
                 duration_s: 1.0,
                 output_tokens: 4 * a.n as u64,
-            },
-            gate: None,
+            }),
+            ..Evals::default()
         });
     }
     Repeat { job, requests, samples }
@@ -269,11 +269,11 @@ fn refuses_mismatched_workloads() {
     let m = usage_message(compare(&b(), &c, context(), Options::default()));
     assert!(m.contains("evals differ: questions (n) 8 (baseline) vs 9 (candidate)"), "{m}");
     let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
-    c.job.eval.as_mut().unwrap().gsm8k.fewshot_mode = "train-random-seed-1234".into();
+    c.job.eval.as_mut().unwrap().gsm8k.as_mut().unwrap().fewshot_mode = "train-random-seed-1234".into();
     let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
     assert!(m.contains("few-shot mode first-k-test-excluded (baseline) vs train-random-seed-1234"), "{m}");
     let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
-    c.job.eval.as_mut().unwrap().gsm8k.task = "gsm8k_cot".into();
+    c.job.eval.as_mut().unwrap().gsm8k.as_mut().unwrap().task = "gsm8k_cot".into();
     let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
     assert!(m.contains("task gsm8k (baseline) vs gsm8k_cot"), "{m}");
     // Other concurrencies only: compared where they meet, the rest noted.

@@ -111,7 +111,7 @@ pub fn ab_options(g: &cli::GateArgs) -> ab::Options {
 
 /// The eval flags (`--task`, `--eval-limit`, ...) into `o`.
 pub fn apply_eval_flags(o: &mut RunOptions, e: cli::EvalFlags) {
-    o.task = e.task;
+    o.tasks = e.task.into_iter().collect();
     o.eval_limit = e.eval_limit;
     o.gsm8k_data = e.gsm8k_data;
     o.num_fewshot = e.num_fewshot;

