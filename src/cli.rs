@@ -438,9 +438,25 @@ pub struct TelemetryArgs {
 /// Options of the eval, shared by `run` and `eval`.
 #[derive(Debug, Args)]
 pub struct EvalFlags {
-    /// Eval task: gsm8k, gsm8k_cot, gsm8k_inferencex, or a task TOML (overrides eval.task).
+    /// Eval task, repeatable or comma-separated (replaces the recipe's):
+    /// gsm8k, gsm8k_cot, gsm8k_inferencex or a task TOML (built in); any other
+    /// name, `lm-eval:NAME` or a .yaml path runs through lm-eval itself.
+    #[arg(long, value_delimiter = ',')]
+    pub task: Vec<String>,
+    /// An lm-eval task YAML file, or a folder of them with their `!function`
+    /// helpers (repeatable); run through lm-eval itself.
     #[arg(long)]
-    pub task: Option<String>,
+    pub task_file: Vec<PathBuf>,
+    /// Max new tokens of every eval request: N, or `inferencex` (context - 4096,
+    /// context / 2 up to 4096, at most 16384).
+    #[arg(long)]
+    pub eval_max_tokens: Option<crate::recipe::EvalMaxTokens>,
+    /// Accuracy thresholds per task and model prefix (InferenceX's thresholds.yaml shape).
+    #[arg(long)]
+    pub thresholds: Option<PathBuf>,
+    /// The thresholds file's `models:` entry that applies (InferenceX's model prefix, e.g. dsv4).
+    #[arg(long)]
+    pub model_prefix: Option<String>,
     /// Questions to score (overrides eval.limit).
     #[arg(long, alias = "limit")]
     pub eval_limit: Option<u32>,

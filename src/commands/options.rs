@@ -111,7 +111,11 @@ pub fn ab_options(g: &cli::GateArgs) -> ab::Options {
 
 /// The eval flags (`--task`, `--eval-limit`, ...) into `o`.
 pub fn apply_eval_flags(o: &mut RunOptions, e: cli::EvalFlags) {
-    o.tasks = e.task.into_iter().collect();
+    o.tasks = e.task;
+    o.task_files = e.task_file;
+    o.eval_max_tokens = e.eval_max_tokens;
+    o.thresholds = e.thresholds;
+    o.model_prefix = e.model_prefix;
     o.eval_limit = e.eval_limit;
     o.gsm8k_data = e.gsm8k_data;
     o.num_fewshot = e.num_fewshot;
