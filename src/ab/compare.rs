@@ -265,6 +265,26 @@ pub struct Accuracy {
     pub agreement: Option<TokenAgreement>,
 }
 
+/// One metric of one task in an A/B: the arms' scores (lm-eval tasks) and the
+/// candidate against its threshold (any task, from its run's accuracy gate).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskAccuracy {
+    pub task: String,
+    /// lm-eval's metric name, e.g. `exact_match,strict-match`.
+    pub metric: String,
+    /// Both arms' scores, when both ran the task through lm-eval.
+    pub baseline: Option<f64>,
+    pub candidate: Option<f64>,
+    /// candidate - baseline, fraction.
+    pub diff: Option<f64>,
+    /// -diff <= max_accuracy_drop (true when not compared).
+    pub held: bool,
+    /// The candidate's threshold, its source and whether it met it, when the run had one.
+    pub threshold: Option<f64>,
+    pub source: Option<String>,
+    pub meets_threshold: Option<bool>,
+}
+
 /// The gate: what failed, if anything, and what it could not judge.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GateResult {
@@ -291,6 +311,10 @@ pub struct Comparison {
     /// Sorted by ISL, OSL, TP, conc.
     pub rows: Vec<Row>,
     pub accuracy: Option<Accuracy>,
+    /// Per task and metric: lm-eval tasks compared across the arms, and
+    /// every task's threshold check on the candidate ([`compare_tasks`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskAccuracy>,
     /// What was left out or could not be compared, in words.
     pub notes: Vec<String>,
     pub gate: GateResult,
@@ -402,7 +426,7 @@ pub fn apply_noise(c: &mut Comparison, noise: &NoiseFloor) {
         }
     }
     c.noise = Some(noise.source.clone());
-    c.gate = gate(&c.rows, c.accuracy.as_ref(), &c.options);
+    c.gate = gate(&c.rows, c.accuracy.as_ref(), &c.tasks, &c.options);
 }
 
 impl Comparison {
@@ -525,9 +549,10 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         );
     }
     let accuracy = compare_accuracy(baseline, candidate, &options, &mut notes)?;
+    let tasks = compare_tasks(baseline, candidate, &options);
     let (b_tables, c_tables) = (baseline.kernel_tables(), candidate.kernel_tables());
     notes.extend(crate::profile::diff::one_sided(&b_tables, &c_tables));
-    let gate = gate(&rows, accuracy.as_ref(), &options);
+    let gate = gate(&rows, accuracy.as_ref(), &tasks, &options);
     Ok(Comparison {
         baseline_label: baseline.label.clone(),
         candidate_label: candidate.label.clone(),
@@ -536,6 +561,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         changes: super::config_diff::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job),
         rows,
         accuracy,
+        tasks,
         notes,
         gate,
         spec: super::spec::compare_spec(baseline, candidate),
@@ -677,6 +703,59 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
     }))
 }
 
+/// Per task and metric: every gated metric of the lm-eval tasks both arms ran
+/// (held when it dropped by at most `max_accuracy_drop`), and the
+/// candidate's accuracy-gate checks (its run's thresholds, per task, the
+/// built-in task's included).
+pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAccuracy> {
+    let evals = |arm: &Arm| arm.repeats.iter().find_map(|r| r.job.eval.clone());
+    let (b, c) = (evals(baseline), evals(candidate));
+    let mut out: Vec<TaskAccuracy> = Vec::new();
+    if let (Some(bl), Some(cl)) = (b.as_ref().and_then(|e| e.lm_eval.as_ref()), c.as_ref().and_then(|e| e.lm_eval.as_ref())) {
+        for ct in &cl.tasks {
+            let Some(bt) = bl.tasks.iter().find(|t| t.task == ct.task) else { continue };
+            for m in ct.gated_metrics() {
+                let Some(bm) = bt.metrics.iter().find(|x| x.name == m.name) else { continue };
+                let diff = m.value - bm.value;
+                out.push(TaskAccuracy {
+                    task: ct.task.clone(),
+                    metric: m.name.clone(),
+                    baseline: Some(bm.value),
+                    candidate: Some(m.value),
+                    diff: Some(diff),
+                    held: -diff <= o.max_accuracy_drop + 1e-12,
+                    threshold: None,
+                    source: None,
+                    meets_threshold: None,
+                });
+            }
+        }
+    }
+    for check in c.as_ref().and_then(|e| e.gate.as_ref()).map(|g| g.checks.as_slice()).unwrap_or_default() {
+        let row = match out.iter_mut().position(|t| t.task == check.task && t.metric == check.metric) {
+            Some(i) => &mut out[i],
+            None => {
+                out.push(TaskAccuracy {
+                    task: check.task.clone(),
+                    metric: check.metric.clone(),
+                    baseline: None,
+                    candidate: Some(check.value),
+                    diff: None,
+                    held: true,
+                    threshold: None,
+                    source: None,
+                    meets_threshold: None,
+                });
+                out.last_mut().expect("just pushed")
+            }
+        };
+        row.threshold = Some(check.threshold);
+        row.source = Some(check.source.clone());
+        row.meets_threshold = Some(check.passed);
+    }
+    out
+}
+
 /// Greedy-token agreement over paired samples; `None` when no pair has token ids on both sides.
 pub fn token_agreement(pairs: &[(&Sample, &Sample)]) -> Option<TokenAgreement> {
     let with_ids: Vec<_> = pairs.iter().filter(|(a, b)| !a.token_ids.is_empty() && !b.token_ids.is_empty()).collect();
@@ -707,7 +786,7 @@ pub fn token_agreement(pairs: &[(&Sample, &Sample)]) -> Option<TokenAgreement> {
 /// with one repeat on a side are not gated on performance (their interval
 /// cannot support a run-to-run claim; see [`GateResult::perf_not_gated`]);
 /// accuracy is gated whatever the repeats (the eval runs once, greedy).
-pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResult {
+pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, tasks: &[TaskAccuracy], o: &Options) -> GateResult {
     let mut failures = Vec::new();
     let (judged, one_repeat): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.repeats.0 >= 2 && r.repeats.1 >= 2);
     let perf_not_gated = (!one_repeat.is_empty()).then(|| {
@@ -751,6 +830,23 @@ pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResul
                     a.max_accuracy_drop * 100.0
                 ));
             }
+        }
+    }
+    for t in tasks {
+        if let (false, Some(b), Some(c), Some(d)) = (t.held, t.baseline, t.candidate, t.diff) {
+            failures.push(format!(
+                "accuracy did not hold: {} {} {:.2}% -> {:.2}% ({:+.2} points; allowed drop {:.2} points)",
+                t.task,
+                t.metric,
+                b * 100.0,
+                c * 100.0,
+                d * 100.0,
+                o.max_accuracy_drop * 100.0
+            ));
+        }
+        if let (Some(false), Some(th), Some(c)) = (t.meets_threshold, t.threshold, t.candidate) {
+            let source = t.source.as_deref().unwrap_or("?");
+            failures.push(format!("accuracy below threshold: {} {} = {c:.4} < {th:.2} ({source})", t.task, t.metric));
         }
     }
     GateResult { passed: failures.is_empty(), failures, perf_not_gated }

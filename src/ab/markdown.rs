@@ -5,7 +5,7 @@
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
 
-use super::compare::{Accuracy, Comparison, Figure, METRICS, PairedMetric, Row};
+use super::compare::{Accuracy, Comparison, Figure, METRICS, PairedMetric, Row, TaskAccuracy};
 use super::distributions::McNemarMethod;
 use super::numbers::{ci_text, num, p_text, pct, pct_abs, pct_unsigned};
 use super::stats::{CONFIDENCE, Verdict};
@@ -163,6 +163,12 @@ pub fn render(c: &Comparison) -> String {
         s.push('\n');
         s.push_str(&accuracy_markdown(a));
     }
+    if !c.tasks.is_empty() {
+        s.push_str("\nAccuracy per task:\n\n");
+        for line in task_lines(&c.tasks) {
+            s.push_str(&format!("- {line}\n"));
+        }
+    }
     if !c.notes.is_empty() {
         s.push_str("\nNotes:\n\n");
         for n in &c.notes {
@@ -221,6 +227,25 @@ fn agreement_text(a: &Accuracy) -> String {
         }
         None => "Greedy-token agreement: no token ids to compare.".into(),
     }
+}
+
+/// One line per task and metric: the arms' scores and the candidate's threshold.
+fn task_lines(tasks: &[TaskAccuracy]) -> Vec<String> {
+    tasks
+        .iter()
+        .map(|t| {
+            let scores = match (t.baseline, t.candidate, t.diff) {
+                (Some(b), Some(c), Some(d)) => format!("{:.2}% → {:.2}% ({:+.2} points{})", b * 100.0, c * 100.0, d * 100.0, if t.held { "" } else { ", did not hold" }),
+                (_, Some(c), _) => format!("candidate {:.2}%", c * 100.0),
+                _ => "-".into(),
+            };
+            let threshold = match (t.threshold, t.meets_threshold) {
+                (Some(th), Some(ok)) => format!("; threshold {th:.2} ({}): {}", t.source.as_deref().unwrap_or("?"), if ok { "met" } else { "NOT met" }),
+                _ => String::new(),
+            };
+            format!("{} {}: {scores}{threshold}", t.task, t.metric)
+        })
+        .collect()
 }
 
 /// The accuracy block in Markdown.
@@ -324,6 +349,9 @@ pub fn terminal(c: &Comparison) -> String {
     }
     if c.aa {
         s.push_str(&noise_markdown(c));
+    }
+    for line in task_lines(&c.tasks) {
+        s.push_str(&format!("{line}\n"));
     }
     if let Some(a) = &c.accuracy {
         s.push_str(&format!("{}, {}-shot ({}):\n", a.task, a.num_fewshot, a.fewshot_mode));
@@ -443,6 +471,7 @@ pub(crate) mod tests {
             changes: vec![],
             rows,
             accuracy: Some(accuracy),
+            tasks: Vec::new(),
             notes: vec!["ISL/OSL 1024/1024 TP 8 conc 128 ran only in the baseline: not compared".into()],
             gate: GateResult { passed: true, failures: vec![], perf_not_gated: None },
             spec: None,

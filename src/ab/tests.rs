@@ -221,6 +221,57 @@ fn one_repeat_is_not_gated_on_performance_but_accuracy_still_is() {
     assert!(cmp.gate.failures.iter().all(|f| f.starts_with("accuracy did not hold")), "{:?}", cmp.gate.failures);
 }
 
+/// An arm whose one repeat ran an lm-eval task scoring `score`, and whose
+/// run's accuracy gate checked it against `threshold`.
+fn lm_eval_arm(label: &str, score: f64, threshold: f64) -> Arm {
+    use crate::report::result::{Evals, Gate, GateCheck, LmEvalResult, Metric as TaskMetric, TaskScore};
+    let mut r = repeat(label, &[4], 8, 1.0, &[]);
+    let metric = "exact_match,last_letter".to_string();
+    r.job.eval = Some(Evals {
+        lm_eval: Some(LmEvalResult {
+            lm_eval_version: Some("0.4.10".into()),
+            files: vec![],
+            chat: true,
+            max_tokens: None,
+            duration_s: 1.0,
+            wall_s: 2.0,
+            requests: 100,
+            output_tokens: 1000,
+            tasks: vec![TaskScore {
+                task: "gpqa_mini".into(),
+                n: Some(100),
+                num_fewshot: Some(0),
+                metrics: vec![TaskMetric { name: metric.clone(), value: score, stderr: Some(0.05), higher_is_better: Some(true) }],
+                requests: 100,
+                output_tokens: 1000,
+            }],
+        }),
+        gate: Some(Gate {
+            passed: score >= threshold,
+            checks: vec![GateCheck { task: "gpqa_mini".into(), metric, value: score, stderr: Some(0.05), threshold, source: "default".into(), passed: score >= threshold }],
+            ungated: vec![],
+        }),
+        ..Evals::default()
+    });
+    arm(label, vec![r])
+}
+
+#[test]
+fn lm_eval_tasks_are_gated_per_task() {
+    // Held and above its threshold: passes, one row for the task's metric.
+    let cmp = compare(&lm_eval_arm("base", 0.40, 0.30), &lm_eval_arm("cand", 0.40, 0.30), context(), Options::default()).unwrap();
+    assert!(cmp.gate.passed, "{:?}", cmp.gate);
+    let [t] = cmp.tasks.as_slice() else { panic!("{:?}", cmp.tasks) };
+    assert_eq!((t.task.as_str(), t.baseline, t.candidate, t.meets_threshold), ("gpqa_mini", Some(0.40), Some(0.40), Some(true)));
+    assert!(super::markdown::terminal(&cmp).contains("gpqa_mini exact_match,last_letter: 40.00% → 40.00% (+0.00 points); threshold 0.30 (default): met"));
+    // A 15-point drop below the threshold: both named.
+    let cmp = compare(&lm_eval_arm("base", 0.40, 0.30), &lm_eval_arm("cand", 0.25, 0.30), context(), Options::default()).unwrap();
+    assert!(!cmp.gate.passed);
+    let f = &cmp.gate.failures;
+    assert!(f.iter().any(|x| x.starts_with("accuracy did not hold: gpqa_mini exact_match,last_letter 40.00% -> 25.00%")), "{f:?}");
+    assert!(f.iter().any(|x| x == "accuracy below threshold: gpqa_mini exact_match,last_letter = 0.2500 < 0.30 (default)"), "{f:?}");
+}
+
 #[test]
 fn repeats_pair_up_and_average() {
     let b = arm("base", vec![repeat("base", &[4], 8, 1.0, &[]), repeat("base", &[4], 8, 1.02, &[])]);
