@@ -15,23 +15,31 @@ min/median/max over the rounds of
   * eb / py output tok/s (target >= 0.99) and eb / vb output tok/s (>= 1.0),
     each ratio taken within one round;
   * the harness's own time per step, us: loop wall time minus the time inside
-    vLLM's LLMEngine.step() and LLMEngine.add_request(), plus the shim's hooks
-    that run inside step() (its scheduler count and stat logger), over the
-    steps (target <= 50 us at conc 64). The same Probe (pyloop.py) times both
-    loops: pyloop installs it itself, enginebench's embedded interpreter gets
-    it through bench/probe/sitecustomize.py;
+    vLLM's engine core (the in-process client's get_output() and
+    add_request()), plus the shim's hooks that run inside the core's step
+    (its scheduler count and stat logger), over the steps, with its p50, p99
+    and max, the engine core's mean step and the share of wall time the core
+    was not stepping. The same Probe (pyloop.py) times both loops: pyloop
+    installs it itself, enginebench's embedded interpreter gets it through
+    bench/probe/sitecustomize.py;
   * the time outside the harness's step() call per step, us, from enginebench's
     own steps.jsonl (duration_s - sum of dur_ms, over the steps; this one
     leaves out the Rust<->Python crossing, which happens inside that call,
     and includes vLLM's add_request).
 With --baseline BIN, another enginebench binary runs as "eb0" in every round
-(before/after a change). With --replay, enginebench also runs as "ebr": the
-same points as a trace replay (workload = "trace") of a trace this script
-writes (2 x conc sessions of back-to-back turns with no think time, each
-turn ISL tokens: one block shared by the session's turns, one new block,
-OSL output tokens), so its harness us/step at conc live sessions sits beside
-the fixed-length loop's at the same conc; its per-step figures cover every
-step of the replay's loop (primers and warm-ups included).
+(before/after a change); ebe / pye are eb / py on the shim's LLMEngine.step()
+path, ebq eb with the telemetry sampler nearly off. --null-engine replaces
+vLLM's engine core by a stand-in with no model (pyloop.null_core); with
+--null-step-ms each of its steps takes that long (GPU pace), and the report
+gives each loop's output against the step-bound ideal (issue 34). With
+--replay, enginebench also runs as "ebr": the same points as a trace replay
+(workload = "trace") of a trace this script writes (2 x conc sessions of
+back-to-back turns with no think time, each turn ISL tokens: one block
+shared by the session's turns, one new block, OSL output tokens), or with
+--replay-shape agentx of enginebench's synthetic set of AgentX's full shape
+(bench/promptgen agentx), so its harness us/step at conc live sessions sits
+beside the fixed-length loop's at the same conc; its per-step figures cover
+every step of the replay's loop (primers and warm-ups included).
 
 Every engine runs alone (one at a time), in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), with the same OMP_NUM_THREADS and
@@ -73,15 +81,34 @@ def parse_args():
     p.add_argument("--kv-space", default="2", help="VLLM_CPU_KVCACHE_SPACE, GiB")
     p.add_argument("--omp-threads", default=str(os.cpu_count() or 1),
                    help="OMP_NUM_THREADS (enginebench's CPU default: the logical CPUs)")
-    p.add_argument("--harnesses", default=None, help="default eb,py,vb (eb,py with --null-engine)")
+    p.add_argument("--harnesses", default=None,
+                   help="default eb,py,vb (eb,py with --null-engine); also ebe / pye: eb / py on the shim's "
+                        "LLMEngine.step() path (ENGINEBENCH_STEP_PATH=engine); ebq: eb with the telemetry "
+                        "sampler nearly off (--telemetry-interval-ms 60000)")
     p.add_argument("--null-engine", action="store_true",
                    help="replace vLLM's step by a stand-in with no model (pyloop.null_engine) in eb and py: "
                         "the per-step figures are then the harness's own cost, free of the model's noise")
     p.add_argument("--evict-mb", type=int, default=0,
                    help="with --null-engine: the stand-in copies this many MiB each step (inside the timed "
                         "step), leaving the caches as cold as a real step that streams the weights does")
+    p.add_argument("--null-step-ms", default=None,
+                   help="with --null-engine: comma list of step times, ms (e.g. 2,5,20): each stand-in step takes "
+                        "that long in all, its own work included (GPU pace); every harness runs at each value")
+    p.add_argument("--null-step-mode", choices=("spin", "sleep"), default="spin",
+                   help="how a null step waits out --null-step-ms: spin on the clock (a GPU step's host thread is "
+                        "busy too) or sleep")
     p.add_argument("--replay", action="store_true",
-                   help="also run enginebench on a trace replay of the same shape (harness ebr)")
+                   help="also run enginebench on a trace replay (harness ebr; shape: --replay-shape)")
+    p.add_argument("--replay-shape", choices=("simple", "agentx"), default="simple",
+                   help="simple: back-to-back sessions of ISL/OSL turns; agentx: enginebench's synthetic set of "
+                        "AgentX's full shape (bench/promptgen agentx: 393 sessions, subagents, contexts to ~198k "
+                        "tokens), think times compressed away; its engine needs --replay-engine-args")
+    p.add_argument("--replay-sessions", type=int, default=393, help="--replay-shape agentx: sessions in the set")
+    p.add_argument("--replay-engine-args",
+                   default="--dtype bfloat16 --enforce-eager --max-model-len 200704 --max-num-batched-tokens 8192",
+                   help="--replay-shape agentx: the engine's flags (a context of ~200k tokens; bf16 halves the KV "
+                        "cache it must hold: with the null engine the model never runs after start-up)")
+    p.add_argument("--replay-kv-space", default="5", help="--replay-shape agentx: VLLM_CPU_KVCACHE_SPACE, GiB")
     p.add_argument("--baseline", default=None,
                    help="another enginebench binary, run as harness eb0 in every round (before/after a change)")
     p.add_argument("--report", default=None, metavar="DIR", help="only print the tables of a finished run")
@@ -141,13 +168,43 @@ seed = {a.seed}
 
 
 def replay_recipe_text(a, concs):
-    """The same recipe as a trace replay of `trace.jsonl` (beside it)."""
+    """The same recipe as a trace replay of `trace.jsonl` (beside it); the
+    AgentX shape gets its own engine flags (a ~200k context) and compressed
+    think times (back-to-back turns: every step has work)."""
     text = recipe_text(a, concs).replace('name = "harness-overhead"', 'name = "harness-overhead-replay"')
-    return text + """workload = "trace"
+    trace = """workload = "trace"
 [sweep.trace]
 file = "trace.jsonl"
 format = "agentx"
 """
+    if a.replay_shape != "agentx":
+        return text + trace
+    args = ", ".join(json.dumps(x) for x in a.replay_engine_args.split())
+    text = text.replace(f'VLLM_CPU_KVCACHE_SPACE = "{a.kv_space}"',
+                        f'VLLM_CPU_KVCACHE_SPACE = "{a.replay_kv_space}"\nVLLM_ALLOW_LONG_MAX_MODEL_LEN = "1"')
+    text = text.replace(text[text.index("args = ["):text.index("]\n", text.index("args = ["))],
+                        f"args = [{args}, \"--hf-overrides\", {json.dumps(json.dumps({'max_position_embeddings': 262144}))}")
+    return text + trace + "time_scale = 1e-6\n"
+
+
+def agentx_trace(a):
+    """The synthetic AgentX set (bench/promptgen agentx), cached under
+    ~/.cache/enginebench/bench keyed by the sessions and the generator's
+    source (~385 MB for 393 sessions)."""
+    import hashlib
+
+    src = b"".join(open(os.path.join(ROOT, "src", "workload", f), "rb").read()
+                   for f in ("agentx_shape.rs", "sessions.rs", "synth.rs"))
+    key = hashlib.sha256(src).hexdigest()[:12]
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "enginebench", "bench")
+    os.makedirs(cache, exist_ok=True)
+    path = os.path.join(cache, f"agentx-{a.replay_sessions}-{key}.jsonl")
+    if not os.path.exists(path):
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            subprocess.run([a.promptgen, "agentx", "42", str(a.replay_sessions)], stdout=f, check=True)
+        os.replace(tmp, path)
+    return path
 
 
 def write_trace(path, a, sessions, turns):
@@ -306,16 +363,17 @@ def parse_eb_replay(out, probe_dir, concs):
     return res, result
 
 
-def run_eb(a, d, env, binary, recipe, parse):
+def run_eb(a, d, env, binary, recipe, parse, extra=()):
     """One enginebench run of `recipe` (in the output folder) with the
-    probe installed; `parse(out, probe_dir)` gives its per-conc figures."""
+    probe installed, `extra` run options added; `parse(out, probe_dir)`
+    gives its per-conc figures."""
     os.makedirs(d, exist_ok=True)
     probe_dir = os.path.join(d, "probe")
     os.makedirs(probe_dir, exist_ok=True)
     env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir)
     out = os.path.join(d, "run")
     secs = run([binary, "run", os.path.join(a.out, recipe), "--no-eval", "--step-trace",
-                "-o", out], env, os.path.join(d, "stderr.log"))
+                "-o", out, *extra], env, os.path.join(d, "stderr.log"))
     res, _ = parse(out, probe_dir)
     return res, secs
 
@@ -403,6 +461,9 @@ def main():
         raise SystemExit("--null-engine: vllm bench throughput (vb) cannot run the stand-in; use --harnesses eb,py")
     if a.evict_mb and not a.null_engine:
         raise SystemExit("--evict-mb needs --null-engine")
+    if a.null_step_ms and not a.null_engine:
+        raise SystemExit("--null-step-ms needs --null-engine")
+    step_ms = [float(x) for x in a.null_step_ms.split(",")] if a.null_step_ms else [None]
     if a.baseline:
         a.baseline = os.path.abspath(a.baseline)
         harnesses.append("eb0")
@@ -420,51 +481,65 @@ def main():
     if a.replay:
         with open(os.path.join(a.out, "replay.toml"), "w") as f:
             f.write(replay_recipe_text(a, concs))
-        # Enough turns that no lane runs out: every lane's primers, warm-ups
-        # and its share of the measured requests come from its own sessions.
-        write_trace(os.path.join(a.out, "trace.jsonl"), a, 2 * max(concs),
-                    4 * (a.prompts_per_conc + a.warmups_per_conc) + 20)
+        trace = os.path.join(a.out, "trace.jsonl")
+        if os.path.lexists(trace):
+            os.remove(trace)
+        if a.replay_shape == "agentx":
+            os.symlink(agentx_trace(a), trace)
+        else:
+            # Enough turns that no lane runs out: every lane's primers, warm-ups
+            # and its share of the measured requests come from its own sessions.
+            write_trace(trace, a, 2 * max(concs), 4 * (a.prompts_per_conc + a.warmups_per_conc) + 20)
     # The stand-in is switched on the same way in both loops (pyloop's Probe and null_engine read these).
     env = dict(os.environ, EB_NULL_ENGINE="1" if a.null_engine else "0", EB_NULL_EVICT_MB=str(a.evict_mb),
+               EB_NULL_STEP_MODE=a.null_step_mode,
                OMP_NUM_THREADS=a.omp_threads, VLLM_CPU_KVCACHE_SPACE=a.kv_space,
                VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONUNBUFFERED="1", ENGINEBENCH_HOME=a.home)
-    for k in ("PYTHONPATH", "EB_STEP_PROBE"):
+    for k in ("PYTHONPATH", "EB_STEP_PROBE", "EB_NULL_STEP_MS", "ENGINEBENCH_STEP_PATH"):
         env.pop(k, None)
     machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.node()}"
     print(f"harness overhead: {machine}; ISL/OSL {a.isl}/{a.osl}, conc {concs}, "
           f"{a.prompts_per_conc} x conc prompts, {a.warmups_per_conc} x conc warm-ups, "
           f"{a.rounds} rounds; engine args: {a.engine_args}; OMP_NUM_THREADS={a.omp_threads}, "
           f"VLLM_CPU_KVCACHE_SPACE={a.kv_space}{'; NULL ENGINE' if a.null_engine else ''}"
-          f"{f', evicting {a.evict_mb} MiB per step' if a.evict_mb else ''}; out: {a.out}",
+          f"{f', evicting {a.evict_mb} MiB per step' if a.evict_mb else ''}"
+          f"{f', step {a.null_step_ms} ms ({a.null_step_mode})' if a.null_step_ms else ''}; out: {a.out}",
           file=sys.stderr)
 
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "machine": machine,
-            "vllm": vllm_version(a), "concs": concs, **{k: getattr(a, k) for k in (
+            "vllm": vllm_version(a), "concs": concs, "step_ms": step_ms, "load": os.getloadavg(),
+            **{k: getattr(a, k) for k in (
                 "engine_args", "omp_threads", "kv_space", "isl", "osl", "prompts_per_conc", "warmups_per_conc",
-                "null_engine", "evict_mb", "replay")}}
+                "null_engine", "evict_mb", "replay", "replay_shape", "replay_sessions", "null_step_mode")}}
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     rounds = []
     for r in range(a.rounds):
         order = harnesses[r % len(harnesses):] + harnesses[:r % len(harnesses)]
         rec = {"order": order}
-        for h in order:
-            d = os.path.join(a.out, f"round{r + 1}", h)
-            if h in ("eb", "eb0"):
-                rec[h], secs = run_eb(a, d, env, a.enginebench if h == "eb" else a.baseline, "recipe.toml",
-                                      lambda out, probe: parse_eb(out, probe, points))
-            elif h == "ebr":
-                rec["ebr"], secs = run_eb(a, d, env, a.enginebench, "replay.toml",
-                                          lambda out, probe: parse_eb_replay(out, probe, concs))
-            elif h == "py":
-                rec["py"], secs = run_py(a, points, d, env)
-            elif h == "vb":
-                rec["vb"], secs = run_vb(a, points, d, env)
-            else:
-                raise SystemExit(f"unknown harness {h}")
-            figs = "  ".join(f"conc {c}: {rec[h][c]['output_throughput']:.1f} tok/s, "
-                             f"harness {rec[h][c].get('harness_us', float('nan')):.0f} us/step" for c in concs)
-            print(f"round {r + 1}/{a.rounds} {h}: {figs}  ({secs:.0f} s)", file=sys.stderr)
+        for ms in step_ms:
+            for h in order:
+                key = h if ms is None else f"{h}@{ms:g}"
+                d = os.path.join(a.out, f"round{r + 1}", key)
+                run_env = dict(env, **({"EB_NULL_STEP_MS": str(ms)} if ms is not None else {}),
+                               **({"ENGINEBENCH_STEP_PATH": "engine"} if h in ("ebe", "pye") else {}))
+                if h in ("eb", "eb0", "ebe", "ebq"):
+                    # ebq: the telemetry sampler nearly off (one sample a minute).
+                    extra = ("--telemetry-interval-ms", "60000") if h == "ebq" else ()
+                    rec[key], secs = run_eb(a, d, run_env, a.baseline if h == "eb0" else a.enginebench,
+                                            "recipe.toml", lambda out, probe: parse_eb(out, probe, points), extra)
+                elif h == "ebr":
+                    rec[key], secs = run_eb(a, d, run_env, a.enginebench, "replay.toml",
+                                            lambda out, probe: parse_eb_replay(out, probe, concs))
+                elif h in ("py", "pye"):
+                    rec[key], secs = run_py(a, points, d, run_env)
+                elif h == "vb":
+                    rec[key], secs = run_vb(a, points, d, run_env)
+                else:
+                    raise SystemExit(f"unknown harness {h}")
+                figs = "  ".join(f"conc {c}: {rec[key][c]['output_throughput']:.1f} tok/s, "
+                                 f"harness {rec[key][c].get('harness_us', float('nan')):.0f} us/step" for c in concs)
+                print(f"round {r + 1}/{a.rounds} {key}: {figs}  ({secs:.0f} s)", file=sys.stderr)
         rounds.append(rec)
         with open(os.path.join(a.out, "rounds.json"), "w") as f:
             json.dump(rounds, f, indent=1, default=str)
@@ -474,8 +549,81 @@ def main():
         f.write(text + "\n")
 
 
+def gpu_pace_report(meta, rounds):
+    """The tables of a --null-step-ms run (issue 34): per step time, conc
+    and harness, the output tok/s against the step-bound ideal (the same
+    steps with nothing between them: out tok/s / the share of wall time the
+    engine core was stepping), the harness time between steps (mean, p50,
+    p99, max, us) and the share of wall time the core was not stepping;
+    min / median / max over the rounds where it says so, else medians."""
+    concs = meta["concs"]
+    rounds = [{h: ({int(c): v for c, v in x.items()} if isinstance(x, dict) else x) for h, x in r.items()}
+              for r in rounds]
+    med = statistics.median
+
+    def get(key, c, k):
+        return [r[key][c][k] for r in rounds if key in r and c in r[key] and k in r[key][c]]
+
+    def mmm(xs, fmt):
+        return " / ".join(format(x, fmt) for x in (min(xs), med(xs), max(xs))) if xs else "-"
+
+    harnesses = [h for h in ("eb", "eb0", "ebe", "ebq", "ebr", "py", "pye")
+                 if any(k.split("@")[0] == h for r in rounds for k in r)]
+    lines = [
+        f"Harness at GPU pace, {meta['date']}, {meta['machine']}, load average at start "
+        f"{' / '.join(f'{x:.2f}' for x in meta.get('load', []))}.",
+        f"Null engine (vLLM's engine core replaced by a stand-in, pyloop.null_core): every step gives each "
+        f"running request one token and takes the step time in all ({meta.get('null_step_mode', 'spin')}); "
+        f"ISL/OSL {meta['isl']}/{meta['osl']}, {meta['prompts_per_conc']} x conc measured and "
+        f"{meta['warmups_per_conc']} x conc warm-up requests per point"
+        + (f", {meta['evict_mb']} MiB evicted per step (cold caches)" if meta.get("evict_mb") else "")
+        + (f"; ebr: trace replay, shape {meta.get('replay_shape', 'simple')}" if meta.get("replay") else "")
+        + f"; {len(rounds)} rounds.",
+        "",
+        "| step ms | conc | harness | out tok/s | of ideal (min/med/max) | gap us mean / p50 / p99 / max "
+        "| not stepping | harness us/step (min/med/max) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for ms in meta["step_ms"]:
+        for c in concs:
+            for h in harnesses:
+                key = f"{h}@{ms:g}"
+                if not get(key, c, "harness_us"):
+                    continue
+                share = [1.0 - x for x in get(key, c, "not_stepping")]
+                lines.append(
+                    f"| {ms:g} | {c} | {h} | {med(get(key, c, 'output_throughput')):.0f} | {mmm(share, '.4f')} "
+                    f"| {med(get(key, c, 'harness_us')):.0f} / {med(get(key, c, 'harness_median_us')):.0f} / "
+                    f"{med(get(key, c, 'harness_p99_us')):.0f} / {max(get(key, c, 'harness_max_us')):.0f} "
+                    f"| {med(get(key, c, 'not_stepping')):.4f} | {mmm(get(key, c, 'harness_us'), '.0f')} |")
+    lines.append("")
+    for ms in meta["step_ms"]:
+        if ms != 5:
+            continue
+        for h in ("eb", "ebr"):
+            for c in (64, 256):
+                share = [1.0 - x for x in get(f"{h}@5", c, "not_stepping")]
+                if share:
+                    ok = "meets" if med(share) >= 0.99 else "misses"
+                    lines.append(f"5 ms, conc {c}, {h}: {med(share):.4f} of the ideal (median) {ok} >= 0.99")
+        p99 = get("ebr@5", 256, "harness_p99_us")
+        if p99 and meta.get("replay_shape") == "agentx":
+            ok = "meets" if med(p99) <= 500 else "misses"
+            lines.append(f"5 ms, conc 256, AgentX replay: p99 gap {med(p99):.0f} us (median) {ok} <= 500 us")
+    for ms in meta["step_ms"]:
+        for c in concs:
+            e, p_ = get(f"eb@{ms:g}", c, "harness_us"), get(f"py@{ms:g}", c, "harness_us")
+            if e and p_:
+                ok = "meets" if med(e) <= med(p_) else "misses"
+                cold = " (cold caches)" if meta.get("evict_mb") else ""
+                lines.append(f"{ms:g} ms, conc {c}: harness us/step eb {med(e):.0f} vs py {med(p_):.0f}{cold}: {ok} eb <= py")
+    return "\n".join(lines)
+
+
 def report(meta, rounds):
     """The Markdown tables of a run (min / median / max over the rounds)."""
+    if meta.get("step_ms") and meta["step_ms"] != [None]:
+        return gpu_pace_report(meta, rounds)
     concs = meta["concs"]
     # JSON turns the conc keys into strings.
     rounds = [{h: ({int(c): v for c, v in x.items()} if isinstance(x, dict) else x) for h, x in r.items()}
@@ -490,6 +638,10 @@ def report(meta, rounds):
 
     def diff(h1, h2, c, k):
         return [r[h1][c][k] - r[h2][c][k] for r in rounds if h1 in r and h2 in r]
+
+    def ratio_of(h1, h2, c, k):
+        return [r[h1][c][k] / r[h2][c][k] for r in rounds
+                if h1 in r and h2 in r and k in r[h1][c] and k in r[h2][c] and r[h2][c][k]]
 
     def mmm(xs, fmt):
         if not xs:
@@ -524,23 +676,26 @@ def report(meta, rounds):
             f"| {mmm(get('py', c, 'output_throughput'), '.1f')} | {mmm(get('vb', c, 'output_throughput'), '.1f')} |")
     lines += [
         "",
-        "Per step, us (medians over the rounds): harness = mean per step; p50 = median step's harness time; "
-        "crossing = the harness's step() call minus vLLM's step(); hooks = the shim's scheduler count and stat "
-        "logger inside vLLM's step(); outside step() = (duration - time in the harness's step() calls) / steps, "
-        "from steps.jsonl for eb.",
+        "Per step, us (medians over the rounds): harness = mean per step (everything but the engine core's "
+        "step and add_request: the loop, the crossing, vLLM's input processor, and on the engine step path "
+        "LLMEngine.step()'s output processing); p50 = median step's harness time; crossing = the harness's "
+        "step() call minus the core's step; hooks = the shim's scheduler count and stat logger inside the "
+        "core's step; outside step() = (duration - time in the harness's step() calls) / steps, from "
+        "steps.jsonl for eb; engine step = the engine core's mean step; step = wall time per step.",
         "",
-        "| conc | loop | harness | p50 | crossing p50 | hooks | outside step() | steps | step ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| conc | loop | harness | p50 | crossing p50 | hooks | outside step() | steps | engine step ms | step ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in concs:
-        for h in ("eb", "eb0", "ebr", "py"):
+        for h in ("eb", "eb0", "ebe", "ebq", "ebr", "py", "pye"):
             if not get(h, c, "harness_us"):
                 continue
+            core = get(h, c, "core_step_us")
             lines.append(
                 f"| {c} | {h} | {med(get(h, c, 'harness_us')):.0f} | {med(get(h, c, 'harness_median_us')):.0f} "
                 f"| {med(get(h, c, 'crossing_median_us')):.0f} | {med(get(h, c, 'hooks_us')):.0f} "
                 f"| {med(get(h, c, 'outside_step_us')):.0f} | {med(get(h, c, 'steps')):.0f} "
-                f"| {med(get(h, c, 'step_wall_us')) / 1e3:.0f} |")
+                f"| {f'{med(core) / 1e3:.1f}' if core else '-'} | {med(get(h, c, 'step_wall_us')) / 1e3:.1f} |")
     if any("eb0" in r for r in rounds):
         lines += ["", "Baseline binary (eb0) vs this one (eb), same rounds:", "",
                   "| conc | eb/eb0 out tok/s | harness us/step eb0 | harness us/step eb |", "|---|---|---|---|"]
@@ -569,9 +724,14 @@ def report(meta, rounds):
         if r:
             lines.append(f"conc {c}: eb/vb {med(r):.3f} (median) {'meets' if med(r) >= 1.0 else 'misses'} >= 1.0")
         h = get("eb", c, "harness_us")
-        if c == 64 and h:
-            lines.append(f"conc 64: eb harness {med(h):.0f} us/step (median of rounds; max {max(h):.0f}) "
-                         f"{'meets' if med(h) <= 50 else 'misses'} <= 50 us")
+        hp = get("py", c, "harness_us")
+        if h and hp:
+            lines.append(f"conc {c}: harness us/step eb {med(h):.0f} vs py {med(hp):.0f} (medians) "
+                         f"{'meets' if med(h) < med(hp) else 'misses'} eb < py")
+        st = ratio_of("eb", "py", c, "core_step_us")
+        if st and not meta.get("null_engine"):
+            lines.append(f"conc {c}: mean engine step eb / py {med(st):.4f} (median of rounds) "
+                         f"{'meets' if abs(med(st) - 1) <= 0.01 else 'misses'} within 1%")
     return "\n".join(lines)
 
 

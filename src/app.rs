@@ -10,7 +10,7 @@ use crate::commands::{self, ExitStatus, Global};
 
 /// Runs the command line `args` (program name first) and returns the exit
 /// code ([`ExitStatus::code`]): 0 ok, 1 a point, job or gate failed, 2 bad
-/// input, 130 interrupted.
+/// input, 3 an `ab`/`compare` gate INCONCLUSIVE, 130 interrupted.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,

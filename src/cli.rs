@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::recipe::sweep;
-use crate::protocol::LengthConvention;
-pub use crate::recipe::overrides::WorkloadArgs;
+pub use crate::orchestrate::plan::RunOptions;
+use crate::recipe::overrides;
+pub use crate::recipe::overrides::{EvalFlags, List, SweepArgs, WorkloadArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -129,6 +129,9 @@ pub struct CheckoutArgs {
     pub scenario: Option<String>,
 }
 
+/// `run`, `overhead` and the run part of `ab`: the recipe and the variants,
+/// what to run ([`RunOptions`]: the sweep, workload and eval overrides and
+/// the run's behaviour, declared there), and where the results go.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Recipe file (TOML); default: recipes/cpu/smollm2-135m.toml.
@@ -140,75 +143,10 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "variants")]
     pub variant: Option<String>,
     /// Run several variants, each in its own engine, e.g. before,aiter.
-    #[arg(long, value_parser = |s: &str| Ok::<_, String>(List(s.split(',').map(|v| v.trim().to_string()).collect())))]
+    #[arg(long, value_parser = overrides::names)]
     pub variants: Option<List<String>>,
-    /// Concurrencies: a list (1,4,16) or a doubling range (1..256).
-    #[arg(long, value_parser = |s: &str| sweep::parse_conc(s).map(List))]
-    pub conc: Option<List<u32>>,
-    /// Input sequence length, tokens (overrides the recipe's ISL).
-    #[arg(long)]
-    pub isl: Option<u32>,
-    /// Output sequence length, tokens (overrides the recipe's OSL).
-    #[arg(long)]
-    pub osl: Option<u32>,
-    /// Several ISL/OSL pairs, e.g. 1024/1024,8192/1024.
-    #[arg(long, value_parser = |s: &str| sweep::parse_isl_osl(s).map(List), conflicts_with_all = ["isl", "osl"])]
-    pub isl_osl: Option<List<[u32; 2]>>,
-    /// Measured requests per point.
-    #[arg(long)]
-    pub num_prompts: Option<u32>,
-    /// Warm-up requests per point (excluded from the figures).
-    #[arg(long)]
-    pub warmups: Option<u32>,
-    /// Run as InferenceX's client: 10 x conc prompts, 2 x conc warm-ups,
-    /// ignore_eos, percentiles 90/99/99.9, InferenceX length convention.
-    #[arg(long)]
-    pub inferencex: bool,
-    /// Length convention of --range-ratio: vllm [L(1-r), L(1+r)] or inferencex [rL, L].
-    #[arg(long, value_parser = parse_convention)]
-    pub length_convention: Option<LengthConvention>,
-    /// Spread of the random lengths (see --length-convention).
-    #[arg(long)]
-    pub range_ratio: Option<f64>,
-    /// Tokens of random prefix shared by all prompts of a point.
-    #[arg(long)]
-    pub prefix_len: Option<u32>,
-    /// Request-rate mode: requests/s with gamma-distributed gaps (as vllm bench serve).
-    #[arg(long)]
-    pub request_rate: Option<f64>,
-    /// Gamma shape of the request gaps (1 = Poisson).
-    #[arg(long)]
-    pub burstiness: Option<f64>,
-    /// Latency percentiles to report, e.g. 50,90,99.
-    #[arg(long, value_delimiter = ',')]
-    pub percentiles: Option<Vec<f64>>,
-    /// Goodput SLOs in ms as KEY:VALUE (ttft, tpot, e2el), e.g. --goodput ttft:500 tpot:50.
-    #[arg(long, num_args = 1..)]
-    pub goodput: Option<Vec<String>>,
     #[command(flatten)]
-    pub workload: WorkloadArgs,
-    #[command(flatten)]
-    pub eval: EvalFlags,
-    /// Skip the eval.
-    #[arg(long)]
-    pub no_eval: bool,
-    /// Write every engine step to steps.jsonl.
-    #[arg(long)]
-    pub step_trace: bool,
-    /// The most one point (warm-up included) or the eval may take, s; then the
-    /// engine worker is killed and the point recorded as `timeout`.
-    #[arg(long)]
-    pub point_timeout: Option<f64>,
-    /// The most engine start (import, weights, compile, graph capture) may
-    /// take, s (default: the recipe's start_timeout_s, else 3600); then the
-    /// worker is killed and the job recorded as failed (`--resume` retries it).
-    #[arg(long, value_name = "S", value_parser = positive_seconds)]
-    pub start_timeout: Option<f64>,
-    /// Telemetry sampling interval, ms (10 to 60000). The sampler runs in the
-    /// orchestrator, beside the engine: on a machine whose cores the engine
-    /// fills, a longer interval disturbs it less.
-    #[arg(long, default_value_t = crate::orchestrate::plan::DEFAULT_TELEMETRY_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(10..=60_000))]
-    pub telemetry_interval_ms: u64,
+    pub options: RunOptions,
     /// Continue an earlier run folder: only missing or failed points (and a missing eval) run.
     #[arg(long, conflicts_with = "output")]
     pub resume: Option<PathBuf>,
@@ -346,16 +284,14 @@ pub struct AbArgs {
     /// Repeats of each variant, interleaved in ABBA order (baseline, candidate, candidate, baseline, ...).
     #[arg(long, default_value_t = 3)]
     pub repeats: u32,
-    /// A saved A/A ab.json (from `ab --aa`): a verdict also needs |delta| above its noise floor.
-    #[arg(long, value_name = "FILE")]
-    pub noise: Option<PathBuf>,
     /// Run the A/A (baseline vs itself, same repeats) first into aa/ and use its noise floor.
     #[arg(long)]
     pub calibrate: bool,
     /// Keep adding ABBA pairs until every row's widest 95% CI half-width is
-    /// below this fraction (0.02 = 2%), or --max-repeats is reached.
-    #[arg(long, value_name = "PCT")]
-    pub until_ci: Option<f64>,
+    /// below this fraction (0.02 = 2%), or with `gate` until every gated
+    /// figure is PASS or FAIL (none INCONCLUSIVE); at most --max-repeats.
+    #[arg(long, value_name = "PCT|gate", value_parser = crate::orchestrate::ab::UntilCi::parse)]
+    pub until_ci: Option<crate::orchestrate::ab::UntilCi>,
     /// Most repeats per variant with --until-ci.
     #[arg(long, value_name = "N")]
     pub max_repeats: Option<u32>,
@@ -377,10 +313,13 @@ pub struct AbArgs {
 /// Options of the A/B statistics and gate, shared by `ab` and `compare`.
 #[derive(Debug, Args)]
 pub struct GateArgs {
-    /// Largest accepted drop of either exact_match, as a fraction (0.01 = 1 point).
+    /// Largest accepted drop of either exact_match, as a fraction (0.01 = 1
+    /// point), against the paired 95% CI of the difference (as --max-regression).
     #[arg(long, default_value_t = 0.01)]
     pub max_accuracy_drop: f64,
-    /// Fail (exit 1) on a significant perf regression larger than this fraction (0.05 = 5%).
+    /// Largest accepted perf regression, as a fraction (0.05 = 5%): FAIL
+    /// (exit 1) when a figure's whole 95% CI lies beyond it, PASS when the CI
+    /// excludes it, INCONCLUSIVE (exit 3) when the CI straddles it.
     #[arg(long, default_value_t = 0.05)]
     pub max_regression: f64,
     /// Bootstrap resamples for the confidence intervals.
@@ -392,6 +331,10 @@ pub struct GateArgs {
     /// The perf-changelog config key (default: the recipe name).
     #[arg(long)]
     pub config_key: Option<String>,
+    /// A saved A/A ab.json (from `ab --aa`): a verdict also needs |delta|
+    /// above its noise floor, and a figure's gate limit is raised to it.
+    #[arg(long, value_name = "FILE")]
+    pub noise: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -435,51 +378,6 @@ pub struct TelemetryArgs {
     pub json: bool,
 }
 
-/// Options of the eval, shared by `run` and `eval`.
-#[derive(Debug, Args)]
-pub struct EvalFlags {
-    /// Eval task, repeatable or comma-separated (replaces the recipe's):
-    /// gsm8k, gsm8k_cot, gsm8k_inferencex or a task TOML (built in); any other
-    /// name, `lm-eval:NAME` or a .yaml path runs through lm-eval itself.
-    #[arg(long, value_delimiter = ',')]
-    pub task: Vec<String>,
-    /// An lm-eval task YAML file, or a folder of them with their `!function`
-    /// helpers (repeatable); run through lm-eval itself.
-    #[arg(long)]
-    pub task_file: Vec<PathBuf>,
-    /// Max new tokens of every eval request: N, or `inferencex` (context - 4096,
-    /// context / 2 up to 4096, at most 16384).
-    #[arg(long)]
-    pub eval_max_tokens: Option<crate::recipe::EvalMaxTokens>,
-    /// Accuracy thresholds per task and model prefix (InferenceX's thresholds.yaml shape).
-    #[arg(long)]
-    pub thresholds: Option<PathBuf>,
-    /// The thresholds file's `models:` entry that applies (InferenceX's model prefix, e.g. dsv4).
-    #[arg(long)]
-    pub model_prefix: Option<String>,
-    /// Questions to score (overrides eval.limit).
-    #[arg(long, alias = "limit")]
-    pub eval_limit: Option<u32>,
-    /// GSM8K data: a jsonl or parquet file (openai/gsm8k format), or a folder with train and test files.
-    #[arg(long)]
-    pub gsm8k_data: Option<PathBuf>,
-    /// Few-shot examples per question (overrides the task's).
-    #[arg(long)]
-    pub num_fewshot: Option<usize>,
-    /// Apply the tokenizer's chat template (few-shot as turns).
-    #[arg(long, conflicts_with = "no_chat")]
-    pub chat: bool,
-    /// Plain-text prompts even if the task says chat.
-    #[arg(long)]
-    pub no_chat: bool,
-    /// Eval requests kept in flight (overrides eval.concurrency).
-    #[arg(long)]
-    pub eval_concurrency: Option<u32>,
-    /// Accuracy gate: fail (exit 1) when an exact_match is below this fraction (e.g. 0.90).
-    #[arg(long)]
-    pub min_accuracy: Option<f64>,
-}
-
 /// `enginebench eval`: the eval alone on the recipe's engine.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -489,7 +387,7 @@ pub struct EvalArgs {
     #[arg(long, conflicts_with = "variants")]
     pub variant: Option<String>,
     /// Several variants, each on its own engine.
-    #[arg(long, value_parser = |s: &str| Ok::<_, String>(List(s.split(',').map(|v| v.trim().to_string()).collect())))]
+    #[arg(long, value_parser = overrides::names)]
     pub variants: Option<List<String>>,
     #[command(flatten)]
     pub eval: EvalFlags,
@@ -500,29 +398,9 @@ pub struct EvalArgs {
     pub exec: ExecArgs,
 }
 
-/// A list parsed from one argument (clap would otherwise expect one item per value).
-#[derive(Debug, Clone)]
-pub struct List<T>(pub Vec<T>);
-
-fn parse_convention(s: &str) -> Result<LengthConvention, String> {
-    match s {
-        "vllm" => Ok(LengthConvention::Vllm),
-        "inferencex" => Ok(LengthConvention::Inferencex),
-        _ => Err(format!("{s:?}: use vllm or inferencex")),
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Seconds > 0 (a finite number), for deadlines.
-fn positive_seconds(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
-        _ => Err(format!("{s:?}: give seconds > 0, e.g. 3600")),
-    }
 }

@@ -22,17 +22,22 @@ pub enum ExitStatus {
     /// 2: bad input ([`UsageError`]): a recipe, flag, path or data file that
     /// cannot be used.
     Usage,
+    /// 3: an `ab`/`compare` gate that could not decide: a gated figure's
+    /// interval straddles its threshold (INCONCLUSIVE), and none failed.
+    /// Not 1, so a CI can tell "no evidence" from "a regression".
+    Inconclusive,
     /// 130 (128 + SIGINT, as shells report a Ctrl-C): stopped by Ctrl-C.
     Interrupted,
 }
 
 impl ExitStatus {
-    /// The process exit code: 0, 1, 2 or 130.
+    /// The process exit code: 0, 1, 2, 3 or 130.
     pub fn code(self) -> i32 {
         match self {
             ExitStatus::Ok => 0,
             ExitStatus::Failed => 1,
             ExitStatus::Usage => 2,
+            ExitStatus::Inconclusive => 3,
             ExitStatus::Interrupted => 130,
         }
     }

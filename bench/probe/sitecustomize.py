@@ -2,13 +2,15 @@
 
 With this folder on PYTHONPATH and EB_STEP_PROBE=<dir>, a Python interpreter
 (enginebench's embedded one included) installs pyloop's `Probe` at start-up:
-once vLLM loads, `LLMEngine.step`/`add_request` and the shim's hooks inside
-step() are timed on CLOCK_MONOTONIC, and the records are written to
+once vLLM loads, the engine core's steps and add_request calls (the
+in-process client's `get_output`/`add_request`) and the shim's hooks inside
+them are timed on CLOCK_MONOTONIC, and the records are written to
 `<dir>/probe-<pid>.json` ({"t", "d": step starts and durations; "at", "ad":
 add_request; "ht", "hd": shim hooks}, seconds) when the engine core shuts
 down (the shim's Engine.shutdown) and at exit. pyloop.py uses the same Probe,
 so both loops are timed by the same code (EB_NULL_ENGINE=1 included: the
-Probe then also puts pyloop's `null_engine` stand-in in place of vLLM's step).
+Probe then also puts pyloop's `null_core` stand-in in place of vLLM's
+engine core).
 """
 
 import os

@@ -57,6 +57,10 @@ def _first(candidates):
     raise LookupError("; ".join(errors))
 
 
+#: What the engine-core step path's items lose when missing.
+_CORE_LOSS = ("the engine-core step path: the LLMEngine.step() path runs instead (output processing "
+              "and detokenization of every request on every step, between two engine steps)")
+
 # name -> (candidates [(path, seen in)], what is lost without it or None when required)
 ITEMS = {
     "make_arg_parser": ([
@@ -104,7 +108,19 @@ ITEMS = {
                        "--profile through vLLM's worker profiler (then only with one worker)"),
     "WorkerProfiler": ([("vllm.profiler.wrapper:WorkerProfiler", "0.23, 0.32 (set_output_name from 0.32)")],
                        "--profile through vLLM's worker profiler (then only with one worker)"),
+    # The engine-core step path (steppath.py): requests through vLLM's input
+    # processor straight to the in-process engine core, outputs read from
+    # the core's EngineCoreOutputs without the output processor.
+    "InprocClient": ([("vllm.v1.engine.core_client:InprocClient", "0.23, 0.32, 0.33, 0.34")], _CORE_LOSS),
+    "InputProcessor": ([("vllm.v1.engine.input_processor:InputProcessor", "0.23, 0.32, 0.33, 0.34")], _CORE_LOSS),
+    "IterationStats": ([("vllm.v1.metrics.stats:IterationStats", "0.23, 0.32, 0.33, 0.34")], _CORE_LOSS),
+    "tokens_input": ([("vllm.inputs:tokens_input", "0.23, 0.32, 0.33, 0.34")],
+                     "token prompts in their rendered form on the core path (the raw TokensPrompt goes "
+                     "through vLLM's renderer instead)"),
 }
+
+#: The step path's items, in the order they are checked.
+_CORE_ITEMS = ("InprocClient", "InputProcessor", "IterationStats")
 
 _cache = {}
 
@@ -197,6 +213,61 @@ def profiler_activities():
     if torch.cuda.is_available() and hasattr(activity, "CUDA"):
         acts.append(activity.CUDA)
     return acts, [a.name for a in acts]
+
+
+def core_path_missing(engine):
+    """None when the engine-core step path can drive this built LLMEngine,
+    else why not (steppath.resolve): its items must resolve, the engine core
+    must be in this process (`engine.engine_core` an `InprocClient`), and
+    the methods LLMEngine itself uses for add_request/step must be there."""
+    for name in _CORE_ITEMS:
+        if get(name) is None:
+            return f"vLLM internal {name} not found ({_cache[name][1]})"
+    client = getattr(engine, "engine_core", None)
+    if not isinstance(client, get("InprocClient")):
+        return f"the engine core is not in this process ({type(client).__name__}, not InprocClient)"
+    needed = [
+        (client, "engine_core", ("get_output", "add_request", "abort_requests", "execute_dummy_batch")),
+        (getattr(engine, "input_processor", None), "input_processor", ("process_inputs",)),
+        (getattr(engine, "output_processor", None), "output_processor",
+         ("process_outputs", "has_unfinished_requests", "update_scheduler_stats", "request_states")),
+        (engine, "LLMEngine", ("should_execute_dummy_batch", "get_supported_tasks")),
+    ]
+    for obj, where, attrs in needed:
+        for attr in attrs:
+            if not hasattr(obj, attr):
+                return f"LLMEngine's {where} has no {attr}"
+    return None
+
+
+def core_path_parts(engine):
+    """What the core path calls, resolved once (check core_path_missing first).
+    `assign_request_id` is None on a vLLM that keeps the caller's ids."""
+    processor = engine.input_processor
+    return {
+        "client": engine.engine_core,
+        "process_inputs": processor.process_inputs,
+        "assign_request_id": getattr(processor, "assign_request_id", None),
+        "output_processor": engine.output_processor,
+        "IterationStats": get("IterationStats"),
+        "tokens_input": get("tokens_input"),
+        "supported_tasks": engine.get_supported_tasks(),
+        "logger_manager": getattr(engine, "logger_manager", None),
+    }
+
+
+def core_path_available():
+    """("core", None) when this vLLM has the core path's classes (doctor:
+    no engine is built, so the per-engine checks of core_path_missing come
+    at start-up), else ("engine", reason)."""
+    for name in _CORE_ITEMS:
+        try:
+            found = get(name)
+        except (LookupError, VllmImportError) as e:
+            return "engine", str(e)
+        if found is None:
+            return "engine", f"vLLM internal {name} not found"
+    return "core", None
 
 
 def report():

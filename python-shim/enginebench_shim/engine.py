@@ -4,12 +4,36 @@ Rust owns the request loop and every clock. This module only
   * builds the engine from a `vllm serve` flag list through vLLM's own serve
     argument parser (no flag list is kept here),
   * adds requests (token-id prompts for the perf sweep, text prompts for evals),
-  * runs one `LLMEngine.step()` and returns what it produced in compact form,
-    with the step's scheduler statistics and vLLM's own per-request timings,
+  * runs one engine step and returns what it produced in compact form, with
+    the step's scheduler statistics and what vLLM's own per-request timings
+    need,
   * shuts the engine down.
 
-Everything crossing into Rust is plain ints, floats, strings and lists so that
-a step costs as little as possible outside vLLM.
+Between two engine steps, the least work (issues 34 and 37; the Rust side of
+the same design is in src/workload/driver.rs):
+  * one engine step, two paths (steppath.py has the details): "core" drives
+    vLLM's in-process engine core directly (requests through vLLM's input
+    processor, the core's `EngineCoreOutput`s handed to Rust as they are, no
+    output processor, detokenizer or stat logger between steps); "engine"
+    is `LLMEngine.add_request/step()` with vLLM's output processor, the
+    fallback where this vLLM lacks what the core path needs
+    (`ENGINEBENCH_STEP_PATH=engine` forces it). Text requests (evals, stop
+    strings) always go through the output processor, only theirs;
+  * requests known before a loop starts are prepared then
+    (`prepare_tokens`: vLLM's input processor makes the EngineCoreRequest;
+    `add_prepared` at the send stamps id and arrival time);
+  * prompts arrive as lists of ints (Rust builds them from one shared int
+    object per vocabulary id): vLLM 0.23-0.33's in-process core copies and
+    appends to the list, an int32 ndarray is refused by 0.32's input
+    processor (`if prompt_ids:`), and its validation (`max`/`min` over the
+    ids, O(prompt) Python) is vLLM's own cost of any in-process send;
+  * vLLM's per-request timings for the cross-check come from the output
+    processor on the engine path, and are rebuilt in Rust from the core's
+    outputs on the core path (the request's arrival time, the step's wall
+    clock, the core's timestamps and events).
+Everything crossing into Rust is plain ints, floats, strings and lists, or
+the core's own output objects, so a step costs as little as possible
+outside vLLM.
 """
 
 import json
@@ -18,9 +42,10 @@ import sys
 import time
 
 try:  # as a package (the pure-Python loop of bench/, tests)
-    from enginebench_shim import compat
-except ImportError:  # compiled into the worker module, loaded as a top-level module
+    from enginebench_shim import compat, steppath
+except ImportError:  # compiled into the worker module, loaded as top-level modules
     import enginebench_compat as compat
+    import enginebench_steppath as steppath
 
 
 class FlagError(ValueError):
@@ -376,6 +401,10 @@ class Engine:
         # SamplingParams per (max_tokens, ignore_eos): vLLM copies the params
         # of each request it adds, so one object can serve many requests.
         self._token_params = {}
+        # How requests are added and steps run (steppath.py).
+        parts, self.step_path_reason = steppath.resolve(self.engine)
+        self._path = steppath.CorePath(self, parts) if parts is not None else steppath.EnginePath(self)
+        self.step_path = self._path.name
 
     def _wrap_scheduler(self):
         """Counts the prefill/decode tokens of each batch whose outputs the
@@ -481,6 +510,8 @@ class Engine:
             "enable_prefix_caching": bool(getattr(cc, "enable_prefix_caching", False)),
             "block_size": getattr(cc, "block_size", None),
             "kv_connector": getattr(getattr(self.engine.vllm_config, "kv_transfer_config", None), "kv_connector", None),
+            "step_path": self.step_path,
+            "step_path_reason": self.step_path_reason,
         }
 
     def degraded(self):
@@ -548,12 +579,17 @@ class Engine:
         return (drafts, draft_tokens, accepted, [per_pos.get(i, 0) for i in range(width)])
 
     def add_tokens(self, rid, token_ids, max_tokens, ignore_eos):
-        """Adds a perf request: token-id prompt, greedy, outputs as per-step deltas.
+        """Adds a perf request: token-id prompt (a list of ints), greedy,
+        outputs as per-step deltas. Returns None on the engine path; on the
+        core path (vLLM's request id, its arrival time on time.time()).
 
         With ignore_eos the request runs to max_tokens (vLLM then stops on
         neither the EOS token nor the generation config's eos ids), as
         `vllm bench serve` asks for it: no min_tokens, whose logits
         processor would run on every step."""
+        return self._path.add_tokens(rid, token_ids, self._token_params_for(max_tokens, ignore_eos))
+
+    def _token_params_for(self, max_tokens, ignore_eos):
         params = self._token_params.get((max_tokens, ignore_eos))
         if params is None:
             params = self._token_params[(max_tokens, ignore_eos)] = self._SamplingParams(
@@ -562,9 +598,18 @@ class Engine:
                 temperature=0.0,
                 output_kind=self._DELTA,
             )
-        self.engine.add_request(
-            str(rid), self._TokensPrompt(prompt_token_ids=token_ids), params
-        )
+        return params
+
+    def prepare_tokens(self, token_ids, max_tokens, ignore_eos):
+        """A perf request made ready before the loop's clock starts (a
+        handle for add_prepared): on the core path, vLLM's input processor
+        has already turned it into an EngineCoreRequest; the send then only
+        stamps its id and arrival time (steppath.CorePath.prepare)."""
+        return self._path.prepare(token_ids, self._token_params_for(max_tokens, ignore_eos))
+
+    def add_prepared(self, rid, handle):
+        """Adds a request prepare_tokens made; returns what add_tokens does."""
+        return self._path.add_prepared(rid, handle)
 
     def _add_eval(self, rid, prompt, max_tokens, stop):
         """Eval requests: greedy, only the final output is returned."""
@@ -639,11 +684,18 @@ class Engine:
             return bool(reset())
 
     def step(self):
-        """Runs one engine step.
+        """Runs one engine step on this engine's step path (steppath.py).
 
-        Returns (deltas, texts, stats, timings):
-          deltas: [(rid, new_tokens, finished), ...] with rid the request id
-                  string (Rust parses it), one per request that got output
+        Returns (outputs, deltas, texts, stats, timings, cached, connector, wall_s, core_ts):
+          outputs: core path: vLLM's EngineCoreOutput objects of the token
+                  requests that got output (Rust reads request_id,
+                  new_token_ids, finish_reason, events and prefill_stats);
+                  engine path: None
+          deltas: [(rid, new_tokens, finished), ...] of the requests whose
+                  outputs went through vLLM's output processor (engine path:
+                  all; core path: text requests), rid the request id string
+                  (Rust parses it), or None; a 4th item (the new token ids)
+                  when record_token_ids is on
           texts:  [(rid, text, output_token_ids)] of finished text requests, or None
           stats:  (prefill_reqs, prefill_tokens, decode_reqs, decode_tokens,
                    running, waiting, kv_cache_usage, prefix_queries, prefix_hits,
@@ -653,67 +705,33 @@ class Engine:
                    scheduling), -1 when unknown; running/waiting/kv are as
                    last reported, the prefix-cache counts this step's only;
                    kv_cache_usage None when unknown; spec is (drafts, draft_tokens, accepted,
-                   [accepted per position]) when the engine speculates, else None
+                   [accepted per position]) when the engine speculates, else None;
+                   preempted: the output processor's count (core path: Rust
+                   adds the PREEMPTED events of `outputs`)
           timings: flat [rid, ttft_s, decode_s, queued_s, gen_tokens, ...] from
-                   vLLM's RequestStateStats of requests finished in this step, or None
-          cached:  flat [rid, num_cached_tokens, ...] of requests finished in
-                   this step (prompt tokens served from the prefix cache,
-                   KV connector hits included), or None
+                   vLLM's RequestStateStats of requests finished in this step
+                   that went through the output processor, or None
+          cached:  flat [rid, num_cached_tokens, ...] of those requests
+                   finished in this step (prompt tokens served from the prefix
+                   cache, KV connector hits included), or None
           connector: (queries, hits) of the KV connector's prefix cache
                    (CPU offload) this step, or None without a connector
-
-        This runs once per step for every request in flight: one comprehension
-        over the outputs, the rest only for finished requests.
+          wall_s:  core path: time.time() when the outputs came back (the
+                   clock of vLLM's IterationStats, TTFT = this - arrival); 0.0
+          core_ts: core path: the EngineCoreOutputs' timestamp (the engine
+                   core's monotonic clock, vLLM's first/last token times); 0.0
         """
-        sink = self._sink
-        # vLLM records SchedulerStats only on steps that processed a batch
-        # (vllm/v1/engine/llm_engine.py:356); a step without must not repeat
-        # the previous step's per-step deltas (prefix cache queries/hits).
-        sink[0] = None
-        sink[1] = 0
         if self._hang_after is not None:
             self._steps += 1
             if self._steps > self._hang_after:
                 time.sleep(1e6)
-        outputs = self.engine.step()
-        if self._record_ids:
-            deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished,
-                       list(o.outputs[0].token_ids)) for o in outputs]
-        else:
-            deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished) for o in outputs]
-        texts = None
-        timings = None
-        cached = None
-        for out in outputs:
-            if not out.finished:
-                continue
-            rid = int(out.request_id)
-            n_cached = getattr(out, "num_cached_tokens", None)
-            if n_cached is not None:
-                if cached is None:
-                    cached = []
-                cached.extend((rid, n_cached))
-            if rid in self._text_rids:
-                self._text_rids.discard(rid)
-                if texts is None:
-                    texts = []
-                comp = out.outputs[0]
-                texts.append((rid, comp.text, list(comp.token_ids)))
-            m = out.metrics
-            if m is not None and self.crosscheck and m.first_token_ts > 0.0:
-                latency = compat.first_token_latency(m)
-                if latency is None:
-                    self.crosscheck = False
-                    continue
-                if timings is None:
-                    timings = []
-                timings.extend((
-                    rid,
-                    latency,
-                    m.last_token_ts - m.first_token_ts,
-                    max(0.0, m.scheduled_ts - m.queued_ts),
-                    m.num_generation_tokens,
-                ))
+        return self._path.step()
+
+    def stats_tuple(self, st, preempted, spec):
+        """(the step's stats tuple, connector (queries, hits) or None) from
+        the batch's SchedulerStats (None: no batch this step), the output
+        processor's preemption count and the step's spec-decode counts; the
+        scheduled counts come from the scheduler wrapper."""
         sched = self._scheduled
         if len(sched) == 1:
             p_r, p_t, d_r, d_t = sched.pop()
@@ -727,32 +745,27 @@ class Engine:
             p_r = p_t = d_r = d_t = 0
         else:
             p_r = p_t = d_r = d_t = -1
-        st = sink[0]
-        spec = sink[2]
-        if spec is not None:
-            sink[2] = None
-            spec = tuple(spec)
-        elif self.num_speculative_tokens:
+        if spec is None and self.num_speculative_tokens:
             spec = self._zero_spec
         connector = None
         if st is None:
             # No stats this step: the gauges stay as last reported, the deltas are 0.
             last = self._last_stats
             if last is None:
-                stats = (p_r, p_t, d_r, d_t, 0, 0, None, 0, 0, sink[1], spec)
+                stats = (p_r, p_t, d_r, d_t, 0, 0, None, 0, 0, preempted, spec)
             else:
                 stats = (p_r, p_t, d_r, d_t, last.num_running_reqs, last.num_waiting_reqs,
-                         compat.kv_cache_usage(last), 0, 0, sink[1], spec)
+                         compat.kv_cache_usage(last), 0, 0, preempted, spec)
         else:
             self._last_stats = st
             pc = getattr(st, "prefix_cache_stats", None)
             stats = (p_r, p_t, d_r, d_t, st.num_running_reqs, st.num_waiting_reqs,
                      compat.kv_cache_usage(st), pc.queries if pc is not None else 0,
-                     pc.hits if pc is not None else 0, sink[1], spec)
+                     pc.hits if pc is not None else 0, preempted, spec)
             cpc = getattr(st, "connector_prefix_cache_stats", None)
             if cpc is not None:
                 connector = (cpc.queries, cpc.hits)
-        return deltas, texts, stats, timings, cached, connector
+        return stats, connector
 
     def profile_start(self):
         """Opens a profiler window; returns the activity names it records.
@@ -798,11 +811,17 @@ class Engine:
         prof.export_chrome_trace(path)
         return (t1 - t0, time.perf_counter() - t1, [])
 
-    def abort(self, rids):
-        self.engine.abort_request([str(r) for r in rids])
+    def abort(self, rids, core_ids=()):
+        """Aborts requests in flight: `rids` by enginebench id (text
+        requests, and everything on the engine path), `core_ids` by vLLM's
+        id (token requests on the core path, as add_tokens returned them)."""
+        self._path.abort(rids, core_ids)
 
-    def has_unfinished(self):
-        return self.engine.has_unfinished_requests()
+    def has_unfinished(self, local=0):
+        """Whether any request is unfinished (`local`: the caller's count of
+        token requests in flight, which only it knows on the core path); with
+        data parallelism, across the DP group (steppath.CorePath.has_unfinished)."""
+        return self._path.has_unfinished(local)
 
     def shutdown(self):
         core = getattr(self.engine, "engine_core", None)
@@ -877,7 +896,9 @@ def _doctor_import(name, out):
 
 def doctor():
     """What this interpreter's vLLM is, without building an engine: a JSON
-    string {vllm, vllm_path, torch, platform, devices, compat, missing, errors}.
+    string {vllm, vllm_path, torch, platform, devices, compat, step_path,
+    missing, errors}; step_path: {path: "core" or "engine", reason} as far as
+    it can be told without an engine (steppath.resolve checks the rest).
     Every problem is reported, not raised, so doctor can name them all:
     `missing` lists packages `import` cannot find, `errors` the rest; `compat`
     and `platform` need vLLM, `devices` ({kind, count, names}) needs torch."""
@@ -906,4 +927,6 @@ def doctor():
         except Exception as e:
             out["errors"].append(f"vLLM's platform detection failed: {type(e).__name__}: {e}")
         out["compat"] = compat.report()
+        path, reason = compat.core_path_available()
+        out["step_path"] = {"path": path, "reason": reason}
     return json.dumps(out)

@@ -12,12 +12,13 @@ JOB.json: {"argv": [model, flag, ...],          # the `vllm serve` list the work
 Like enginebench's worker it builds one engine in-process and runs each point
 on it: `warmups` requests closed-loop at `conc` (excluded), then `num_prompts`
 requests keeping `conc` in flight, adding requests before each step exactly as
-src/workload/driver.rs does. Per point it reports output tok/s (output tokens
-/ the time from the first add to the last step), steps, wall time per step,
-the time spent outside the shim's `Engine.step()` per step, and the harness's
-own time per step: the loop's wall time minus the time inside vLLM's
-`LLMEngine.step()` and `LLMEngine.add_request()` (timers around both),
-divided by the steps.
+src/workload/driver.rs does, and reading each step's outputs in plain Python
+(on the shim's core step path, vLLM's `EngineCoreOutput`s themselves). Per
+point it reports output tok/s (output tokens / the time from the first add to
+the last step), steps, wall time per step, the time spent outside the shim's
+`Engine.step()` per step, and the harness's own time per step: the loop's
+wall time minus the time inside the engine core's step and add_request
+(`Probe`), divided by the steps, with its distribution over the steps.
 
 The environment must be the worker's: the caller sets OMP_NUM_THREADS and the
 recipe's variables (VLLM_CPU_KVCACHE_SPACE ...); in-process mode is forced
@@ -47,51 +48,35 @@ def _draw(promptgen, allowed, point):
     return json.loads(out)
 
 
-class _NullCompletion:
-    __slots__ = ("token_ids",)
+def null_core(core_client):
+    """Replaces vLLM's in-process engine core (`InprocClient.get_output`,
+    `add_request`, `abort_requests`) by a stand-in with no model: every step
+    gives each running request one token as a real `EngineCoreOutput` (with
+    the QUEUED/SCHEDULED events and `PrefillStats` of a first output, a
+    LENGTH finish at max_tokens) and a `SchedulerStats`. Everything above the
+    core is vLLM's own: the input processor, and on the engine step path
+    LLMEngine.step()'s output processor and detokenizer. The engine is still
+    built (model loaded); only the core's work is gone.
 
-    def __init__(self, token_ids):
-        self.token_ids = token_ids
+    EB_NULL_STEP_MS=T makes each step take T ms in all (its own work
+    included): spinning on the clock (EB_NULL_STEP_MODE=spin, the default:
+    a GPU step's host thread is busy too, and sleeping overshoots by tens of
+    us), or sleeping (=sleep). A loop's time outside the step is then the
+    harness's own, at a GPU's step pace (bench/harness_overhead.py
+    --null-engine --null-step-ms). EB_NULL_EVICT_MB=N: the stand-in copies N
+    MiB each step (inside the step), leaving the caches as cold as a real
+    step that streams the weights does."""
+    from vllm.v1.engine import EngineCoreEvent, EngineCoreEventType, EngineCoreOutput, EngineCoreOutputs, FinishReason
+    from vllm.v1.metrics.stats import PrefillStats, SchedulerStats
 
-
-class _NullMetrics:
-    """The RequestStateStats fields the shim reads of a finished request."""
-    __slots__ = ("first_token_latency", "first_token_ts", "last_token_ts", "scheduled_ts", "queued_ts",
-                 "num_generation_tokens")
-
-    def __init__(self, generated):
-        self.first_token_latency = 1e-3
-        self.first_token_ts = self.scheduled_ts = self.queued_ts = 1.0
-        self.last_token_ts = 1.0 + 1e-3 * generated
-        self.num_generation_tokens = generated
-
-
-class _NullOutput:
-    __slots__ = ("request_id", "outputs", "finished", "metrics")
-
-    def __init__(self, request_id, finished, generated):
-        self.request_id = request_id
-        self.outputs = [_NullCompletion([0])]
-        self.finished = finished
-        self.metrics = _NullMetrics(generated) if finished else None
-
-
-def null_engine(llm_engine):
-    """Replaces vLLM's LLMEngine.step/add_request/abort_request/
-    has_unfinished_requests by a stand-in with no model: every step gives each
-    running request one token (a RequestOutput-shaped object with the fields
-    the shim reads) and finishes it at max_tokens. The engine is still built
-    (model loaded), so everything around the step is the real set-up; only
-    the step's work is gone. With it, a loop's wall time per step is the
-    harness's own cost plus a few us of stand-in, measured in us without
-    vLLM's ms-scale and noisy model time (bench/harness_overhead.py
-    --null-engine)."""
-    cls = llm_engine.LLMEngine
-    # A real step streams the weights through the caches, so the harness's
-    # code and data are cold when it returns; EB_NULL_EVICT_MB=N makes the
-    # stand-in copy N MiB each step to do the same.
+    cls = core_client.InprocClient
     evict_mb = int(os.environ.get("EB_NULL_EVICT_MB", "0"))
     evict = (bytearray(evict_mb << 20), bytearray(evict_mb << 20)) if evict_mb else None
+    step_s = float(os.environ.get("EB_NULL_STEP_MS", "0")) / 1e3
+    spin = os.environ.get("EB_NULL_STEP_MODE", "spin") != "sleep"
+    clock = time.perf_counter
+    token = int(os.environ.get("EB_NULL_TOKEN", "330"))
+    length = FinishReason.LENGTH
 
     def running(self):
         r = self.__dict__.get("_null_running")
@@ -99,53 +84,81 @@ def null_engine(llm_engine):
             r = self._null_running = {}
         return r
 
-    def add_request(self, request_id, prompt, params, *a, **kw):
-        running(self)[request_id] = [params.max_tokens, 0]
+    def add_request(self, request):
+        # [max_tokens, generated, prompt tokens, QUEUED event]
+        running(self)[request.request_id] = [request.sampling_params.max_tokens, 0,
+                                             len(request.prompt_token_ids),
+                                             EngineCoreEvent.new_event(EngineCoreEventType.QUEUED)]
 
-    def step(self):
+    def get_output(self):
+        t0 = clock()
         if evict is not None:
             evict[0][:] = evict[1]
         r = running(self)
-        out = []
+        outs = []
         done = []
         for rid, st in r.items():
             st[1] += 1
             fin = st[1] >= st[0]
-            out.append(_NullOutput(rid, fin, st[1]))
+            if st[1] == 1:
+                pf = PrefillStats()
+                pf.set(st[2], 0, 0)
+                ev = [st[3], EngineCoreEvent.new_event(EngineCoreEventType.SCHEDULED)]
+                outs.append(EngineCoreOutput(request_id=rid, new_token_ids=[token],
+                                             finish_reason=length if fin else None, events=ev, prefill_stats=pf))
+            else:
+                outs.append(EngineCoreOutput(request_id=rid, new_token_ids=[token],
+                                             finish_reason=length if fin else None))
             if fin:
                 done.append(rid)
         for rid in done:
             del r[rid]
-        return out
+        stats = SchedulerStats(num_running_reqs=len(outs)) if outs else None
+        result = EngineCoreOutputs(outputs=outs, scheduler_stats=stats)
+        if step_s:
+            end = t0 + step_s
+            if spin:
+                while clock() < end:
+                    pass
+            else:
+                left = end - clock()
+                if left > 0:
+                    time.sleep(left)
+        return result
 
-    def abort_request(self, request_ids, *a, **kw):
+    def abort_requests(self, request_ids):
         r = running(self)
         for rid in request_ids:
             r.pop(rid, None)
 
     cls.add_request = add_request
-    cls.step = step
-    cls.abort_request = abort_request
-    cls.has_unfinished_requests = lambda self: bool(running(self))
+    cls.get_output = get_output
+    cls.abort_requests = abort_requests
 
 
 class Probe:
-    """Times vLLM's own `LLMEngine.step()` and `add_request()` calls, and the
-    shim's hooks that run inside step() (its scheduler wrapper's
-    `compute_iteration_details` and its stat logger's `record`), on
-    time.monotonic (CLOCK_MONOTONIC, the clock of Rust's Instant). pyloop
-    uses it directly; bench/probe/sitecustomize.py installs the same probe in
-    enginebench's embedded interpreter.
+    """Times the engine core's own work: the in-process client's
+    `get_output()` (one engine-core step: schedule, execute, update) and
+    `add_request()` (the core's request set-up and block hashing), and the
+    shim's hooks that run inside the core's step (its scheduler wrapper's
+    `compute_iteration_details` and `_iteration_details`, and its stat
+    logger's `record` where vLLM calls it), on time.monotonic
+    (CLOCK_MONOTONIC, the clock of Rust's Instant). Everything else between
+    two core steps is the harness's: its own loop, the Rust<->Python
+    crossing, vLLM's input processor, and on the engine step path
+    LLMEngine.step()'s output processing. pyloop uses it directly;
+    bench/probe/sitecustomize.py installs the same probe in enginebench's
+    embedded interpreter.
 
     `install()` must run before vLLM is imported: it patches the classes as
     their modules load (an import hook), so it works in any interpreter.
-    With EB_NULL_ENGINE=1 in the environment it first puts `null_engine`'s
-    stand-in in place of vLLM's step, and times that."""
+    With EB_NULL_ENGINE=1 in the environment it first puts `null_core`'s
+    stand-in in place of vLLM's engine core, and times that."""
 
     def __init__(self):
         self.null = os.environ.get("EB_NULL_ENGINE") == "1"
-        self.t, self.d = [], []      # LLMEngine.step
-        self.at, self.ad = [], []    # LLMEngine.add_request
+        self.t, self.d = [], []      # InprocClient.get_output: engine-core steps
+        self.at, self.ad = [], []    # InprocClient.add_request
         self.ht, self.hd = [], []    # shim hooks inside step()
 
     def clear(self):
@@ -178,14 +191,16 @@ class Probe:
         return timed
 
     def patch(self, llm_engine):
-        """Patches vLLM once `vllm.v1.engine.llm_engine` is loaded."""
+        """Patches vLLM once `vllm.v1.engine.llm_engine` is loaded (it
+        imports the core client, so that is loaded too)."""
         import vllm.v1.utils as vutils
+        from vllm.v1.engine import core_client
         from vllm.v1.metrics.loggers import StatLoggerBase
 
         if self.null:
-            null_engine(llm_engine)
-        cls = llm_engine.LLMEngine
-        cls.step = self._timed(cls.step, self.t, self.d)
+            null_core(core_client)
+        cls = core_client.InprocClient
+        cls.get_output = self._timed(cls.get_output, self.t, self.d)
         cls.add_request = self._timed(cls.add_request, self.at, self.ad)
         # The shim imports this when it builds its engine, after vLLM's own
         # modules bound the original.
@@ -250,27 +265,37 @@ def closed_loop(engine, prompts, output_lens, conc, first_rid):
             nxt += 1
             in_flight += 1
         s = clock()
-        deltas = step()[0]
+        out = step()
         end = clock()
         marks.append((s, end))
-        for _, new_tokens, done in deltas:
-            tokens += new_tokens
-            if done:
-                finished += 1
-                in_flight -= 1
+        raw, deltas = out[0], out[1]
+        if raw is not None:  # the core path: vLLM's EngineCoreOutputs
+            for o in raw:
+                tokens += len(o.new_token_ids)
+                if o.finish_reason is not None:
+                    finished += 1
+                    in_flight -= 1
+        if deltas is not None:  # through vLLM's output processor
+            for d in deltas:
+                tokens += d[1]
+                if d[2]:
+                    finished += 1
+                    in_flight -= 1
     return t0, end, tokens, marks
 
 
 def harness_per_step(t0, marks, inner, adds, hooks=()):
     """The harness's own time before and around each step, s: the gap since
     the previous step returned (since the loop started for the first), plus
-    the step call's time outside vLLM's step(), minus the time inside vLLM's
-    add_request() in that gap, plus the shim's hooks inside that step().
-    Sums to wall - vLLM step time - vLLM add time + hook time.
+    the step call's time outside the engine core's step, minus the time
+    inside the core's add_request() in that gap, plus the shim's hooks
+    inside that step. Sums to wall - core step time - core add time + hook
+    time. (The core's add_request is the engine's work: vLLM's engine core
+    does it in its own process under `vllm serve`.)
 
     marks: [(start, end)] of the harness's step calls, on the harness's clock
-    (t0 = when the loop started); inner: [(start, duration)] of vLLM's step()
-    calls, one per mark; adds: [(start, duration)] of vLLM's add_request()
+    (t0 = when the loop started); inner: [(start, duration)] of the core's
+    steps, one per mark; adds: [(start, duration)] of the core's add_request()
     calls of this loop; hooks: [(start, duration)] of the shim's hooks;
     inner, adds and hooks on one clock (not necessarily marks')."""
     out = []
@@ -294,22 +319,43 @@ def harness_per_step(t0, marks, inner, adds, hooks=()):
     return out
 
 
+def percentile(xs, q):
+    """The q-th percentile (0..100) of xs, linear between closest ranks (numpy's default)."""
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
 def summary(t0, marks, inner, adds, hooks=()):
-    """Per-step figures of one loop, us: mean and median harness time,
-    outside-step() time (the step call's own overhead left out), crossing
-    (the step call's time outside vLLM's step()), the shim's hooks inside
-    vLLM's step(), and the mean add_request() time per request."""
+    """Per-step figures of one loop, us: the harness time per step (mean,
+    median, p99, max; see harness_per_step), outside-step() time (the step
+    call's own overhead left out), crossing (the step call's time outside
+    the engine core's step), the shim's hooks inside the core's step, the
+    mean add_request() time per request, the engine core's mean step time,
+    and the share of the loop's wall time the engine core was not stepping
+    (from the first add_request to the last step's end, on the probe's clock)."""
     import statistics
 
     n = len(marks)
     wall = marks[-1][1] - t0
     per = harness_per_step(t0, marks, inner, adds, hooks)
     crossing = [(e - s) - d for (s, e), (_, d) in zip(marks, inner)]
+    start = min(adds[0][0], inner[0][0]) if adds else inner[0][0]
+    window = inner[-1][0] + inner[-1][1] - start
+    stepping = sum(d for _, d in inner)
     return {
         "steps": n,
         "step_wall_us": wall / n * 1e6,
+        "core_step_us": stepping / n * 1e6,
+        "not_stepping": 1.0 - stepping / window if window > 0 else 0.0,
         "harness_us": sum(per) / n * 1e6,
         "harness_median_us": statistics.median(per) * 1e6,
+        "harness_p99_us": percentile(per, 99) * 1e6,
+        "harness_max_us": max(per) * 1e6,
         "outside_step_us": (wall - sum(e - s for s, e in marks)) / n * 1e6,
         "crossing_us": sum(crossing) / n * 1e6,
         "crossing_median_us": statistics.median(crossing) * 1e6,

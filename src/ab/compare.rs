@@ -1,15 +1,17 @@
 //! Comparing two variants: matching points, per-row deltas with 95%
 //! intervals (paired t over repeats, [`super::stats`]), minimum detectable
 //! effects and verdicts, the A/A noise floor ([`NoiseFloor`]), accuracy
-//! (McNemar), greedy-token agreement, and the gate.
+//! (paired interval and McNemar), greedy-token agreement, and the gate
+//! (PASS / FAIL / INCONCLUSIVE by the rule of [`super::gate`]).
 
 use std::collections::BTreeMap;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::input::{Arm, Repeat, RequestRow};
+use super::input::{Arm, Repeat, RequestRow, TaskSample};
 use super::distributions::{self, McNemar};
+use super::gate::{AccuracyGate, FigureGate, Needed, Outcome, PerfInput};
 use super::stats::{self, BootstrapOptions, IntervalMethod, RepeatData, Verdict};
 use crate::error::usage;
 use crate::eval::score::{Sample, aggregate};
@@ -19,14 +21,13 @@ use crate::report::result::{PointResult, RecipeInfo};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Options {
     /// Largest accepted accuracy drop, as a fraction (0.01 = 1 point), for
-    /// strict-match and flexible-extract alike.
+    /// strict-match and flexible-extract alike: the accuracy margin of the
+    /// gate ([`super::gate`]).
     pub max_accuracy_drop: f64,
-    /// Largest accepted perf regression, as a fraction (0.05 = 5%): the gate
-    /// fails on a row figure that is significantly worse (its interval
-    /// excludes 0) and whose measured delta is worse than this.
+    /// Largest accepted perf regression, as a fraction (0.05 = 5%): the
+    /// performance margin of the gate ([`super::gate`]), raised to a
+    /// figure's A/A noise floor where that is larger.
     pub max_regression: f64,
-    /// Significance level of McNemar's test for "accuracy held".
-    pub alpha: f64,
     /// Bootstrap replicates.
     pub resamples: usize,
     /// Bootstrap seed.
@@ -38,7 +39,6 @@ impl Default for Options {
         Options {
             max_accuracy_drop: 0.01,
             max_regression: 0.05,
-            alpha: 0.05,
             resamples: stats::DEFAULT_RESAMPLES,
             seed: stats::DEFAULT_SEED,
         }
@@ -154,6 +154,11 @@ pub struct Figure {
     /// Minimum detectable effect at 80% power and these repeats (fraction):
     /// the resolution of a "no significant change".
     pub mde: Option<f64>,
+    /// Standard error of the mean log ratio behind `ci` (natural log units)
+    /// and the degrees of freedom of its t quantile (`None` for the request
+    /// bootstrap).
+    pub se_log: Option<f64>,
+    pub df: Option<f64>,
     /// c_i / b_i - 1 of each repeat pair (fractions), in run order.
     pub repeat_deltas: Vec<f64>,
     /// The old method's interval (two-level percentile bootstrap over repeats
@@ -165,6 +170,22 @@ pub struct Figure {
     /// From `ci`, then the noise floor: faster/slower only when the interval
     /// excludes 0 and |delta| exceeds the floor.
     pub verdict: Verdict,
+    /// The gate's decision on this figure; `None` where performance is not
+    /// gated (one repeat on a side).
+    pub gate: Option<FigureGate>,
+}
+
+impl Figure {
+    /// What the gate's rule needs of this figure; `None` without an interval.
+    pub fn perf_input(&self, repeats: (usize, usize)) -> Option<PerfInput> {
+        Some(PerfInput {
+            ci: self.ci?,
+            higher_is_better: self.metric.higher_is_better(),
+            se_log: self.se_log,
+            df: self.df,
+            repeats,
+        })
+    }
 }
 
 /// One matched point: (ISL, OSL, TP, conc).
@@ -226,8 +247,9 @@ pub struct PairedMetric {
     pub diff: f64,
     /// On the questions both answered; `None` without samples.
     pub mcnemar: Option<McNemar>,
-    /// -diff <= max_accuracy_drop, and no significant drop (McNemar p < alpha with diff < 0).
-    pub held: bool,
+    /// The gate's decision: the paired interval of the difference against
+    /// `max_accuracy_drop` ([`super::gate::judge_accuracy`]); "held" is PASS.
+    pub gate: AccuracyGate,
 }
 
 /// Greedy-token agreement on the eval prompts.
@@ -260,12 +282,17 @@ pub struct Accuracy {
     pub strict: PairedMetric,
     pub flexible: PairedMetric,
     pub max_accuracy_drop: f64,
-    /// Both metrics held.
-    pub held: bool,
+    /// Both metrics' gate outcomes as one ([`Outcome::combine`]): PASS is
+    /// "accuracy held".
+    pub outcome: Outcome,
+    /// Questions the task has (the eval's test split), where known: the
+    /// most an INCONCLUSIVE accuracy could be given.
+    pub questions_available: Option<usize>,
     pub agreement: Option<TokenAgreement>,
 }
 
-/// One metric of one task in an A/B: the arms' scores (lm-eval tasks) and the
+/// One metric of one task in an A/B: the arms' scores and the gate's
+/// decision on the paired questions (lm-eval tasks both arms ran), and the
 /// candidate against its threshold (any task, from its run's accuracy gate).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskAccuracy {
@@ -277,19 +304,39 @@ pub struct TaskAccuracy {
     pub candidate: Option<f64>,
     /// candidate - baseline, fraction.
     pub diff: Option<f64>,
-    /// -diff <= max_accuracy_drop (true when not compared).
-    pub held: bool,
+    /// Questions both arms scored (paired by doc_id and prompt hash in
+    /// lm-eval's `samples_*.jsonl`).
+    pub paired: usize,
+    /// The decision on the drop, as for the built-in task's metrics
+    /// ([`super::gate::judge_accuracy`] on the paired questions); `None`
+    /// when only the candidate ran the task.
+    pub gate: Option<AccuracyGate>,
     /// The candidate's threshold, its source and whether it met it, when the run had one.
     pub threshold: Option<f64>,
     pub source: Option<String>,
     pub meets_threshold: Option<bool>,
+    /// The drop's outcome and the threshold's (met: PASS, not met: FAIL)
+    /// as one ([`Outcome::combine`]).
+    pub outcome: Outcome,
 }
 
-/// The gate: what failed, if anything, and what it could not judge.
+/// The gate: its outcome, what failed, what it could not decide and what
+/// would decide it, and what it did not judge.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GateResult {
-    pub passed: bool,
+    /// FAIL when a gated figure fails, else INCONCLUSIVE when one is (or
+    /// nothing was gated), else PASS ([`Outcome::combine`]).
+    pub outcome: Outcome,
+    /// One line per FAIL figure.
     pub failures: Vec<String>,
+    /// One line per INCONCLUSIVE figure, with what would decide it.
+    pub inconclusive: Vec<String>,
+    /// The most repeats per variant an INCONCLUSIVE performance figure needs
+    /// at its observed spread ([`super::gate`]); `None` when none is.
+    pub repeats_needed: Option<Needed>,
+    /// The most paired eval questions an INCONCLUSIVE accuracy metric needs;
+    /// `None` when none is (or its samples are missing).
+    pub questions_needed: Option<Needed>,
     /// Why performance was not gated at some points, in words; `None` when
     /// every point was. A side with one repeat gives no run-to-run interval
     /// (only request-to-request spread within one run), so no regression
@@ -357,6 +404,13 @@ pub struct NoiseFloor {
     pub floors: BTreeMap<(Key, Metric), f64>,
 }
 
+/// The noise floor of one A/A figure (fraction): the largest change its
+/// 95% interval allowed, max(|lo|, |hi|), and at least |delta|.
+pub fn floor_of((lo, hi): (f64, f64), delta: f64) -> f64 {
+    let d = if delta.is_finite() { delta.abs() } else { 0.0 };
+    lo.abs().max(hi.abs()).max(d)
+}
+
 impl NoiseFloor {
     /// The floors of an A/A comparison `aa` read from (or written to) `file`.
     pub fn from_comparison(aa: &Comparison, file: &str) -> NoiseFloor {
@@ -364,7 +418,7 @@ impl NoiseFloor {
         for r in &aa.rows {
             for f in &r.figures {
                 if let Some((lo, hi)) = f.ci {
-                    floors.insert(((r.isl, r.osl, r.tp, r.conc), f.metric), lo.abs().max(hi.abs()).max(f.delta.abs()));
+                    floors.insert(((r.isl, r.osl, r.tp, r.conc), f.metric), floor_of((lo, hi), f.delta));
                 }
             }
         }
@@ -373,30 +427,23 @@ impl NoiseFloor {
     }
 
     /// Reads a saved A/A `ab.json` (written by `ab --aa`, `--calibrate` or
-    /// any `ab`/`compare` of a variant against itself).
+    /// any `ab`/`compare` of a variant against itself) through
+    /// [`SavedComparison`], the part of the file a noise floor needs.
     ///
     /// Errors (usage): unreadable file, not an `ab.json`, or no row with an
     /// interval.
     pub fn load(path: &std::path::Path) -> Result<NoiseFloor> {
         let bad = |why: String| usage(format!("--noise {}: {why}; give the ab.json of an `enginebench ab --aa` run", path.display()));
         let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it ({e})")))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON ({e})")))?;
-        let rows = v.get("rows").and_then(|r| r.as_array()).ok_or_else(|| bad("no \"rows\" array: not an ab.json".into()))?;
+        let saved: SavedComparison = serde_json::from_str(&text).map_err(|e| bad(format!("not an ab.json ({e})")))?;
         let mut floors = BTreeMap::new();
         let mut repeats = 0usize;
-        for r in rows {
-            let n = |k: &str| r.get(k).and_then(serde_json::Value::as_u64).map(|x| x as u32);
-            let (Some(isl), Some(osl), Some(tp), Some(conc)) = (n("isl"), n("osl"), n("tp"), n("conc")) else {
-                return Err(bad("a row without isl/osl/tp/conc".into()));
-            };
-            if let Some(rp) = r.get("repeats").and_then(|x| x.as_array()) {
-                repeats = repeats.max(rp.iter().filter_map(serde_json::Value::as_u64).min().unwrap_or(0) as usize);
-            }
-            for f in r.get("figures").and_then(|x| x.as_array()).into_iter().flatten() {
-                let Ok(metric) = serde_json::from_value::<Metric>(f["metric"].clone()) else { continue };
-                let (Some(lo), Some(hi)) = (f["ci"][0].as_f64(), f["ci"][1].as_f64()) else { continue };
-                let delta = f["delta"].as_f64().unwrap_or(0.0).abs();
-                floors.insert(((isl, osl, tp, conc), metric), lo.abs().max(hi.abs()).max(delta));
+        for r in &saved.rows {
+            repeats = repeats.max(r.repeats.0.min(r.repeats.1));
+            for f in &r.figures {
+                if let Some(ci) = f.ci {
+                    floors.insert(((r.isl, r.osl, r.tp, r.conc), f.metric), floor_of(ci, f.delta.unwrap_or(0.0)));
+                }
             }
         }
         if floors.is_empty() {
@@ -404,6 +451,35 @@ impl NoiseFloor {
         }
         Ok(NoiseFloor { source: NoiseSource { file: path.display().to_string(), repeats }, floors })
     }
+}
+
+/// What a saved `ab.json` ([`Comparison`] serialized) is read back as: its
+/// rows' points, repeats and figures' intervals, the part a noise floor
+/// needs (other keys are ignored, so files written before or after this
+/// build read alike).
+#[derive(Debug, Deserialize)]
+pub struct SavedComparison {
+    pub rows: Vec<SavedRow>,
+}
+
+/// A [`Row`] as saved.
+#[derive(Debug, Deserialize)]
+pub struct SavedRow {
+    pub isl: u32,
+    pub osl: u32,
+    pub tp: u32,
+    pub conc: u32,
+    /// Repeats of the baseline and of the candidate.
+    pub repeats: (usize, usize),
+    pub figures: Vec<SavedFigure>,
+}
+
+/// A [`Figure`] as saved: `delta` is null where it was not a number.
+#[derive(Debug, Deserialize)]
+pub struct SavedFigure {
+    pub metric: Metric,
+    pub delta: Option<f64>,
+    pub ci: Option<(f64, f64)>,
 }
 
 /// Applies an A/A noise floor to a comparison: each figure with a floor at
@@ -426,13 +502,18 @@ pub fn apply_noise(c: &mut Comparison, noise: &NoiseFloor) {
         }
     }
     c.noise = Some(noise.source.clone());
-    c.gate = gate(&c.rows, c.accuracy.as_ref(), &c.tasks, &c.options);
+    c.gate = gate(&mut c.rows, c.accuracy.as_ref(), &c.tasks, &c.options);
 }
 
 impl Comparison {
-    /// Ok when the gate passed, failed (exit code 1) when it did not.
+    /// The gate's exit status: PASS ok (0), FAIL failed (1), INCONCLUSIVE
+    /// inconclusive (3).
     pub fn exit_status(&self) -> crate::error::ExitStatus {
-        if self.gate.passed { crate::error::ExitStatus::Ok } else { crate::error::ExitStatus::Failed }
+        match self.gate.outcome {
+            Outcome::Pass => crate::error::ExitStatus::Ok,
+            Outcome::Fail => crate::error::ExitStatus::Failed,
+            Outcome::Inconclusive => crate::error::ExitStatus::Inconclusive,
+        }
     }
 }
 
@@ -552,7 +633,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
     let tasks = compare_tasks(baseline, candidate, &options);
     let (b_tables, c_tables) = (baseline.kernel_tables(), candidate.kernel_tables());
     notes.extend(crate::profile::diff::one_sided(&b_tables, &c_tables));
-    let gate = gate(&rows, accuracy.as_ref(), &tasks, &options);
+    let gate = gate(&mut rows, accuracy.as_ref(), &tasks, &options);
     Ok(Comparison {
         baseline_label: baseline.label.clone(),
         candidate_label: candidate.label.clone(),
@@ -604,10 +685,13 @@ fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)],
                 ci,
                 method: d.as_ref().map_or(IntervalMethod::RequestBootstrap, |d| d.method),
                 mde: d.as_ref().and_then(|d| d.mde),
+                se_log: d.as_ref().and_then(|d| d.se_log),
+                df: d.as_ref().and_then(|d| d.df),
                 repeat_deltas: d.map(|d| d.repeat_deltas).unwrap_or_default(),
                 bootstrap_ci,
                 noise_floor: None,
                 verdict: Verdict::of(ci, m.higher_is_better()),
+                gate: None,
             }
         })
         .collect();
@@ -676,15 +760,17 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
         ));
     }
     let have_pairs = !pairs.is_empty();
+    let available = (ce.test_size > 0).then_some(ce.test_size);
     let paired_metric = |b: f64, c: f64, right: fn(&Sample) -> bool| {
-        let mcnemar = have_pairs.then(|| {
-            let n01 = pairs.iter().filter(|(x, y)| right(x) && !right(y)).count() as u64;
-            let n10 = pairs.iter().filter(|(x, y)| !right(x) && right(y)).count() as u64;
-            distributions::mcnemar(n01, n10)
-        });
-        let diff = c - b;
-        let significant_drop = mcnemar.is_some_and(|m| m.p_value < o.alpha) && diff < 0.0;
-        PairedMetric { baseline: b, candidate: c, diff, mcnemar, held: -diff <= o.max_accuracy_drop + 1e-12 && !significant_drop }
+        let n01 = pairs.iter().filter(|(x, y)| right(x) && !right(y)).count() as u64;
+        let n10 = pairs.iter().filter(|(x, y)| !right(x) && right(y)).count() as u64;
+        PairedMetric {
+            baseline: b,
+            candidate: c,
+            diff: c - b,
+            mcnemar: have_pairs.then(|| distributions::mcnemar(n01, n10)),
+            gate: super::gate::judge_accuracy(n01, n10, pairs.len() as u64, o.max_accuracy_drop, available.map(|a| a as u64)),
+        }
     };
     let strict = paired_metric(b_scores.strict, c_scores.strict, |s| s.strict_correct);
     let flexible = paired_metric(b_scores.flexible, c_scores.flexible, |s| s.flexible_correct);
@@ -695,16 +781,19 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
         baseline: b_scores,
         candidate: c_scores,
         paired: pairs.len(),
-        held: strict.held && flexible.held,
+        outcome: Outcome::combine([strict.gate.outcome, flexible.gate.outcome]).unwrap_or(Outcome::Inconclusive),
         strict,
         flexible,
         max_accuracy_drop: o.max_accuracy_drop,
+        questions_available: available,
         agreement: token_agreement(&pairs),
     }))
 }
 
-/// Per task and metric: every gated metric of the lm-eval tasks both arms ran
-/// (held when it dropped by at most `max_accuracy_drop`), and the
+/// Per task and metric: every gated metric of the lm-eval tasks both arms
+/// ran, its drop decided on the questions both scored (lm-eval's
+/// per-question scores paired by doc_id and prompt hash, the same rule as
+/// the built-in task's: [`super::gate::judge_accuracy`]), and the
 /// candidate's accuracy-gate checks (its run's thresholds, per task, the
 /// built-in task's included).
 pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAccuracy> {
@@ -716,14 +805,16 @@ pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAc
             let Some(bt) = bl.tasks.iter().find(|t| t.task == ct.task) else { continue };
             for m in ct.gated_metrics() {
                 let Some(bm) = bt.metrics.iter().find(|x| x.name == m.name) else { continue };
-                let diff = m.value - bm.value;
+                let (paired, gate) = judge_task_metric(baseline.task_samples(), candidate.task_samples(), &ct.task, &m.name, o);
                 out.push(TaskAccuracy {
                     task: ct.task.clone(),
                     metric: m.name.clone(),
                     baseline: Some(bm.value),
                     candidate: Some(m.value),
-                    diff: Some(diff),
-                    held: -diff <= o.max_accuracy_drop + 1e-12,
+                    diff: Some(m.value - bm.value),
+                    paired,
+                    outcome: gate.outcome,
+                    gate: Some(gate),
                     threshold: None,
                     source: None,
                     meets_threshold: None,
@@ -741,10 +832,12 @@ pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAc
                     baseline: None,
                     candidate: Some(check.value),
                     diff: None,
-                    held: true,
+                    paired: 0,
+                    gate: None,
                     threshold: None,
                     source: None,
                     meets_threshold: None,
+                    outcome: Outcome::Pass,
                 });
                 out.last_mut().expect("just pushed")
             }
@@ -752,8 +845,29 @@ pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAc
         row.threshold = Some(check.threshold);
         row.source = Some(check.source.clone());
         row.meets_threshold = Some(check.passed);
+        let threshold = if check.passed { Outcome::Pass } else { Outcome::Fail };
+        row.outcome = Outcome::combine([row.outcome, threshold]).expect("two outcomes");
     }
     out
+}
+
+/// The paired questions of one task metric and the gate's decision on its
+/// drop: b (baseline right, candidate wrong) and c (the reverse) among the
+/// questions both arms scored. A score other than 0 or 1 has no right or
+/// wrong: such a metric is not paired (INCONCLUSIVE, no estimate).
+fn judge_task_metric(b: &[TaskSample], c: &[TaskSample], task: &str, metric: &str, o: &Options) -> (usize, AccuracyGate) {
+    let of = |s: &[TaskSample]| -> BTreeMap<(u64, String), f64> {
+        s.iter().filter(|x| x.task == task && x.metric == metric).map(|x| ((x.doc_id, x.prompt_hash.clone()), x.value)).collect()
+    };
+    let (bm, cm) = (of(b), of(c));
+    let pairs: Vec<(f64, f64)> = cm.iter().filter_map(|(k, &cv)| bm.get(k).map(|&bv| (bv, cv))).collect();
+    let binary = pairs.iter().all(|&(x, y)| [x, y].iter().all(|v| *v == 0.0 || *v == 1.0));
+    if !binary {
+        return (pairs.len(), super::gate::judge_accuracy(0, 0, 0, o.max_accuracy_drop, None));
+    }
+    let lost = pairs.iter().filter(|&&(x, y)| x == 1.0 && y == 0.0).count() as u64;
+    let gained = pairs.iter().filter(|&&(x, y)| x == 0.0 && y == 1.0).count() as u64;
+    (pairs.len(), super::gate::judge_accuracy(lost, gained, pairs.len() as u64, o.max_accuracy_drop, None))
 }
 
 /// Greedy-token agreement over paired samples; `None` when no pair has token ids on both sides.
@@ -781,73 +895,115 @@ pub fn token_agreement(pairs: &[(&Sample, &Sample)]) -> Option<TokenAgreement> {
     })
 }
 
-/// The gate: fails when accuracy did not hold, or when a row figure is
-/// significantly worse (verdict slower) by more than `max_regression`. Rows
-/// with one repeat on a side are not gated on performance (their interval
-/// cannot support a run-to-run claim; see [`GateResult::perf_not_gated`]);
-/// accuracy is gated whatever the repeats (the eval runs once, greedy).
-pub fn gate(rows: &[Row], accuracy: Option<&Accuracy>, tasks: &[TaskAccuracy], o: &Options) -> GateResult {
-    let mut failures = Vec::new();
-    let (judged, one_repeat): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.repeats.0 >= 2 && r.repeats.1 >= 2);
+/// The gate ([`super::gate`] gives the rule): decides every figure of the
+/// rows with 2 or more repeats a side against `max_regression` (or its
+/// noise floor, where larger) and records it in the figure; takes both
+/// accuracy metrics' outcomes; and combines them. Rows with one repeat on a
+/// side are not gated on performance (their interval cannot support a
+/// run-to-run claim; see [`GateResult::perf_not_gated`]); accuracy is gated
+/// whatever the repeats (the eval runs once, greedy): the built-in task's
+/// metrics, and per task and metric the lm-eval tasks' drops and every
+/// task's threshold (`tasks`). Nothing gated at all is INCONCLUSIVE.
+pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, tasks: &[TaskAccuracy], o: &Options) -> GateResult {
+    use super::numbers::{ci_text, pct, pct_abs, pct_unsigned};
+    let (mut failures, mut inconclusive) = (Vec::new(), Vec::new());
+    let mut outcomes = Vec::new();
+    let mut repeats_needed: Option<Needed> = None;
+    let one_repeat: Vec<String> = rows.iter().filter(|r| r.repeats.0 < 2 || r.repeats.1 < 2).map(Row::key_text).collect();
+    let any_judged = one_repeat.len() < rows.len();
     let perf_not_gated = (!one_repeat.is_empty()).then(|| {
-        let which = if judged.is_empty() {
-            "at any point".to_string()
-        } else {
-            format!("at {}", one_repeat.iter().map(|r| r.key_text()).collect::<Vec<_>>().join(", "))
-        };
+        let which = if any_judged { format!("at {}", one_repeat.join(", ")) } else { "at any point".to_string() };
         format!(
             "performance not gated {which}: one repeat on a side gives no run-to-run interval, so no regression \
              claim can be made there; run --repeats 3 or more for a performance gate"
         )
     });
-    for r in judged {
-        for f in &r.figures {
-            let worse_by = if f.metric.higher_is_better() { -f.delta } else { f.delta };
-            if f.verdict == Verdict::Slower && worse_by > o.max_regression {
-                failures.push(format!(
-                    "ISL/OSL {}/{} TP {} conc {}: {} {} {} is a significant regression beyond {}",
-                    r.isl,
-                    r.osl,
-                    r.tp,
-                    r.conc,
-                    f.metric.title(),
-                    super::numbers::pct(f.delta),
-                    super::numbers::ci_text(f.ci),
-                    super::numbers::pct_unsigned(o.max_regression)
-                ));
+    for r in rows.iter_mut() {
+        let key = r.key_text();
+        let repeats = r.repeats;
+        for f in &mut r.figures {
+            f.gate = None;
+            if repeats.0 < 2 || repeats.1 < 2 {
+                continue;
             }
+            let margin = o.max_regression.max(f.noise_floor.unwrap_or(0.0));
+            let limit = if margin > o.max_regression { format!("{} (A/A noise floor)", pct_abs(margin)) } else { pct_unsigned(margin) };
+            let head = format!("{key}: {} {} {}", f.metric.title(), pct(f.delta), ci_text(f.ci));
+            let g = match f.perf_input(repeats) {
+                Some(input) => super::gate::judge_perf(&input, margin),
+                None => FigureGate { outcome: Outcome::Inconclusive, margin, repeats_needed: None },
+            };
+            match (g.outcome, g.repeats_needed) {
+                (Outcome::Fail, _) => failures.push(format!("{head}: the whole CI is a regression beyond {limit}")),
+                (Outcome::Inconclusive, Some(n)) => {
+                    inconclusive.push(format!(
+                        "{head} straddles the {limit} regression limit: {} repeats a side would decide it at the observed spread",
+                        n.text()
+                    ));
+                    repeats_needed = repeats_needed.max(Some(n));
+                }
+                (Outcome::Inconclusive, None) => inconclusive.push(format!("{head}: no interval to decide on")),
+                (Outcome::Pass, _) => {}
+            }
+            outcomes.push(g.outcome);
+            f.gate = Some(g);
         }
     }
-    if let Some(a) = accuracy.filter(|a| !a.held) {
-        for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
-            if !m.held {
-                let p = m.mcnemar.map_or(String::new(), |t| format!(", McNemar p = {}", super::numbers::p_text(t.p_value)));
-                failures.push(format!(
-                    "accuracy did not hold: {name} {:.2}% -> {:.2}% ({:+.2} points{p}; allowed drop {:.2} points)",
-                    m.baseline * 100.0,
-                    m.candidate * 100.0,
-                    m.diff * 100.0,
-                    a.max_accuracy_drop * 100.0
+    let mut questions_needed: Option<Needed> = None;
+    let limit = format!("{:.2}-point drop limit", o.max_accuracy_drop * 100.0);
+    let mut judge = |head: String, g: &AccuracyGate, available: Option<usize>, samples: &str| {
+        match (g.outcome, g.questions_needed) {
+            (Outcome::Fail, _) => failures.push(format!("accuracy did not hold: {head}: the whole CI is a drop beyond the {limit}")),
+            (Outcome::Inconclusive, Some(Needed::About(n))) => {
+                inconclusive.push(format!(
+                    "accuracy not resolved: {head} straddles the {limit}: about {n} paired questions would decide it at the observed disagreement (--eval-limit {n})"
                 ));
+                questions_needed = questions_needed.max(Some(Needed::About(n)));
             }
+            (Outcome::Inconclusive, Some(Needed::MoreThan(n))) => {
+                inconclusive.push(format!(
+                    "accuracy not resolved: {head} straddles the {limit}: more than {n} paired questions would be needed at the observed disagreement{}",
+                    if available.is_some_and(|q| q as u64 == n) { ", more than the task has" } else { "" }
+                ));
+                questions_needed = questions_needed.max(Some(Needed::MoreThan(n)));
+            }
+            (Outcome::Inconclusive, None) => inconclusive.push(format!("accuracy not resolved: {head}: no per-question samples ({samples}) to pair")),
+            (Outcome::Pass, _) => {}
+        }
+        outcomes.push(g.outcome);
+    };
+    if let Some(a) = accuracy {
+        for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
+            let p = m.mcnemar.map_or(String::new(), |t| format!(", McNemar p = {}", super::numbers::p_text(t.p_value)));
+            let head = format!("{name} {}{p})", points_change(m.baseline, m.candidate, m.gate.ci));
+            judge(head, &m.gate, a.questions_available, "gsm8k_samples.jsonl");
         }
     }
     for t in tasks {
-        if let (false, Some(b), Some(c), Some(d)) = (t.held, t.baseline, t.candidate, t.diff) {
-            failures.push(format!(
-                "accuracy did not hold: {} {} {:.2}% -> {:.2}% ({:+.2} points; allowed drop {:.2} points)",
-                t.task,
-                t.metric,
-                b * 100.0,
-                c * 100.0,
-                d * 100.0,
-                o.max_accuracy_drop * 100.0
-            ));
-        }
-        if let (Some(false), Some(th), Some(c)) = (t.meets_threshold, t.threshold, t.candidate) {
-            let source = t.source.as_deref().unwrap_or("?");
-            failures.push(format!("accuracy below threshold: {} {} = {c:.4} < {th:.2} ({source})", t.task, t.metric));
+        if let (Some(g), Some(b), Some(c)) = (&t.gate, t.baseline, t.candidate) {
+            let head = format!("{} {} {})", t.task, t.metric, points_change(b, c, g.ci));
+            judge(head, g, None, "lm-eval's samples_*.jsonl");
         }
     }
-    GateResult { passed: failures.is_empty(), failures, perf_not_gated }
+    for t in tasks {
+        if let (Some(met), Some(th), Some(c)) = (t.meets_threshold, t.threshold, t.candidate) {
+            if !met {
+                let source = t.source.as_deref().unwrap_or("?");
+                failures.push(format!("accuracy below threshold: {} {} = {c:.4} < {th:.2} ({source})", t.task, t.metric));
+            }
+            outcomes.push(if met { Outcome::Pass } else { Outcome::Fail });
+        }
+    }
+    let outcome = Outcome::combine(outcomes).unwrap_or_else(|| {
+        inconclusive.push("nothing gated: no point has 2 or more repeats a side and there is no eval".into());
+        Outcome::Inconclusive
+    });
+    GateResult { outcome, failures, inconclusive, repeats_needed, questions_needed, perf_not_gated }
+}
+
+/// `71.00% -> 70.00% (-1.00 points [lo, hi]` (the caller closes it): an
+/// accuracy change with its paired interval in points, when there is one.
+fn points_change(baseline: f64, candidate: f64, ci: Option<(f64, f64)>) -> String {
+    let ci = ci.map_or(String::new(), |(lo, hi)| format!(" [{:+.2}, {:+.2}]", lo * 100.0, hi * 100.0));
+    format!("{:.2}% -> {:.2}% ({:+.2} points{ci}", baseline * 100.0, candidate * 100.0, (candidate - baseline) * 100.0)
 }

@@ -1,7 +1,8 @@
 //! A/B analysis: compare a candidate with a baseline (per-point deltas with
-//! bootstrap confidence intervals and verdicts, paired accuracy with
-//! McNemar's test, greedy-token agreement, a CI gate), and render it as a
-//! terminal table, Markdown, a perf-changelog entry and plots.
+//! confidence intervals and verdicts, paired accuracy with its interval and
+//! McNemar's test, greedy-token agreement, a CI gate that ends PASS, FAIL or
+//! INCONCLUSIVE), and render it as a terminal table, Markdown, a
+//! perf-changelog entry and plots.
 //!
 //! Use from code (the `ab` command):
 //!
@@ -18,6 +19,7 @@ mod coverage;
 pub mod compare;
 pub mod config_diff;
 pub mod distributions;
+pub mod gate;
 pub mod input;
 pub mod markdown;
 pub mod numbers;
@@ -63,14 +65,18 @@ pub struct CompareRequest {
     pub candidate_label: Option<String>,
     pub options: Options,
     pub config_key: Option<String>,
+    /// A saved A/A `ab.json` whose noise floor the verdicts and the gate use
+    /// ([`compare::apply_noise`]).
+    pub noise: Option<PathBuf>,
     /// Output folder (default: the candidate result's folder).
     pub output: Option<PathBuf>,
 }
 
 /// `enginebench compare`: loads both results, compares, prints the table,
-/// accuracy block and gate, writes the files. Exit code 0 (gate passed),
-/// 1 (gate failed); bad input is a usage error (2).
+/// accuracy block and gate, writes the files. Exit code 0 (gate PASS),
+/// 1 (FAIL), 3 (INCONCLUSIVE); bad input is a usage error (2).
 pub fn run_compare(req: &CompareRequest) -> Result<crate::error::ExitStatus> {
+    let noise = req.noise.as_deref().map(compare::NoiseFloor::load).transpose()?;
     let (_, base) = load_arm(&req.baseline, req.baseline_label.as_deref(), "baseline", "--baseline-label")?;
     let (cand_result, cand) = load_arm(&req.candidate, req.candidate_label.as_deref(), "candidate", "--candidate-label")?;
     if req.baseline == req.candidate && base.label == cand.label {
@@ -81,7 +87,10 @@ pub fn run_compare(req: &CompareRequest) -> Result<crate::error::ExitStatus> {
         )));
     }
     let context = Context { recipe: cand_result.recipe.clone(), config_key: req.config_key.clone() };
-    let cmp = compare(&base, &cand, context, req.options)?;
+    let mut cmp = compare(&base, &cand, context, req.options)?;
+    if let Some(n) = &noise {
+        compare::apply_noise(&mut cmp, n);
+    }
     out!("{}", markdown::terminal(&cmp));
     let dir = match &req.output {
         Some(d) => d.clone(),

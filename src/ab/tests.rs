@@ -1,8 +1,10 @@
 //! Comparison tests on hand-made runs: matching, verdicts, refusing
-//! mismatched workloads, accuracy and token agreement, the gate, and loading
+//! mismatched workloads, accuracy and token agreement, the gate (each of
+//! PASS, FAIL and INCONCLUSIVE with its exit code and text), and loading
 //! result files.
 
 use super::compare::{Context, Metric, Options, compare};
+use super::gate::{Needed, Outcome};
 use super::input::{Arm, Repeat, RequestRow, load_arm};
 use super::stats::Verdict;
 use crate::error::UsageError;
@@ -108,7 +110,7 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
             ..Evals::default()
         });
     }
-    Repeat { job, requests, samples }
+    Repeat { job, requests, samples, task_samples: Vec::new() }
 }
 
 fn arm(label: &str, repeats: Vec<Repeat>) -> Arm {
@@ -140,7 +142,7 @@ fn usage_message(r: anyhow::Result<super::Comparison>) -> String {
 }
 
 #[test]
-fn identical_runs_show_no_significant_change_and_pass() {
+fn identical_runs_show_no_significant_change_and_40_questions_cannot_resolve_a_point() {
     let b = arm("base", vec![repeat("base", &[1, 4], 16, 1.0, &answers(30, 40))]);
     let c = arm("knob", vec![repeat("knob", &[1, 4], 16, 1.0, &answers(30, 40))]);
     let cmp = compare(&b, &c, context(), Options::default()).unwrap();
@@ -155,13 +157,18 @@ fn identical_runs_show_no_significant_change_and_pass() {
         assert_eq!(r.verdict, Verdict::NoSignificantChange);
     }
     let a = cmp.accuracy.as_ref().unwrap();
-    assert!(a.held);
     assert_eq!(a.paired, 40);
     assert_eq!(a.strict.mcnemar.unwrap().p_value, 1.0);
     let g = a.agreement.unwrap();
     assert_eq!((g.compared, g.identical, g.fraction, g.mean_first_divergence), (40, 40, 1.0, None));
-    assert!(cmp.gate.passed);
-    assert_eq!(cmp.exit_status().code(), 0);
+    // No answer changed, but 40 questions give a paired CI of ±4.7 points
+    // (1.96 / 42): they cannot show that no 1-point drop happened.
+    let (lo, hi) = a.strict.gate.ci.unwrap();
+    assert!((hi - 1.959964 / 42.0).abs() < 1e-5 && (lo + hi).abs() < 1e-12, "{lo} {hi}");
+    assert_eq!(a.outcome, Outcome::Inconclusive);
+    assert_eq!(cmp.gate.outcome, Outcome::Inconclusive);
+    assert_eq!(cmp.gate.questions_needed, Some(Needed::About(194)));
+    assert_eq!(cmp.exit_status().code(), 3);
     assert!(cmp.changes.is_empty());
 }
 
@@ -179,7 +186,10 @@ fn a_clear_speedup_is_faster_and_a_clear_slowdown_fails_the_gate() {
         assert_eq!(tpot.verdict, Verdict::Faster);
         assert_eq!(r.verdict, Verdict::Faster);
     }
-    assert!(cmp.gate.passed);
+    // One repeat a side and no eval: nothing is gated, which decides nothing.
+    assert_eq!(cmp.gate.outcome, Outcome::Inconclusive);
+    assert!(cmp.gate.inconclusive.iter().any(|l| l.starts_with("nothing gated")), "{:?}", cmp.gate);
+    assert!(super::markdown::terminal(&cmp).contains("INCONCLUSIVE (nothing gated)"));
     assert!(cmp.accuracy.is_none());
     assert!(cmp.notes.iter().any(|n| n.contains("no eval")));
 
@@ -188,45 +198,50 @@ fn a_clear_speedup_is_faster_and_a_clear_slowdown_fails_the_gate() {
     let slow = || reps("slow", [0.9, 0.91, 0.89]);
     let base3 = || reps("base", [1.0, 1.01, 0.99]);
     let cmp = compare(&base3(), &slow(), context(), Options::default()).unwrap();
-    assert!(!cmp.gate.passed);
+    assert_eq!(cmp.gate.outcome, Outcome::Fail);
     assert_eq!(cmp.gate.perf_not_gated, None);
     assert_eq!(cmp.exit_status().code(), 1);
     assert!(cmp.gate.failures.iter().any(|f| f.contains("conc 4") && f.contains("Median TPOT")), "{:?}", cmp.gate.failures);
     // A tolerance above the slowdown (about 10%) lets it pass.
     let lenient = Options { max_regression: 0.2, ..Options::default() };
-    assert!(compare(&base3(), &slow(), context(), lenient).unwrap().gate.passed);
+    assert_eq!(compare(&base3(), &slow(), context(), lenient).unwrap().gate.outcome, Outcome::Pass);
 }
 
 #[test]
 fn one_repeat_is_not_gated_on_performance_but_accuracy_still_is() {
     // The same 10% slowdown, one repeat a side: its interval holds only
-    // request-to-request spread, so the gate makes no performance claim,
-    // says so, and passes.
-    let b = || arm("base", vec![repeat("base", &[1, 4], 16, 1.0, &answers(60, 100))]);
-    let slow = arm("slow", vec![repeat("slow", &[1, 4], 16, 0.9, &answers(60, 100))]);
+    // request-to-request spread, so the gate makes no performance claim and
+    // says so; 1319 questions with the same answers decide accuracy: PASS.
+    let b = || arm("base", vec![repeat("base", &[1, 4], 16, 1.0, &answers(800, 1319))]);
+    let slow = arm("slow", vec![repeat("slow", &[1, 4], 16, 0.9, &answers(800, 1319))]);
     let cmp = compare(&b(), &slow, context(), Options::default()).unwrap();
     assert_eq!(cmp.rows[1].figure(Metric::MedianTpot).verdict, Verdict::Slower, "the row still reads slower");
-    assert!(cmp.gate.passed, "{:?}", cmp.gate);
+    assert!(cmp.rows.iter().flat_map(|r| &r.figures).all(|f| f.gate.is_none()), "no performance figure is gated");
+    assert_eq!(cmp.gate.outcome, Outcome::Pass, "{:?}", cmp.gate);
     assert_eq!(cmp.exit_status().code(), 0);
     let why = cmp.gate.perf_not_gated.as_deref().unwrap();
     assert!(why.starts_with("performance not gated at any point: one repeat"), "{why}");
     for text in [super::markdown::render(&cmp), super::markdown::terminal(&cmp)] {
         assert!(text.contains("PASS (accuracy only)\nNote: performance not gated at any point"), "{text}");
     }
-    // Accuracy does not need repeats: a significant drop still fails.
+    // Accuracy does not need repeats: a clear drop still fails.
+    let b = || arm("base", vec![repeat("base", &[1, 4], 16, 1.0, &answers(60, 100))]);
     let worse = arm("worse", vec![repeat("worse", &[1, 4], 16, 0.9, &answers(45, 100))]);
     let cmp = compare(&b(), &worse, context(), Options::default()).unwrap();
-    assert!(!cmp.gate.passed);
+    assert_eq!(cmp.gate.outcome, Outcome::Fail);
     assert_eq!(cmp.gate.failures.len(), 2, "strict and flexible, no perf: {:?}", cmp.gate.failures);
     assert!(cmp.gate.failures.iter().all(|f| f.starts_with("accuracy did not hold")), "{:?}", cmp.gate.failures);
 }
 
-/// An arm whose one repeat ran an lm-eval task scoring `score`, and whose
-/// run's accuracy gate checked it against `threshold`.
-fn lm_eval_arm(label: &str, score: f64, threshold: f64) -> Arm {
+/// An arm whose one repeat ran an lm-eval task with these answers (right
+/// or wrong per question, doc_id = index), and whose run's accuracy gate
+/// checked its score against `threshold`.
+fn lm_eval_arm(label: &str, answers: &[bool], threshold: f64) -> Arm {
+    use crate::ab::input::TaskSample;
     use crate::report::result::{Evals, Gate, GateCheck, LmEvalResult, Metric as TaskMetric, TaskScore};
     let mut r = repeat(label, &[4], 8, 1.0, &[]);
     let metric = "exact_match,last_letter".to_string();
+    let score = answers.iter().filter(|&&a| a).count() as f64 / answers.len() as f64;
     r.job.eval = Some(Evals {
         lm_eval: Some(LmEvalResult {
             lm_eval_version: Some("0.4.10".into()),
@@ -235,41 +250,68 @@ fn lm_eval_arm(label: &str, score: f64, threshold: f64) -> Arm {
             max_tokens: None,
             duration_s: 1.0,
             wall_s: 2.0,
-            requests: 100,
+            requests: answers.len() as u64,
             output_tokens: 1000,
             tasks: vec![TaskScore {
                 task: "gpqa_mini".into(),
-                n: Some(100),
+                n: Some(answers.len() as u64),
                 num_fewshot: Some(0),
                 metrics: vec![TaskMetric { name: metric.clone(), value: score, stderr: Some(0.05), higher_is_better: Some(true) }],
-                requests: 100,
+                requests: answers.len() as u64,
                 output_tokens: 1000,
             }],
         }),
         gate: Some(Gate {
             passed: score >= threshold,
-            checks: vec![GateCheck { task: "gpqa_mini".into(), metric, value: score, stderr: Some(0.05), threshold, source: "default".into(), passed: score >= threshold }],
+            checks: vec![GateCheck { task: "gpqa_mini".into(), metric: metric.clone(), value: score, stderr: Some(0.05), threshold, source: "default".into(), passed: score >= threshold }],
             ungated: vec![],
         }),
         ..Evals::default()
     });
+    r.task_samples = answers
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| TaskSample { task: "gpqa_mini".into(), metric: metric.clone(), doc_id: i as u64, prompt_hash: format!("h{i}"), value: if a { 1.0 } else { 0.0 } })
+        .collect();
     arm(label, vec![r])
 }
 
 #[test]
 fn lm_eval_tasks_are_gated_per_task() {
-    // Held and above its threshold: passes, one row for the task's metric.
-    let cmp = compare(&lm_eval_arm("base", 0.40, 0.30), &lm_eval_arm("cand", 0.40, 0.30), context(), Options::default()).unwrap();
-    assert!(cmp.gate.passed, "{:?}", cmp.gate);
+    use crate::ab::gate::{Needed, Outcome};
+    // 200 questions answered alike, 40% right, above its 0.30 threshold:
+    // the paired interval is within a point and the threshold met: PASS.
+    let same: Vec<bool> = (0..200).map(|i| i % 5 < 2).collect();
+    let cmp = compare(&lm_eval_arm("base", &same, 0.30), &lm_eval_arm("cand", &same, 0.30), context(), Options::default()).unwrap();
+    assert_eq!(cmp.gate.outcome, Outcome::Pass, "{:?}", cmp.gate);
     let [t] = cmp.tasks.as_slice() else { panic!("{:?}", cmp.tasks) };
-    assert_eq!((t.task.as_str(), t.baseline, t.candidate, t.meets_threshold), ("gpqa_mini", Some(0.40), Some(0.40), Some(true)));
-    assert!(super::markdown::terminal(&cmp).contains("gpqa_mini exact_match,last_letter: 40.00% → 40.00% (+0.00 points); threshold 0.30 (default): met"));
-    // A 15-point drop below the threshold: both named.
-    let cmp = compare(&lm_eval_arm("base", 0.40, 0.30), &lm_eval_arm("cand", 0.25, 0.30), context(), Options::default()).unwrap();
-    assert!(!cmp.gate.passed);
+    assert_eq!((t.task.as_str(), t.baseline, t.candidate, t.paired, t.meets_threshold), ("gpqa_mini", Some(0.40), Some(0.40), 200, Some(true)));
+    let text = super::markdown::terminal(&cmp);
+    assert!(text.contains("gpqa_mini exact_match,last_letter: 40.00% → 40.00% (+0.00 points [-0.97, +0.97], 200 paired); threshold 0.30 (default): met: PASS"), "{text}");
+    assert!(super::markdown::render(&cmp).contains("| gpqa_mini | exact_match,last_letter | +0.00 pts [-0.97, +0.97] | -1.00 pts; ≥ 0.30 | PASS |"));
+    // The candidate loses 30 of its 80 right answers (25%): a drop beyond
+    // the point (FAIL) and below the threshold (FAIL), both named.
+    let mut worse = same.clone();
+    for w in worse.iter_mut().filter(|w| **w).take(30) {
+        *w = false;
+    }
+    let cmp = compare(&lm_eval_arm("base", &same, 0.30), &lm_eval_arm("cand", &worse, 0.30), context(), Options::default()).unwrap();
+    assert_eq!(cmp.gate.outcome, Outcome::Fail);
     let f = &cmp.gate.failures;
-    assert!(f.iter().any(|x| x.starts_with("accuracy did not hold: gpqa_mini exact_match,last_letter 40.00% -> 25.00%")), "{f:?}");
+    assert!(f.iter().any(|x| x.starts_with("accuracy did not hold: gpqa_mini exact_match,last_letter 40.00% -> 25.00% (-15.00 points [-19.85, -9.85])")), "{f:?}");
     assert!(f.iter().any(|x| x == "accuracy below threshold: gpqa_mini exact_match,last_letter = 0.2500 < 0.30 (default)"), "{f:?}");
+    // 20 questions alike cannot resolve a 1-point limit: INCONCLUSIVE (exit
+    // 3), with the paired questions that would decide it.
+    let cmp = compare(&lm_eval_arm("base", &same[..20], 0.30), &lm_eval_arm("cand", &same[..20], 0.30), context(), Options::default()).unwrap();
+    assert_eq!(cmp.gate.outcome, Outcome::Inconclusive, "{:?}", cmp.gate);
+    assert_eq!(cmp.gate.questions_needed, Some(Needed::About(194)));
+    assert!(cmp.gate.inconclusive.iter().any(|x| x.starts_with("accuracy not resolved: gpqa_mini exact_match,last_letter 40.00% -> 40.00%")), "{:?}", cmp.gate);
+    // Without per-question samples on a side: nothing to pair, INCONCLUSIVE.
+    let mut bare = lm_eval_arm("cand", &same, 0.30);
+    bare.repeats[0].task_samples.clear();
+    let cmp = compare(&lm_eval_arm("base", &same, 0.30), &bare, context(), Options::default()).unwrap();
+    assert_eq!(cmp.tasks[0].outcome, Outcome::Inconclusive);
+    assert!(cmp.gate.inconclusive.iter().any(|x| x.ends_with("no per-question samples (lm-eval's samples_*.jsonl) to pair")), "{:?}", cmp.gate);
 }
 
 #[test]
@@ -347,22 +389,26 @@ fn a_significant_accuracy_drop_fails_and_agreement_finds_divergence() {
     assert_eq!((m.b, m.c), (15, 0));
     // Exact: 2 * 0.5^15.
     assert!((m.p_value - 2.0 * 0.5f64.powi(15)).abs() < 1e-15);
-    assert!(!a.held);
-    assert!(!cmp.gate.passed);
+    assert_eq!(a.outcome, Outcome::Fail);
+    assert_eq!(cmp.gate.outcome, Outcome::Fail);
     assert!(cmp.gate.failures.iter().any(|f| f.starts_with("accuracy did not hold: strict-match 60.00% -> 45.00%")));
     // The 15 changed answers differ from token 2 on.
     let g = a.agreement.unwrap();
     assert_eq!((g.compared, g.identical), (100, 85));
     assert_eq!(g.mean_first_divergence, Some(2.0));
-    // A drop of one question in 100 (1 point) is within the default tolerance
-    // and not significant.
+    // A drop of one question in 100 (1 point) sits on the default 1-point
+    // limit: its CI straddles it, and at that rate no number of questions
+    // would move it off (more than all 1319 of the task).
     let c = arm("cand", vec![repeat("cand", &[1], 8, 1.0, &answers(59, 100))]);
     let cmp = compare(&b, &c, context(), Options::default()).unwrap();
-    assert!(cmp.accuracy.as_ref().unwrap().held);
-    assert!(cmp.gate.passed);
-    // With a tolerance of half a point it is not.
-    let strict = Options { max_accuracy_drop: 0.005, ..Options::default() };
-    assert!(!compare(&b, &c, context(), strict).unwrap().gate.passed);
+    let a = cmp.accuracy.as_ref().unwrap();
+    assert_eq!(a.outcome, Outcome::Inconclusive);
+    assert_eq!(a.strict.gate.questions_needed, Some(Needed::MoreThan(1319)));
+    assert_eq!(cmp.gate.outcome, Outcome::Inconclusive);
+    assert!(cmp.gate.inconclusive[0].contains("more than 1319 paired questions") && cmp.gate.inconclusive[0].contains("more than the task has"), "{:?}", cmp.gate);
+    // A 5-point tolerance holds it.
+    let lenient = Options { max_accuracy_drop: 0.05, ..Options::default() };
+    assert_eq!(compare(&b, &c, context(), lenient).unwrap().gate.outcome, Outcome::Pass);
 }
 
 #[test]
@@ -440,9 +486,11 @@ fn loads_two_labels_from_one_result_folder() {
         candidate_label: Some("knob".into()),
         options: Options::default(),
         config_key: None,
+        noise: None,
         output: Some(out.clone()),
     };
-    assert_eq!(super::run_compare(&req).unwrap().code(), 0);
+    // One repeat a side and 4 questions: nothing can be decided.
+    assert_eq!(super::run_compare(&req).unwrap().code(), 3);
     let mut names: Vec<String> =
         std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
@@ -450,6 +498,12 @@ fn loads_two_labels_from_one_result_folder() {
     assert!(names.contains(&"ab.md".to_string()) && names.contains(&"changelog.yaml".to_string()));
     let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
     assert!(md.contains("| conc | before | after | delta |"));
+    assert!(md.contains("INCONCLUSIVE (accuracy only)") && md.contains("To decide: about 194 paired eval questions (`--eval-limit 194`)"), "{md}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("ab.json")).unwrap()).unwrap();
+    assert_eq!(json["gate"]["outcome"], "inconclusive");
+    assert_eq!(json["gate"]["questions_needed"], serde_json::json!({"about": 194}));
+    let yaml = std::fs::read_to_string(out.join("changelog.yaml")).unwrap();
+    assert!(yaml.starts_with("# enginebench: no perf-changelog entry for knob vs base") && !yaml.contains("config-keys"), "{yaml}");
     // `plot` on the same file draws both labels.
     let files = crate::report::plot::run_plot(&path, Some(&dir.path().join("plots"))).unwrap();
     assert_eq!(files.len(), 6);
@@ -472,11 +526,15 @@ fn noise_floor_decides_small_significant_changes_and_the_gate_follows() {
     assert_eq!(t.verdict, Verdict::Slower, "{t:?}");
     assert_eq!(t.repeat_deltas.len(), 3);
     assert!(t.mde.unwrap() > 0.0 && t.bootstrap_ci.is_some());
-    assert!(!cmp.gate.passed);
+    // TPOT +10.9% [+9.8%, +12.1%]: the whole CI beyond 5%.
+    assert_eq!(t.gate.unwrap().outcome, Outcome::Fail, "{t:?}");
+    assert_eq!(cmp.gate.outcome, Outcome::Fail);
     assert!(cmp.rows[0].half_width().unwrap() > 0.0);
 
-    // An A/A that allowed ±12% at this point: the change is within noise,
-    // the row reads so, and the gate passes by the same rule.
+    // An A/A that allowed ±12% at this point: the change is within noise
+    // and the row reads so; the gate's limit is raised to the floor, which
+    // the TPOT CI straddles (INCONCLUSIVE), while the throughput CI
+    // [-10.8%, -8.9%] clears it (PASS).
     let floors = |x: f64| NoiseFloor {
         source: NoiseSource { file: "aa/ab.json".into(), repeats: 3 },
         floors: super::compare::METRICS.iter().map(|&m| (((64, 16, 1, 4), m), x)).collect(),
@@ -487,17 +545,27 @@ fn noise_floor_decides_small_significant_changes_and_the_gate_follows() {
     assert_eq!(t.verdict, Verdict::WithinNoise);
     assert_eq!(t.noise_floor, Some(0.12));
     assert_eq!(within.rows[0].verdict, Verdict::WithinNoise);
-    assert!(within.gate.passed, "{:?}", within.gate);
+    assert_eq!(t.gate.unwrap().margin, 0.12);
+    assert_eq!(t.gate.unwrap().outcome, Outcome::Inconclusive);
+    assert_eq!(within.rows[0].figure(Metric::TputPerGpu).gate.unwrap().outcome, Outcome::Pass);
+    assert_eq!(within.gate.outcome, Outcome::Inconclusive);
+    assert!(within.gate.inconclusive[0].contains("straddles the 12.0% (A/A noise floor) regression limit"), "{:?}", within.gate);
+    assert!(super::markdown::render(&within).contains("| +12.0% (A/A floor) | INCONCLUSIVE |"));
     let md = super::markdown::render(&within);
     assert!(md.contains("within this machine's noise of ±12.0%"), "{md}");
     assert!(md.contains("noise floor, from the A/A `aa/ab.json` (3 repeats"), "{md}");
     assert!(super::markdown::terminal(&within).contains("noise floor: A/A aa/ab.json"));
 
+    // A floor of ±15% holds the whole CI: PASS.
+    let mut wider = cmp.clone();
+    apply_noise(&mut wider, &floors(0.15));
+    assert_eq!(wider.gate.outcome, Outcome::Pass, "{:?}", wider.gate);
+
     // A floor below the change keeps the verdict and the gate failure.
     let mut beyond = cmp.clone();
     apply_noise(&mut beyond, &floors(0.02));
     assert_eq!(beyond.rows[0].figure(Metric::MedianTpot).verdict, Verdict::Slower);
-    assert!(!beyond.gate.passed);
+    assert_eq!(beyond.gate.outcome, Outcome::Fail);
 }
 
 #[test]
@@ -524,4 +592,77 @@ fn an_aa_result_reads_back_as_its_noise_floor() {
     std::fs::write(&path, "{\"jobs\": []}").unwrap();
     let e = NoiseFloor::load(&path).unwrap_err();
     assert!(e.downcast_ref::<UsageError>().is_some() && e.to_string().contains("not an ab.json"), "{e}");
+}
+
+/// One repeat at conc 4 per entry of `speeds`, with `correct` answers on
+/// the first repeat's eval.
+fn repeats_of(label: &str, speeds: &[f64], correct: &[bool]) -> Arm {
+    let reps = speeds.iter().enumerate().map(|(i, &s)| repeat(label, &[4], 16, s, if i == 0 { correct } else { &[] })).collect();
+    arm(label, reps)
+}
+
+#[test]
+fn the_gate_passes_fails_or_is_inconclusive_with_its_exit_code_and_text() {
+    let all = answers(1000, 1319);
+    let base = || repeats_of("base", &[1.0, 1.01, 0.99], &all);
+
+    // PASS: within ±1% in each of three pairs, the same 1319 answers: every
+    // CI excludes a regression beyond 5% (and a 1-point drop).
+    let cmp = compare(&base(), &repeats_of("same", &[1.005, 1.0, 0.995], &all), context(), Options::default()).unwrap();
+    for f in &cmp.rows[0].figures {
+        let g = f.gate.unwrap();
+        assert_eq!((g.outcome, g.margin, g.repeats_needed), (Outcome::Pass, 0.05, None), "{f:?}");
+    }
+    assert_eq!(cmp.accuracy.as_ref().unwrap().outcome, Outcome::Pass);
+    assert_eq!((cmp.gate.outcome, cmp.exit_status().code()), (Outcome::Pass, 0));
+    assert!(cmp.gate.failures.is_empty() && cmp.gate.inconclusive.is_empty());
+    let md = super::markdown::render(&cmp);
+    assert!(md.contains("### Gate per figure") && md.contains("| ISL/OSL 64/16 TP 1 conc 4 | tok/s/gpu |"), "{md}");
+    assert!(md.contains("| -5.0% | PASS |") && md.contains("| +5.0% | PASS |") && md.contains("| -1.00 pts | PASS |"), "{md}");
+    assert!(md.trim_end().ends_with("max accuracy drop 1.00 points): PASS"), "{md}");
+    let yaml = super::changelog::render(&cmp);
+    assert!(yaml.contains("\"enginebench gate PASS (max regression 5%, max accuracy drop 1.00 points, 95% CIs)\""), "{yaml}");
+    assert!(yaml.contains("accuracy held"), "{yaml}");
+
+    // FAIL: 10% slower in each pair: the whole CI lies beyond 5%.
+    let cmp = compare(&base(), &repeats_of("slow", &[0.9, 0.91, 0.89], &all), context(), Options::default()).unwrap();
+    let tpot = cmp.rows[0].figure(Metric::MedianTpot);
+    assert_eq!(tpot.gate.unwrap().outcome, Outcome::Fail, "{tpot:?}");
+    assert!(tpot.ci.unwrap().0 > 0.05);
+    assert_eq!((cmp.gate.outcome, cmp.exit_status().code()), (Outcome::Fail, 1));
+    assert!(cmp.gate.failures.iter().all(|f| f.contains(": the whole CI is a regression beyond 5%")), "{:?}", cmp.gate);
+    let yaml = super::changelog::render(&cmp);
+    assert!(yaml.contains("enginebench gate FAIL (max regression 5%") && yaml.contains("Median TPOT (ms) +"), "{yaml}");
+    assert!(super::markdown::terminal(&cmp).contains("points): FAIL\n- ISL/OSL 64/16 TP 1 conc 4: "));
+
+    // INCONCLUSIVE: two pairs, -3% and +3%: at t(0.975, 1) = 12.7 the CI is
+    // about ±50%, straddling 5%; at the observed spread about 7 repeats a
+    // side would clear it, and the line says so.
+    let b2 = repeats_of("base", &[1.0, 1.0], &all);
+    let cmp = compare(&b2, &repeats_of("noisy", &[0.97, 1.03], &all), context(), Options::default()).unwrap();
+    let t = cmp.rows[0].figure(Metric::TputPerGpu);
+    let g = t.gate.unwrap();
+    assert_eq!(g.outcome, Outcome::Inconclusive, "{t:?}");
+    let Some(Needed::About(n)) = g.repeats_needed else { panic!("{g:?}") };
+    assert!((4..=12).contains(&n), "{n}");
+    assert_eq!((cmp.gate.outcome, cmp.exit_status().code()), (Outcome::Inconclusive, 3));
+    assert!(cmp.gate.failures.is_empty());
+    let Some(Needed::About(most)) = cmp.gate.repeats_needed else { panic!("{:?}", cmp.gate) };
+    assert!(most >= n);
+    let line = cmp.gate.inconclusive.iter().find(|l| l.contains("Total throughput per GPU")).unwrap();
+    assert!(line.contains("straddles the 5% regression limit") && line.contains(&format!("about {n} repeats a side would decide it")), "{line}");
+    let to_decide = format!("To decide: about {most} repeats a side at the observed spread (`--until-ci gate --max-repeats {most}`).");
+    for text in [super::markdown::render(&cmp), super::markdown::terminal(&cmp)] {
+        assert!(text.contains("points): INCONCLUSIVE\n- ISL/OSL 64/16 TP 1 conc 4: "), "{text}");
+        assert!(text.contains(&to_decide), "{text}");
+    }
+    // No changelog entry: neither an uplift nor a regression can be claimed.
+    let yaml = super::changelog::render(&cmp);
+    assert!(!yaml.contains("config-keys") && yaml.lines().all(|l| l.starts_with('#')), "{yaml}");
+    assert!(yaml.contains(&to_decide.replace('`', "")), "{yaml}");
+    assert!(yaml_rust2::YamlLoader::load_from_str(&yaml).unwrap().is_empty(), "comments only: {yaml}");
+    let json = serde_json::to_value(&cmp).unwrap();
+    assert_eq!(json["gate"]["outcome"], "inconclusive");
+    assert_eq!(json["rows"][0]["figures"][0]["gate"]["outcome"], "inconclusive");
+    assert_eq!(json["rows"][0]["figures"][0]["gate"]["repeats_needed"], serde_json::json!({"about": n}));
 }

@@ -15,7 +15,7 @@ pub fn run(a: AbArgs, g: &Global) -> Result<ExitStatus> {
         repeats: a.repeats,
         options: options::ab_options(&a.gate),
         config_key: a.gate.config_key.clone(),
-        noise: a.noise.clone(),
+        noise: a.gate.noise.clone(),
         calibrate: a.calibrate,
         until_ci: a.until_ci,
         max_repeats: a.max_repeats,

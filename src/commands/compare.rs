@@ -15,6 +15,7 @@ pub fn run(a: CompareArgs, _: &Global) -> Result<ExitStatus> {
         candidate_label: a.candidate_label,
         options: options::ab_options(&a.gate),
         config_key: a.gate.config_key.clone(),
+        noise: a.gate.noise.clone(),
         output: a.output,
     })
 }

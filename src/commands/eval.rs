@@ -17,8 +17,7 @@ pub fn run(a: EvalArgs, g: &Global) -> Result<ExitStatus> {
 fn eval_options(a: EvalArgs, g: &Global) -> (RunOptions, ExecOptions) {
     let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
     variants.extend(a.variant);
-    let mut o = RunOptions { recipe: a.recipe, variants, only_eval: true, ..RunOptions::default() };
-    options::apply_eval_flags(&mut o, a.eval);
+    let o = RunOptions { recipe: a.recipe, variants, only_eval: true, eval: a.eval, ..RunOptions::default() };
     let how = ExecOptions { output: a.output, ..options::exec_options(a.exec, g) };
     (o, how)
 }

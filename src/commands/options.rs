@@ -1,17 +1,17 @@
 //! The options the engine commands share: what to run ([`RunOptions`]) and
 //! how ([`ExecOptions`]) from `run`'s flags (also `overhead`'s and `ab`'s),
-//! the executor, the eval flags, the gate of `ab`/`compare`, and a recipe
-//! from an InferenceX checkout.
+//! the executor, the gate of `ab`/`compare`, and a recipe from an
+//! InferenceX checkout. The flags themselves are declared once, in the
+//! structs clap fills (where a new one goes: [`crate::recipe::overrides`]).
 
 use crate::cli;
-use crate::error;
 use crate::import;
 use crate::orchestrate;
 use crate::orchestrate::plan::RunOptions;
 use crate::orchestrate::runner::ExecOptions;
 
 use super::Global;
-use crate::{ab, recipe};
+use crate::ab;
 
 /// `--inferencex-checkout DIR --key K`: the imported recipe, or None without it.
 pub fn from_checkout(c: &cli::CheckoutArgs) -> anyhow::Result<Option<import::checkout::Prepared>> {
@@ -22,15 +22,13 @@ pub fn from_checkout(c: &cli::CheckoutArgs) -> anyhow::Result<Option<import::che
 }
 
 /// What to run and how, from `run`'s flags (and `overhead`'s, `ab`'s) and
-/// the global ones.
+/// the global ones: the recipe (or the checkout entry) and variants, the
+/// profile window, trace and conversation files made absolute; every other
+/// flag arrives in [`RunOptions`] as clap parsed it.
 ///
-/// Errors (usage): a bad `--goodput`, an InferenceX entry that cannot be
-/// imported, the current folder unreadable.
+/// Errors (usage): an InferenceX entry that cannot be imported, the current
+/// folder unreadable.
 pub fn run_options(a: cli::RunArgs, g: &Global) -> anyhow::Result<(RunOptions, ExecOptions)> {
-    let goodput = match &a.goodput {
-        Some(items) => Some(recipe::sweep::parse_goodput(items).map_err(error::usage)?),
-        None => None,
-    };
     let mut variants: Vec<String> = a.variants.map(|l| l.0).unwrap_or_default();
     variants.extend(a.variant);
     let mut recipe = a.recipe;
@@ -41,33 +39,8 @@ pub fn run_options(a: cli::RunArgs, g: &Global) -> anyhow::Result<(RunOptions, E
             variants = p.variants;
         }
     }
-    let mut o = RunOptions {
-        recipe,
-        variants,
-        conc: a.conc.map(|l| l.0),
-        isl: a.isl,
-        osl: a.osl,
-        isl_osl: a.isl_osl.map(|l| l.0),
-        num_prompts: a.num_prompts,
-        warmups: a.warmups,
-        inferencex: a.inferencex,
-        length_convention: a.length_convention,
-        range_ratio: a.range_ratio,
-        prefix_len: a.prefix_len,
-        request_rate: a.request_rate,
-        burstiness: a.burstiness,
-        percentiles: a.percentiles,
-        goodput,
-        no_eval: a.no_eval,
-        step_trace: a.step_trace,
-        point_timeout: a.point_timeout.map(std::time::Duration::from_secs_f64),
-        start_timeout: a.start_timeout.map(std::time::Duration::from_secs_f64),
-        telemetry_interval: Some(std::time::Duration::from_millis(a.telemetry_interval_ms)),
-        profile: a.profile.options(),
-        workload: a.workload.absolute()?,
-        ..RunOptions::default()
-    };
-    apply_eval_flags(&mut o, a.eval);
+    let mut o = RunOptions { recipe, variants, profile: a.profile.options(), ..a.options };
+    o.sweep.workload = o.sweep.workload.absolute()?;
     let how = ExecOptions { output: a.output, resume: a.resume, force: a.force, ..exec_options(a.exec, g) };
     Ok((o, how))
 }
@@ -107,19 +80,4 @@ pub fn ab_options(g: &cli::GateArgs) -> ab::Options {
         seed: g.seed,
         ..ab::Options::default()
     }
-}
-
-/// The eval flags (`--task`, `--eval-limit`, ...) into `o`.
-pub fn apply_eval_flags(o: &mut RunOptions, e: cli::EvalFlags) {
-    o.tasks = e.task;
-    o.task_files = e.task_file;
-    o.eval_max_tokens = e.eval_max_tokens;
-    o.thresholds = e.thresholds;
-    o.model_prefix = e.model_prefix;
-    o.eval_limit = e.eval_limit;
-    o.gsm8k_data = e.gsm8k_data;
-    o.num_fewshot = e.num_fewshot;
-    o.chat = if e.chat { Some(true) } else if e.no_chat { Some(false) } else { None };
-    o.eval_concurrency = e.eval_concurrency;
-    o.min_accuracy = e.min_accuracy;
 }

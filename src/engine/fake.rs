@@ -85,7 +85,7 @@ impl FakeEngine {
             return Err(usage(format!("vllm serve: error: unrecognized arguments: {f} (fake engine)")));
         }
         std::thread::sleep(cfg.start);
-        let mut info = EngineInfo {
+        let info = EngineInfo {
             vllm: Some("0.0.0+fake".into()),
             model: argv.first().cloned(),
             tensor_parallel_size: Some(1),
@@ -93,9 +93,9 @@ impl FakeEngine {
             max_model_len: Some(4096),
             vocab_size: Some(1000),
             special_token_ids: vec![0],
+            fake_engine: true,
             ..EngineInfo::default()
         };
-        info.extra.insert("fake_engine".into(), true.into());
         Ok(FakeEngine { cfg, info, allowed: (1..1000).collect(), running: BTreeMap::new(), added: 0 })
     }
 }

@@ -26,6 +26,23 @@ pub trait StepEngine {
     /// one [`Completion`] when it finishes (and a [`Delta`]).
     fn add_text(&mut self, rid: u64, prompt: &Prompt, max_tokens: u32, stop: &[String])
     -> Result<()>;
+    /// Gets token requests ready before a loop's clock starts (all of a
+    /// fixed list is known then): each `(prompt, max_tokens, ignore_eos)` is
+    /// put in the form the engine takes, so that a later [`add_tokens`] of
+    /// the same prompt slice (same address and length) and settings only
+    /// hands it over. Replaces what an earlier call prepared; `&[]` frees
+    /// it. Default: nothing is prepared.
+    ///
+    /// [`add_tokens`]: StepEngine::add_tokens
+    fn prepare_tokens(&mut self, _requests: &[(&[u32], u32, bool)]) -> Result<()> {
+        Ok(())
+    }
+    /// Whether the loop must step now, with `in_flight` of its own requests
+    /// in the engine: default, while any is. A data-parallel rank also steps
+    /// (a dummy batch) while another rank of its group has work.
+    fn keep_stepping(&mut self, in_flight: usize) -> Result<bool> {
+        Ok(in_flight > 0)
+    }
     /// Runs one engine step (schedule + execute + update), filling `out`.
     fn step(&mut self, out: &mut StepOutput) -> Result<()>;
     /// Aborts requests in flight (a graceful stop).
@@ -78,4 +95,27 @@ pub trait WorkerEngine: StepEngine + Profiler {
     fn tokenize_chat(&mut self, messages: &[ChatMessage]) -> Result<Vec<u32>>;
     /// How many tokens a text is (no special tokens added).
     fn count_tokens(&mut self, text: &str) -> Result<u32>;
+}
+
+/// enginebench's request id in the id vLLM reports: the id itself, or the
+/// part before the first '-' (vLLM's `InputProcessor.assign_request_id`
+/// appends "-<8 random chars>", vllm/v1/engine/input_processor.py).
+///
+/// Errors: the id is not ours (a message naming it).
+pub fn request_id_of(text: &str) -> std::result::Result<u64, String> {
+    let ours = text.split_once('-').map_or(text, |(a, _)| a);
+    ours.parse::<u64>().map_err(|e| format!("request id {text:?} from the engine: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_id_of;
+
+    #[test]
+    fn request_ids_map_back_with_or_without_vllm_suffix() {
+        assert_eq!(request_id_of("42"), Ok(42));
+        assert_eq!(request_id_of("42-9f3ab01c"), Ok(42));
+        let err = request_id_of("chatcmpl-42").unwrap_err();
+        assert!(err.contains("chatcmpl-42"), "{err}");
+    }
 }

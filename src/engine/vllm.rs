@@ -1,10 +1,20 @@
 //! [`StepEngine`] over vLLM through the Python shim (`python-shim/enginebench_shim/engine.py`).
+//!
+//! On the shim's core step path (`steppath.py`) a step hands back vLLM's
+//! `EngineCoreOutput` objects as they are, and this module reads the few
+//! fields the figures need straight from them (request id, number of new
+//! tokens, finish reason; events and prefill stats only where present), so
+//! no Python object is made per request per step. The per-request state
+//! vLLM's own timings need (its request id, arrival time, first-token and
+//! event timestamps) is kept here, touched only on a request's first
+//! output, its events and its finish.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 
 use anyhow::{Context, Result};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
@@ -14,6 +24,8 @@ use super::{ChatMessage, Completion, Delta, EngineInfo, EngineTiming, Prompt, Sp
 const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engine.py");
 /// The shim's compatibility layer (every vLLM internal it touches), loaded first.
 const COMPAT_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/compat.py");
+/// The shim's two step paths (engine core directly, or LLMEngine.step()).
+const STEPPATH_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/steppath.py");
 
 /// An in-process vLLM engine.
 pub struct VllmEngine {
@@ -22,7 +34,66 @@ pub struct VllmEngine {
     pub info: EngineInfo,
     /// Token ids a random prompt may use (vocabulary minus special tokens).
     pub allowed_token_ids: Vec<u32>,
+    /// Token requests in flight on the core path, by enginebench id.
+    core: HashMap<u64, CoreRequest>,
+    /// Python ints 0..vocabulary, shared by every prompt list: a list of n
+    /// token ids is then n reference-count increments, not n new ints.
+    token_objects: Vec<Py<PyAny>>,
+    /// Requests prepared before a loop ([`StepEngine::prepare_tokens`]), by
+    /// (prompt address, length, max_tokens, ignore_eos): the shim's handles.
+    prepared: HashMap<(usize, usize, u32, bool), Vec<Py<PyAny>>>,
+    /// Per-step reads of `EngineCoreOutput`s: interned attribute names.
+    names: OutputNames,
+    record_ids: bool,
 }
+
+/// What a core-path request needs for vLLM's own timings and for an abort.
+#[derive(Debug)]
+struct CoreRequest {
+    /// vLLM's request id (ours, maybe with a random suffix).
+    vllm_id: String,
+    /// `EngineCoreRequest.arrival_time`, time.time() s.
+    arrival_s: f64,
+    /// TTFT as vLLM computes it; the engine core's timestamp of the first output.
+    ttft_s: f64,
+    first_ts: Option<f64>,
+    /// QUEUED / first SCHEDULED event timestamps (engine core clock), 0 until seen.
+    queued_ts: f64,
+    scheduled_ts: f64,
+}
+
+/// Interned names of the `EngineCoreOutput` fields read each step.
+struct OutputNames {
+    request_id: Py<PyString>,
+    new_token_ids: Py<PyString>,
+    finish_reason: Py<PyString>,
+    events: Py<PyString>,
+    prefill_stats: Py<PyString>,
+    num_cached_tokens: Py<PyString>,
+    kind: Py<PyString>,
+    timestamp: Py<PyString>,
+}
+
+impl OutputNames {
+    fn new(py: Python<'_>) -> OutputNames {
+        let n = |s: &str| PyString::intern(py, s).unbind();
+        OutputNames {
+            request_id: n("request_id"),
+            new_token_ids: n("new_token_ids"),
+            finish_reason: n("finish_reason"),
+            events: n("events"),
+            prefill_stats: n("prefill_stats"),
+            num_cached_tokens: n("num_cached_tokens"),
+            kind: n("type"),
+            timestamp: n("timestamp"),
+        }
+    }
+}
+
+/// vLLM's `EngineCoreEventType` values (vllm/v1/engine/__init__.py, 0.23-0.34).
+const EVENT_QUEUED: i64 = 1;
+const EVENT_SCHEDULED: i64 = 2;
+const EVENT_PREEMPTED: i64 = 3;
 
 impl VllmEngine {
     /// Builds the engine from a `vllm serve` argument list (model first), parsed
@@ -45,10 +116,19 @@ impl VllmEngine {
                 .py_context(py)?;
             let allowed_token_ids: Vec<u32> =
                 engine.getattr("allowed_token_ids").and_then(|v| v.extract()).py_context(py)?;
+            let info: EngineInfo = serde_json::from_str(&info)?;
+            let vocab = info.vocab_size.unwrap_or(0).max(allowed_token_ids.iter().max().map_or(0, |m| m + 1));
+            let token_objects: Vec<Py<PyAny>> =
+                (0..vocab).map(|i| PyInt::new(py, i).into_any().unbind()).collect();
             Ok(VllmEngine {
                 engine: engine.unbind(),
-                info: serde_json::from_str(&info)?,
+                info,
                 allowed_token_ids,
+                core: HashMap::new(),
+                token_objects,
+                prepared: HashMap::new(),
+                names: OutputNames::new(py),
+                record_ids: false,
             })
         })
     }
@@ -59,13 +139,18 @@ impl VllmEngine {
     }
 }
 
-/// Loads the shim module (its compatibility layer first).
+/// Loads the shim module (its compatibility layer and step paths first).
 fn load_shim<'py>(py: Python<'py>) -> Result<Bound<'py, PyModule>> {
-    // Registered in sys.modules as `enginebench_compat`, where the shim imports it.
+    // Registered in sys.modules as `enginebench_compat` / `enginebench_steppath`,
+    // where the shim imports them.
     let compat = CString::new(COMPAT_SOURCE)?;
     PyModule::from_code(py, &compat, c"enginebench_shim/compat.py", c"enginebench_compat")
         .py_context(py)
         .context("loading the enginebench Python shim's compatibility layer")?;
+    let steppath = CString::new(STEPPATH_SOURCE)?;
+    PyModule::from_code(py, &steppath, c"enginebench_shim/steppath.py", c"enginebench_steppath")
+        .py_context(py)
+        .context("loading the enginebench Python shim's step paths")?;
     let code = CString::new(SHIM_SOURCE)?;
     let module =
         PyModule::from_code(py, &code, c"enginebench_shim/engine.py", c"enginebench_shim_engine")
@@ -103,12 +188,24 @@ impl StepEngine for VllmEngine {
         max_tokens: u32,
         ignore_eos: bool,
     ) -> Result<()> {
+        let key = (prompt.as_ptr() as usize, prompt.len(), max_tokens, ignore_eos);
+        let prepared = self.prepared.get_mut(&key).and_then(Vec::pop);
         Python::attach(|py| {
-            let ids = PyList::new(py, prompt).py_context(py)?;
-            self.engine
-                .call_method1(py, intern!(py, "add_tokens"), (rid, ids, max_tokens, ignore_eos))
-                .map(drop)
-                .py_context(py)
+            let added = match prepared {
+                Some(handle) => self.engine.call_method1(py, intern!(py, "add_prepared"), (rid, handle)),
+                None => {
+                    let ids = self.prompt_list(py, prompt).py_context(py)?;
+                    self.engine.call_method1(py, intern!(py, "add_tokens"), (rid, ids, max_tokens, ignore_eos))
+                }
+            }
+            .py_context(py)?;
+            // Core path: (vLLM's request id, arrival time); engine path: None.
+            let core: Option<(String, f64)> = added.extract(py).py_context(py)?;
+            if let Some((vllm_id, arrival_s)) = core {
+                let req = CoreRequest { vllm_id, arrival_s, ttft_s: 0.0, first_ts: None, queued_ts: 0.0, scheduled_ts: 0.0 };
+                self.core.insert(rid, req);
+            }
+            Ok(())
         })
     }
 
@@ -130,9 +227,34 @@ impl StepEngine for VllmEngine {
         })
     }
 
-    fn abort(&mut self, rids: &[u64]) -> Result<()> {
+    fn prepare_tokens(&mut self, requests: &[(&[u32], u32, bool)]) -> Result<()> {
+        self.prepared.clear();
         Python::attach(|py| {
-            self.engine.call_method1(py, intern!(py, "abort"), (rids.to_vec(),)).map(drop).py_context(py)
+            for &(prompt, max_tokens, ignore_eos) in requests {
+                let ids = self.prompt_list(py, prompt).py_context(py)?;
+                let handle = self
+                    .engine
+                    .call_method1(py, intern!(py, "prepare_tokens"), (ids, max_tokens, ignore_eos))
+                    .py_context(py)?;
+                let key = (prompt.as_ptr() as usize, prompt.len(), max_tokens, ignore_eos);
+                self.prepared.entry(key).or_default().push(handle);
+            }
+            Ok(())
+        })
+    }
+
+    fn abort(&mut self, rids: &[u64]) -> Result<()> {
+        // Core-path requests by vLLM's id, the rest by ours.
+        let mut ours = Vec::new();
+        let mut vllm_ids = Vec::new();
+        for rid in rids {
+            match self.core.remove(rid) {
+                Some(req) => vllm_ids.push(req.vllm_id),
+                None => ours.push(*rid),
+            }
+        }
+        Python::attach(|py| {
+            self.engine.call_method1(py, intern!(py, "abort"), (ours, vllm_ids)).map(drop).py_context(py)
         })
     }
 
@@ -141,18 +263,28 @@ impl StepEngine for VllmEngine {
         Python::attach(|py| {
             let result = self.engine.call_method0(py, intern!(py, "step")).py_context(py)?;
             let result = result.bind(py).cast::<PyTuple>().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let deltas = result.get_borrowed_item(0).py_context(py)?;
-            let deltas = deltas.cast::<PyList>().map_err(|e| anyhow::anyhow!("{e}"))?;
-            out.deltas.reserve(deltas.len());
-            for item in deltas.iter() {
-                out.deltas.push(delta(&item).py_context(py)?);
-                // A 4th item (the new token ids) only when record_token_ids is on.
-                let t = item.cast::<PyTuple>().map_err(|e| anyhow::anyhow!("{e}"))?;
-                if t.len() > 3 {
-                    out.token_ids.push(t.get_borrowed_item(3).and_then(|v| v.extract()).py_context(py)?);
+            let mut core_preempted = 0u32;
+            let raw = result.get_borrowed_item(0).py_context(py)?;
+            if !raw.is_none() {
+                let raw = raw.cast::<PyList>().map_err(|e| anyhow::anyhow!("{e}"))?;
+                let wall_s: f64 = result.get_borrowed_item(7).and_then(|v| v.extract()).py_context(py)?;
+                let core_ts: f64 = result.get_borrowed_item(8).and_then(|v| v.extract()).py_context(py)?;
+                core_preempted = self.core_outputs(py, &raw, wall_s, core_ts, out).py_context(py)?;
+            }
+            let deltas = result.get_borrowed_item(1).py_context(py)?;
+            if !deltas.is_none() {
+                let deltas = deltas.cast::<PyList>().map_err(|e| anyhow::anyhow!("{e}"))?;
+                out.deltas.reserve(deltas.len());
+                for item in deltas.iter() {
+                    out.deltas.push(delta(&item).py_context(py)?);
+                    // A 4th item (the new token ids) only when record_token_ids is on.
+                    let t = item.cast::<PyTuple>().map_err(|e| anyhow::anyhow!("{e}"))?;
+                    if t.len() > 3 {
+                        out.token_ids.push(t.get_borrowed_item(3).and_then(|v| v.extract()).py_context(py)?);
+                    }
                 }
             }
-            let texts = result.get_item(1).py_context(py)?;
+            let texts = result.get_item(2).py_context(py)?;
             if !texts.is_none() {
                 let texts: Vec<(u64, String, Vec<u32>)> = texts.extract().py_context(py)?;
                 out.completions.extend(
@@ -160,7 +292,7 @@ impl StepEngine for VllmEngine {
                 );
             }
             let (p_r, p_t, d_r, d_t, running, waiting, kv, queries, hits, preempted, spec): StatsTuple =
-                result.get_item(2).and_then(|s| s.extract()).py_context(py)?;
+                result.get_item(3).and_then(|s| s.extract()).py_context(py)?;
             out.spec = spec.map(|(drafts, draft_tokens, accepted_tokens, accepted_per_pos)| SpecCounts {
                 drafts,
                 draft_tokens,
@@ -176,10 +308,10 @@ impl StepEngine for VllmEngine {
                 kv_cache_usage: kv,
                 prefix_queries: queries,
                 prefix_hits: hits,
-                preempted,
-                connector: None,
+                preempted: preempted + core_preempted,
+                connector: result.get_item(6).and_then(|c| c.extract()).py_context(py)?,
             };
-            let timings = result.get_item(3).py_context(py)?;
+            let timings = result.get_item(4).py_context(py)?;
             if !timings.is_none() {
                 let flat: Vec<f64> = timings.extract().py_context(py)?;
                 out.timings.extend(flat.chunks_exact(5).map(|c| EngineTiming {
@@ -187,21 +319,111 @@ impl StepEngine for VllmEngine {
                     ttft_s: c[1],
                     decode_s: c[2],
                     queued_s: c[3],
-                    generation_tokens: c[4] as u32,
+                    generation_tokens: Some(c[4] as u32),
                 }));
             }
-            // Older shims return four items; the rest is then unknown.
-            if result.len() > 4 {
-                let cached = result.get_item(4).py_context(py)?;
-                if !cached.is_none() {
-                    let flat: Vec<u64> = cached.extract().py_context(py)?;
-                    out.cached.extend(flat.chunks_exact(2).map(|c| (c[0], c[1] as u32)));
-                }
-                out.stats.connector = result.get_item(5).and_then(|c| c.extract()).py_context(py)?;
+            let cached = result.get_item(5).py_context(py)?;
+            if !cached.is_none() {
+                let flat: Vec<u64> = cached.extract().py_context(py)?;
+                out.cached.extend(flat.chunks_exact(2).map(|c| (c[0], c[1] as u32)));
             }
             Ok(())
         })
     }
+}
+
+impl VllmEngine {
+    /// A Python list of `prompt`'s ids, made of the shared int objects
+    /// (ids beyond the table, never drawn by enginebench, as new ints).
+    fn prompt_list<'py>(&self, py: Python<'py>, prompt: &[u32]) -> PyResult<Bound<'py, PyList>> {
+        let table = &self.token_objects;
+        if prompt.iter().all(|&t| (t as usize) < table.len()) {
+            PyList::new(py, prompt.iter().map(|&t| table[t as usize].bind(py)))
+        } else {
+            PyList::new(py, prompt)
+        }
+    }
+
+    /// Reads the core path's `EngineCoreOutput`s of one step into `out`
+    /// (deltas, token ids when recorded, cached tokens at a request's first
+    /// output, vLLM's timings at its finish); returns the PREEMPTED events
+    /// seen. `wall_s`: time.time() when the outputs came back; `core_ts`:
+    /// their engine-core timestamp.
+    fn core_outputs(
+        &mut self,
+        py: Python<'_>,
+        raw: &Bound<'_, PyList>,
+        wall_s: f64,
+        core_ts: f64,
+        out: &mut StepOutput,
+    ) -> PyResult<u32> {
+        let names = &self.names;
+        let (a_rid, a_new, a_fin) = (names.request_id.bind(py), names.new_token_ids.bind(py), names.finish_reason.bind(py));
+        let (a_events, a_prefill) = (names.events.bind(py), names.prefill_stats.bind(py));
+        let mut preempted = 0u32;
+        out.deltas.reserve(raw.len());
+        for o in raw.iter() {
+            let id = o.getattr(a_rid)?;
+            let rid = parse_rid(id.cast::<PyString>()?.to_str()?)?;
+            let new = o.getattr(a_new)?;
+            let new = new.cast::<PyList>()?;
+            let finished = !o.getattr(a_fin)?.is_none();
+            out.deltas.push(Delta { rid, new_tokens: new.len() as u32, finished });
+            if self.record_ids {
+                out.token_ids.push(new.extract()?);
+            }
+            // A request's first output carries its QUEUED/SCHEDULED events
+            // and prefill stats (both recorded only with vLLM's log_stats), a
+            // later one events only at a preemption: a plain decode output
+            // has none, and nothing more is read of it.
+            let events = o.getattr(a_events)?;
+            if events.is_none() && !finished {
+                continue;
+            }
+            let Some(req) = self.core.get_mut(&rid) else { continue };
+            let prefill = if events.is_none() { None } else { Some(o.getattr(a_prefill)?) };
+            let prefill = prefill.filter(|p| !p.is_none());
+            if !events.is_none() {
+                for ev in events.try_iter()? {
+                    let ev = ev?;
+                    let kind: i64 = ev.getattr(names.kind.bind(py))?.extract()?;
+                    let at: f64 = ev.getattr(names.timestamp.bind(py))?.extract()?;
+                    match kind {
+                        EVENT_QUEUED => req.queued_ts = at,
+                        EVENT_SCHEDULED if req.scheduled_ts == 0.0 => req.scheduled_ts = at,
+                        EVENT_PREEMPTED => preempted += 1,
+                        _ => {}
+                    }
+                }
+            }
+            if let Some(prefill) = prefill.filter(|_| req.first_ts.is_none()) {
+                // A request's first output (the output processor's
+                // is_prefilling): its cached prompt tokens, vLLM's TTFT.
+                let cached: u32 = prefill.getattr(names.num_cached_tokens.bind(py))?.extract()?;
+                out.cached.push((rid, cached));
+                req.ttft_s = wall_s - req.arrival_s;
+                req.first_ts = Some(core_ts);
+            }
+            if finished {
+                let req = self.core.remove(&rid).expect("looked up above");
+                if let Some(first_ts) = req.first_ts {
+                    out.timings.push(EngineTiming {
+                        rid,
+                        ttft_s: req.ttft_s,
+                        decode_s: core_ts - first_ts,
+                        queued_s: (req.scheduled_ts - req.queued_ts).max(0.0),
+                        generation_tokens: None,
+                    });
+                }
+            }
+        }
+        Ok(preempted)
+    }
+}
+
+/// [`super::request_id_of`] as a Python error.
+fn parse_rid(text: &str) -> PyResult<u64> {
+    super::request_id_of(text).map_err(pyo3::exceptions::PyValueError::new_err)
 }
 
 /// (drafts, draft tokens, accepted tokens, accepted per position) of one step.
@@ -215,6 +437,7 @@ impl VllmEngine {
     /// ([`StepOutput::token_ids`]); off by default (it costs a list per
     /// request per step).
     pub fn record_token_ids(&mut self, on: bool) -> Result<()> {
+        self.record_ids = on;
         Python::attach(|py| self.engine.call_method1(py, "record_token_ids", (on,)).map(drop).py_context(py))
     }
 
@@ -242,10 +465,7 @@ fn delta(item: &Bound<'_, PyAny>) -> PyResult<Delta> {
     let t = item.cast::<PyTuple>()?;
     let item0 = t.get_borrowed_item(0)?;
     let text = item0.cast::<PyString>()?;
-    let text = text.to_str()?;
-    let rid = text.parse::<u64>().map_err(|e| {
-        pyo3::exceptions::PyValueError::new_err(format!("request id {text:?} from the engine: {e}"))
-    })?;
+    let rid = parse_rid(text.to_str()?)?;
     Ok(Delta {
         rid,
         new_tokens: t.get_borrowed_item(1)?.extract()?,
@@ -296,3 +516,4 @@ impl super::Profiler for VllmEngine {
         Ok(super::ProfileStop { stop_s, export_s, other_ranks: others.into_iter().map(Into::into).collect() })
     }
 }
+

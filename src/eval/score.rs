@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::tasks::TaskDef;
+use crate::metrics::stats;
 
 /// One scored question (a line of `gsm8k_samples.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,16 +82,7 @@ pub fn aggregate(samples: &[Sample]) -> Aggregate {
 /// reports N/A there).
 pub fn mean_and_stderr(outcomes: impl Iterator<Item = bool>) -> (f64, f64) {
     let v: Vec<f64> = outcomes.map(|b| if b { 1.0 } else { 0.0 }).collect();
-    let n = v.len() as f64;
-    if v.is_empty() {
-        return (0.0, 0.0);
-    }
-    let mean = v.iter().sum::<f64>() / n;
-    if v.len() < 2 {
-        return (mean, 0.0);
-    }
-    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
-    (mean, (var / n).sqrt())
+    (stats::mean(&v), stats::standard_error(&v))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::inferencex::{Imported, import_with};
 use super::master_config::{Entry, keys, read_entry};
-use super::workflow::{Hardware, Kind, MatrixPoint, read_hardware, runners_yaml};
+use super::workflow::{Kind, MatrixPoint, hardware_for};
 
 /// Folders of single-node fixed-seq-len launchers, in the order tried.
 const LAUNCHER_DIRS: [&str; 3] =
@@ -118,23 +118,6 @@ pub fn import_key(root: &Path, key: &str, scenario: Option<&str>) -> Result<(Pat
     let evals = super::render::CheckoutEvals::beside(&master)?;
     let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware, &evals)?;
     Ok((master, imported))
-}
-
-/// The entry's runner hardware from the runners.yaml beside its master
-/// config, when the entry offloads KV to DRAM (the budget needs it);
-/// `None` otherwise.
-///
-/// Errors: DRAM offload without a runners.yaml, or without the runner in it.
-pub fn hardware_for(master: &Path, e: &Entry) -> Result<Option<Hardware>, String> {
-    let dram = e.agentic_configs.iter().flat_map(|c| &c.spaces).any(|s| s.kv_offloading.as_deref() == Some("dram"));
-    if !dram {
-        return Ok(None);
-    }
-    let file = runners_yaml(master).ok_or_else(|| {
-        format!("entry {} offloads KV to DRAM: its budget needs the runner's CPU DRAM from runners.yaml, found neither beside {} nor one folder up", e.key, master.display())
-    })?;
-    let yaml = std::fs::read_to_string(&file).map_err(|err| format!("cannot read {}: {err}", file.display()))?;
-    read_hardware(&yaml, e.runner.as_deref().unwrap_or("")).map(Some).map_err(|err| format!("{}: {err}", file.display()))
 }
 
 /// An imported checkout entry, written where `run`, `recipe show` and

@@ -29,6 +29,7 @@
 pub mod checkout;
 pub mod client;
 pub mod inferencex;
+pub mod job;
 pub mod master_config;
 pub mod render;
 pub mod sandbox;

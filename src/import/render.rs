@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use toml::Value;
 
 use super::client::{Prompts, REPLAY_SEED, REPLAY_START_RATIO, REPLAY_SYSTEM_IDLE_CAP_S, Replay};
-use super::inferencex::{Bench, Job};
+use super::job::{Bench, Job};
 use super::master_config::Entry;
 use crate::protocol::{LengthConvention, Workload};
 use crate::recipe::args::is_flag;

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::checkout::{import_key, launcher_for};
-use super::inferencex::{Imported, Job, import_with};
+use super::inferencex::{Imported, import_with};
+use super::job::Job;
 use super::workflow::matrix;
 use super::master_config::read_entry;
 use crate::recipe::{Recipe, Sweep};
@@ -244,7 +245,7 @@ fn the_sandbox_keeps_files_and_network_out() {
 #[test]
 fn client_options_become_workload_settings() {
     use super::client::Prompts;
-    use super::inferencex::Bench;
+    use super::job::Bench;
     use crate::protocol::{LengthConvention, Workload};
 
     let im = import("shapes-fp4-mi355x-vllm");
@@ -275,7 +276,7 @@ fn client_options_become_workload_settings() {
 /// the helper servers and data parallelism named per job.
 #[test]
 fn agentic_entry_imports_as_trace_replays() {
-    use super::inferencex::Bench;
+    use super::job::Bench;
     use crate::protocol::Workload;
 
     let im = import("relay-fp4-b200-vllm-agentic-mtp");

@@ -343,6 +343,23 @@ pub fn matrix(e: &Entry, scenario: Option<&str>, hardware: Option<Hardware>) -> 
     Ok(out)
 }
 
+/// The entry's runner hardware from the runners.yaml beside its master
+/// config, when the entry offloads KV to DRAM (the budget needs it);
+/// `None` otherwise.
+///
+/// Errors: DRAM offload without a runners.yaml, or without the runner in it.
+pub fn hardware_for(master: &Path, e: &Entry) -> Result<Option<Hardware>, String> {
+    let dram = e.agentic_configs.iter().flat_map(|c| &c.spaces).any(|s| s.kv_offloading.as_deref() == Some("dram"));
+    if !dram {
+        return Ok(None);
+    }
+    let file = runners_yaml(master).ok_or_else(|| {
+        format!("entry {} offloads KV to DRAM: its budget needs the runner's CPU DRAM from runners.yaml, found neither beside {} nor one folder up", e.key, master.display())
+    })?;
+    let yaml = std::fs::read_to_string(&file).map_err(|err| format!("cannot read {}: {err}", file.display()))?;
+    read_hardware(&yaml, e.runner.as_deref().unwrap_or("")).map(Some).map_err(|err| format!("{}: {err}", file.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -109,7 +109,7 @@ mod tests {
         r
     }
     fn timing(ttft: f64, decode: f64) -> Option<EngineTiming> {
-        Some(EngineTiming { rid: 0, ttft_s: ttft, decode_s: decode, queued_s: 0.0, generation_tokens: 2 })
+        Some(EngineTiming { rid: 0, ttft_s: ttft, decode_s: decode, queued_s: 0.0, generation_tokens: Some(2) })
     }
 
     #[test]

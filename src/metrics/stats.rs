@@ -51,6 +51,13 @@ pub fn sample_variance(values: &[f64]) -> f64 {
     values.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (values.len() - 1) as f64
 }
 
+/// Standard error of the mean: the sample standard deviation (ddof = 1) /
+/// sqrt(n), as lm-eval's `mean_stderr` (lm_eval/api/metrics.py); 0 for
+/// fewer than two values.
+pub fn standard_error(values: &[f64]) -> f64 {
+    (sample_variance(values) / values.len().max(1) as f64).sqrt()
+}
+
 /// Population standard deviation (ddof = 0, as `np.std`); 0 for an empty slice.
 pub fn std_dev(values: &[f64]) -> f64 {
     if values.is_empty() {

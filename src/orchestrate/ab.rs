@@ -12,7 +12,9 @@
 //!   `aa/` of the output folder; a verdict then also needs |delta| above the
 //!   floor ([`crate::ab::compare::apply_noise`]).
 //! * `--until-ci PCT --max-repeats N`: more ABBA pairs until every row's
-//!   widest interval half-width is below PCT, or N repeats.
+//!   widest interval half-width is below PCT, or N repeats;
+//!   `--until-ci gate`: until every gated figure is PASS or FAIL (none
+//!   INCONCLUSIVE), or N repeats.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +25,7 @@ use super::progress::say;
 use super::runner::{ExecChoice, ExecOptions, Folder, Runner, executor_for, output_dir};
 use crate::report::result::Status;
 use crate::ab::compare::{NoiseFloor, Row, apply_noise};
+use crate::ab::gate::{Needed, Outcome};
 use crate::ab::{self, Comparison, Context, Options, load_arm};
 use crate::error::{ExitStatus, usage};
 use crate::python::{self, Interpreter};
@@ -41,14 +44,35 @@ pub struct AbRequest {
     pub noise: Option<PathBuf>,
     /// Run the A/A first (same repeats), into `aa/`, and use its floor.
     pub calibrate: bool,
-    /// Target interval half-width (fraction, 0.02 = 2%) for `--until-ci`.
-    pub until_ci: Option<f64>,
+    /// What `--until-ci` adds pairs for.
+    pub until_ci: Option<UntilCi>,
     /// Most repeats per variant with `--until-ci`.
     pub max_repeats: Option<u32>,
     /// The baseline's interpreter (`--baseline-python`), over the variant's own.
     pub baseline_python: Option<PathBuf>,
     /// The candidate's interpreter (`--candidate-python`), over the variant's own.
     pub candidate_python: Option<PathBuf>,
+}
+
+/// What `--until-ci` adds ABBA pairs until.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UntilCi {
+    /// Every row's widest 95% CI half-width is below this fraction (0.02 = 2%).
+    HalfWidth(f64),
+    /// Every gated figure is PASS or FAIL (`--until-ci gate`).
+    Gate,
+}
+
+impl UntilCi {
+    /// `gate`, or a fraction (range-checked by [`ab`]). For clap.
+    pub fn parse(s: &str) -> std::result::Result<UntilCi, String> {
+        if s == "gate" {
+            return Ok(UntilCi::Gate);
+        }
+        s.parse::<f64>()
+            .map(UntilCi::HalfWidth)
+            .map_err(|_| format!("{s:?} is neither a half-width fraction (0.02 = ±2%) nor `gate`"))
+    }
 }
 
 /// The suffix of the A/A copy's label (`base` vs `base-aa`).
@@ -60,8 +84,9 @@ pub const PYTHON_AB_SUFFIX: &str = "@candidate";
 
 /// Runs the A/B (or the A/A) and prints the comparison. Returns the exit
 /// code: 0 the gate passed and every job ran; 1 a job failed or the gate
-/// failed (accuracy did not hold, or a significant regression beyond the
-/// limit and beyond the noise floor); 130 interrupted.
+/// failed (accuracy did not hold, or a regression beyond the limit and the
+/// noise floor, the whole CI); 3 the gate was INCONCLUSIVE (a CI straddles
+/// a limit); 130 interrupted.
 ///
 /// Errors (usage, before anything runs): bad recipe/variants/options, as
 /// `run`; a bad `--noise` file; `--until-ci` without a target above 0 or
@@ -88,7 +113,7 @@ pub fn ab(opts: &RunOptions, how: &ExecOptions, req: &AbRequest) -> Result<ExitS
         return Err(usage("an A/A needs --repeats 2 or more: one repeat pair has no run-to-run spread to measure"));
     }
     let until = match (req.until_ci, req.max_repeats) {
-        (Some(p), _) if !(p > 0.0 && p < 1.0) => {
+        (Some(UntilCi::HalfWidth(p)), _) if !(p > 0.0 && p < 1.0) => {
             return Err(usage(format!("--until-ci {p}: give the target half-width as a fraction between 0 and 1 (0.02 = 2%)")));
         }
         (Some(p), Some(n)) if n >= req.repeats.max(2) => Some((p, n)),
@@ -205,7 +230,7 @@ fn run_arms(
     how: &ExecOptions,
     arms: &Arms,
     req: &AbRequest,
-    until: Option<(f64, u32)>,
+    until: Option<(UntilCi, u32)>,
     out_dir: &Path,
     noise: Option<&NoiseFloor>,
 ) -> Result<Finished> {
@@ -254,7 +279,10 @@ fn run_arms(
     let mut exec = executor_for(&how.exec, &runner.plan)?;
     let most = until.map_or(req.repeats, |(_, n)| n);
     let plan_text = match until {
-        Some((p, n)) => format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::numbers::pct_unsigned(p)),
+        Some((UntilCi::HalfWidth(p), n)) => {
+            format!("{} repeats, then more until every CI half-width < {} (at most {n})", req.repeats, ab::numbers::pct_unsigned(p))
+        }
+        Some((UntilCi::Gate, n)) => format!("{} repeats, then more until every gated figure is PASS or FAIL (at most {n})", req.repeats),
         None => format!("{} repeat(s)", req.repeats),
     };
     errln!("enginebench ab: {} vs {}, {plan_text} -> {}", arms.candidate, arms.baseline, out_dir.display());
@@ -299,15 +327,19 @@ fn run_arms(
     }
     if let Some((target, _)) = until {
         let done = jobs_run / per_repeat;
-        if unresolved.is_empty() {
-            cmp.notes.push(format!("--until-ci: every row's CI half-width is below {} after {done} repeats", ab::numbers::pct_unsigned(target)));
-        } else {
-            cmp.notes.push(format!(
+        cmp.notes.push(match (target, unresolved.is_empty()) {
+            (UntilCi::HalfWidth(p), true) => format!("--until-ci: every row's CI half-width is below {} after {done} repeats", ab::numbers::pct_unsigned(p)),
+            (UntilCi::HalfWidth(p), false) => format!(
                 "--until-ci: after {done} repeats (the --max-repeats limit) still wider than ±{}: {}",
-                ab::numbers::pct_unsigned(target),
+                ab::numbers::pct_unsigned(p),
                 unresolved.join("; ")
-            ));
-        }
+            ),
+            (UntilCi::Gate, true) => format!("--until-ci gate: every gated figure is PASS or FAIL after {done} repeats"),
+            (UntilCi::Gate, false) => format!(
+                "--until-ci gate: after {done} repeats (the --max-repeats limit) still INCONCLUSIVE: {}",
+                unresolved.join("; ")
+            ),
+        });
     }
     out!("{}", ab::markdown::terminal(&cmp));
     for f in ab::write_outputs(&cmp, out_dir)? {
@@ -350,26 +382,97 @@ fn compare_now(path: &Path, arms: &Arms, req: &AbRequest, noise: Option<&NoiseFl
     Ok(cmp)
 }
 
-/// Rows whose widest CI half-width is not below `target`, in words
-/// (`ISL/OSL 64/32 TP 1 conc 4: ±6.1%`).
-fn unresolved_rows(rows: &[Row], target: f64) -> Vec<String> {
-    rows.iter()
-        .filter(|r| r.half_width().is_none_or(|h| h >= target))
-        .map(|r| format!("{}: ±{}", r.key_text(), r.half_width().map_or("no CI".into(), ab::numbers::pct_unsigned)))
-        .collect()
+/// What `target` still waits for, in words: rows whose widest CI
+/// half-width is not below it (`ISL/OSL 64/32 TP 1 conc 4: ±6.1%`), or
+/// (`gate`) rows with an INCONCLUSIVE figure or not yet 2 repeats a side
+/// (`ISL/OSL 64/32 TP 1 conc 4: tok/s/gpu, TTFT ms (median)`).
+fn unresolved_rows(rows: &[Row], target: UntilCi) -> Vec<String> {
+    match target {
+        UntilCi::HalfWidth(p) => rows
+            .iter()
+            .filter(|r| r.half_width().is_none_or(|h| h >= p))
+            .map(|r| format!("{}: ±{}", r.key_text(), r.half_width().map_or("no CI".into(), ab::numbers::pct_unsigned)))
+            .collect(),
+        UntilCi::Gate => rows
+            .iter()
+            .filter_map(|r| {
+                let open = undecided(r);
+                let gated = r.figures.iter().any(|f| f.gate.is_some());
+                match (gated, open.is_empty()) {
+                    (false, _) => Some(format!("{}: not gated yet (one repeat)", r.key_text())),
+                    (true, true) => None,
+                    (true, false) => Some(format!("{}: {}", r.key_text(), open.join(", "))),
+                }
+            })
+            .collect(),
+    }
 }
 
-/// `after 3 repeats: ISL/OSL 64/32 TP 1 conc 4: tok/s/gpu +1.2% [-3.0%, +5.6%], widest ±4.3% (target 2%)`.
-fn progress_line(r: &Row, done: u32, target: f64) -> String {
+/// The short names of a row's INCONCLUSIVE figures.
+fn undecided(r: &Row) -> Vec<&'static str> {
+    r.figures.iter().filter(|f| f.gate.is_some_and(|g| g.outcome == Outcome::Inconclusive)).map(|f| f.metric.short()).collect()
+}
+
+/// `after 3 repeats: ISL/OSL 64/32 TP 1 conc 4: tok/s/gpu +1.2% [-3.0%, +5.6%], widest CI ±4.3% (target ±2%): open`,
+/// or with `gate`: `..., gate 3 PASS 0 FAIL 1 INCONCLUSIVE (about 9 repeats a side would decide them): open`.
+fn progress_line(r: &Row, done: u32, target: UntilCi) -> String {
     let f = r.figure(crate::ab::compare::Metric::TputPerGpu);
-    let widest = r.half_width().map_or("no CI".into(), |h| format!("±{}", ab::numbers::pct_unsigned(h)));
-    let state = if r.half_width().is_some_and(|h| h < target) { "resolved" } else { "open" };
-    format!(
-        "after {done} repeats: {}: {} {} {}, widest CI {widest} (target ±{}): {state}",
-        r.key_text(),
-        f.metric.short(),
-        ab::numbers::pct(f.delta),
-        ab::numbers::ci_text(f.ci),
-        ab::numbers::pct_unsigned(target)
-    )
+    let head = format!("after {done} repeats: {}: {} {} {}", r.key_text(), f.metric.short(), ab::numbers::pct(f.delta), ab::numbers::ci_text(f.ci));
+    match target {
+        UntilCi::HalfWidth(p) => {
+            let widest = r.half_width().map_or("no CI".into(), |h| format!("±{}", ab::numbers::pct_unsigned(h)));
+            let state = if r.half_width().is_some_and(|h| h < p) { "resolved" } else { "open" };
+            format!("{head}, widest CI {widest} (target ±{}): {state}", ab::numbers::pct_unsigned(p))
+        }
+        UntilCi::Gate => {
+            let gates: Vec<_> = r.figures.iter().filter_map(|f| f.gate).collect();
+            if gates.is_empty() {
+                return format!("{head}, not gated yet (one repeat): open");
+            }
+            let count = |o: Outcome| gates.iter().filter(|g| g.outcome == o).count();
+            let needed: Option<Needed> = gates.iter().filter_map(|g| g.repeats_needed).max();
+            let estimate = needed.map_or(String::new(), |n| format!(" ({} repeats a side would decide them)", n.text()));
+            let state = if count(Outcome::Inconclusive) == 0 { "decided" } else { "open" };
+            format!(
+                "{head}, gate {} PASS {} FAIL {} INCONCLUSIVE{estimate}: {state}",
+                count(Outcome::Pass),
+                count(Outcome::Fail),
+                count(Outcome::Inconclusive)
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn until_ci_parses_a_fraction_or_gate() {
+        assert_eq!(UntilCi::parse("gate"), Ok(UntilCi::Gate));
+        assert_eq!(UntilCi::parse("0.02"), Ok(UntilCi::HalfWidth(0.02)));
+        assert!(UntilCi::parse("gates").unwrap_err().contains("nor `gate`"));
+    }
+
+    #[test]
+    fn gate_target_waits_for_inconclusive_figures_only() {
+        // The fixture: every figure decided (TTFT at conc 64 FAILs).
+        let mut cmp = crate::ab::markdown::tests::fixture();
+        assert!(unresolved_rows(&cmp.rows, UntilCi::Gate).is_empty());
+        assert!(progress_line(&cmp.rows[1], 3, UntilCi::Gate).ends_with("gate 3 PASS 1 FAIL 0 INCONCLUSIVE: decided"));
+        // One INCONCLUSIVE figure keeps its row open, with the estimate.
+        let g = cmp.rows[0].figures[3].gate.as_mut().unwrap();
+        g.outcome = Outcome::Inconclusive;
+        g.repeats_needed = Some(Needed::About(6));
+        assert_eq!(unresolved_rows(&cmp.rows, UntilCi::Gate), ["ISL/OSL 1024/1024 TP 8 conc 4: TTFT ms (median)"]);
+        let line = progress_line(&cmp.rows[0], 3, UntilCi::Gate);
+        assert_eq!(
+            line,
+            "after 3 repeats: ISL/OSL 1024/1024 TP 8 conc 4: tok/s/gpu +5.9% [+3.1%, +8.4%], gate 3 PASS 0 FAIL 1 INCONCLUSIVE \
+             (about 6 repeats a side would decide them): open"
+        );
+        // A row not yet gated (one repeat) is open too.
+        cmp.rows[1].figures.iter_mut().for_each(|f| f.gate = None);
+        assert_eq!(unresolved_rows(&cmp.rows, UntilCi::Gate)[1], "ISL/OSL 1024/1024 TP 8 conc 64: not gated yet (one repeat)");
+    }
 }

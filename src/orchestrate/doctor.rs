@@ -3,7 +3,8 @@
 //! Reports the interpreter (and how it was chosen), the worker module, vLLM
 //! and torch (versions, where vLLM was imported from, its git commit when it
 //! is a checkout), the platform and devices, every compatibility item of the
-//! shim (found where, or what is lost without it), the serve parser used by
+//! shim (found where, or what is lost without it), the step path a run would
+//! use (vLLM's engine core directly, or `LLMEngine.step()` and why), the serve parser used by
 //! `recipe check`, and the telemetry sources with why each is or is not
 //! usable. Exit 0 when a run can start, 2 (with every problem found) when
 //! not: a missing vLLM and a missing torch are two problems, and the worker
@@ -115,6 +116,12 @@ fn print_human(out: &serde_json::Map<String, Value>) {
         }
         outln!("platform    {}", s(e.get("platform")));
         outln!("devices     {}", s(out.get("devices")));
+        if let Some(path) = e.get("step_path").and_then(|p| p.get("path")).and_then(Value::as_str) {
+            match e.pointer("/step_path/reason").and_then(Value::as_str) {
+                Some(reason) => outln!("step path   {path} ({reason})"),
+                None => outln!("step path   {path} (vLLM's engine core driven directly; LLMEngine.step() for text requests)"),
+            }
+        }
         match e.get("compat").and_then(Value::as_object) {
             Some(compat) => {
                 outln!("compatibility (vLLM internals the shim uses):");

@@ -4,8 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Result;
+use clap::builder::TypedValueParser;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{EvalJob, LmEvalJob, MaxTokensPolicy, PointSpec};
@@ -16,90 +18,75 @@ use crate::eval::thresholds::{GateRules, Thresholds};
 use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
-use crate::recipe::sweep::{Goodput, Sweep};
+use crate::recipe::overrides::{EvalFlags, SweepArgs};
 use crate::recipe::{EngineConfig, EvalMaxTokens, EvalSection, Recipe, default_recipe_path};
-use crate::protocol::{LengthConvention, RandomDataset, TraceSpec, Workload};
+use crate::protocol::{RandomDataset, TraceSpec, Workload};
 
 /// What to run: the recipe, its variants and the overrides of `enginebench
-/// run` (see the CLI). Saved in a run folder's `plan.json` for the tasks of
-/// a parallel or Slurm run (a `plan.json` of an older build, which also held
-/// the execution options here, still reads: unknown fields are ignored). How
-/// it runs is [`super::runner::ExecOptions`].
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// run` (also `overhead`'s and `ab`'s). The flags are declared here and in
+/// the structs this one flattens (clap reads them, see the CLI); which
+/// struct a new flag belongs to is told in [`crate::recipe::overrides`].
+/// Saved in a run folder's `plan.json` for the tasks of a parallel or Slurm
+/// run (older shapes are upgraded on reading,
+/// [`super::runner::task::load`]). How it runs is
+/// [`super::runner::ExecOptions`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, clap::Args)]
+#[serde(default)]
 pub struct RunOptions {
+    /// The recipe file (the CLI's positional argument, or an imported
+    /// checkout entry; default: [`default_recipe_path`]).
+    #[arg(skip)]
     pub recipe: Option<PathBuf>,
     /// Variants to run (empty: the base recipe).
+    #[arg(skip)]
     pub variants: Vec<String>,
-    pub min_accuracy: Option<f64>,
-    pub conc: Option<Vec<u32>>,
-    pub isl: Option<u32>,
-    pub osl: Option<u32>,
-    pub isl_osl: Option<Vec<[u32; 2]>>,
-    pub num_prompts: Option<u32>,
-    pub warmups: Option<u32>,
-    pub inferencex: bool,
-    pub length_convention: Option<LengthConvention>,
-    pub range_ratio: Option<f64>,
-    pub prefix_len: Option<u32>,
-    pub request_rate: Option<f64>,
-    pub burstiness: Option<f64>,
-    pub percentiles: Option<Vec<f64>>,
-    pub goodput: Option<Goodput>,
-    pub eval_limit: Option<u32>,
-    pub no_eval: bool,
     /// Run only the eval (`enginebench eval`): no sweep points.
+    #[arg(skip)]
     pub only_eval: bool,
-    /// Eval tasks (`--task`, repeatable): built-in names, task TOMLs, lm-eval
-    /// task names and YAML paths; with `task_files`, they replace the recipe's.
-    #[serde(default, alias = "task", deserialize_with = "one_or_many")]
-    pub tasks: Vec<String>,
-    /// lm-eval task YAML files or folders (`--task-file`).
-    #[serde(default)]
-    pub task_files: Vec<PathBuf>,
-    /// `--thresholds FILE` (InferenceX's thresholds.yaml shape).
-    #[serde(default)]
-    pub thresholds: Option<PathBuf>,
-    /// `--model-prefix`: the thresholds file's `models:` entry that applies.
-    #[serde(default)]
-    pub model_prefix: Option<String>,
-    /// `--eval-max-tokens N|inferencex`.
-    #[serde(default)]
-    pub eval_max_tokens: Option<EvalMaxTokens>,
-    pub gsm8k_data: Option<PathBuf>,
-    pub num_fewshot: Option<usize>,
-    pub chat: Option<bool>,
-    pub eval_concurrency: Option<u32>,
+    /// Overrides of `[sweep]` (and the workload), saved at the top level.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub sweep: SweepArgs,
+    /// Overrides of `[eval]`, saved at the top level.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub eval: EvalFlags,
+    /// Skip the eval.
+    #[arg(long)]
+    pub no_eval: bool,
+    /// Write every engine step to steps.jsonl.
+    #[arg(long)]
     pub step_trace: bool,
-    /// The most one point (warm-up included) or the eval may take; then the
-    /// worker is killed and the point recorded as `timeout`.
-    pub point_timeout: Option<std::time::Duration>,
-    /// The most engine start may take (`None`: the recipe's
-    /// `start_timeout_s`, else [`crate::recipe::DEFAULT_START_TIMEOUT_S`]).
-    #[serde(default)]
-    pub start_timeout: Option<std::time::Duration>,
-    /// Telemetry sampling interval (`None`: [`DEFAULT_TELEMETRY_INTERVAL_MS`]).
-    pub telemetry_interval: Option<std::time::Duration>,
-    /// `--profile`: a torch profiler window per chosen point ([`crate::profile`]).
-    #[serde(default)]
+    /// The most one point (warm-up included) or the eval may take, s; then the
+    /// engine worker is killed and the point recorded as `timeout`.
+    #[arg(long, value_name = "S", value_parser = seconds)]
+    pub point_timeout: Option<Duration>,
+    /// The most engine start (import, weights, compile, graph capture) may
+    /// take, s (default: the recipe's start_timeout_s, else 3600); then the
+    /// worker is killed and the job recorded as failed (`--resume` retries it).
+    #[arg(long, value_name = "S", value_parser = seconds)]
+    pub start_timeout: Option<Duration>,
+    /// Telemetry sampling interval, ms (10 to 60000; default 100). The sampler
+    /// runs in the orchestrator, beside the engine: on a machine whose cores
+    /// the engine fills, a longer interval disturbs it less.
+    #[arg(
+        long = "telemetry-interval-ms",
+        value_name = "MS",
+        value_parser = TypedValueParser::map(clap::value_parser!(u64).range(10..=60_000), Duration::from_millis)
+    )]
+    pub telemetry_interval: Option<Duration>,
+    /// `--profile`: a torch profiler window per chosen point ([`crate::profile`];
+    /// its flags are the CLI's `ProfileArgs`).
+    #[arg(skip)]
     pub profile: Option<crate::profile::ProfileOptions>,
-    /// `--workload`, `--trace-file`, `--conversation-file`, `--duration`,
-    /// `--no-prefix-cache-reset`.
-    #[serde(default)]
-    pub workload: crate::recipe::overrides::WorkloadArgs,
 }
 
-/// `task` as a string (a `plan.json` of an older build) or `tasks` as a list.
-fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(Option<String>),
-        Many(Vec<String>),
+/// Seconds > 0 (a finite number), for deadlines.
+fn seconds(s: &str) -> Result<Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("{s:?}: give seconds > 0, e.g. 3600")),
     }
-    Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(one) => one.into_iter().collect(),
-        OneOrMany::Many(many) => many,
-    })
 }
 
 /// The eval, prepared before any engine starts.
@@ -172,10 +159,8 @@ pub const DEFAULT_TELEMETRY_INTERVAL_MS: u64 = 100;
 pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan> {
     let recipe_path = opts.recipe.clone().unwrap_or_else(default_recipe_path);
     let mut recipe = Recipe::load(&recipe_path)?;
-    let selects = !opts.tasks.is_empty() || !opts.task_files.is_empty();
-    let eval_flags = opts.eval_limit.is_some() || selects || opts.gsm8k_data.is_some();
-    if recipe.eval.is_none() && eval_flags {
-        if selects || opts.only_eval {
+    if recipe.eval.is_none() && opts.eval.wants_eval() {
+        if opts.eval.selects_tasks() || opts.only_eval {
             // `--task` (or `enginebench eval`) asks for an eval the recipe lacks.
             recipe.eval = Some(EvalSection::default());
         } else {
@@ -185,7 +170,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
     if opts.only_eval && recipe.eval.is_none() {
         recipe.eval = Some(EvalSection::default());
     }
-    if let Some(a) = opts.min_accuracy {
+    if let Some(a) = opts.eval.min_accuracy {
         if !(0.0..=1.0).contains(&a) {
             return Err(usage(format!("--min-accuracy {a}: give a fraction in [0, 1], e.g. 0.90")));
         }
@@ -193,11 +178,11 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
             return Err(usage("--min-accuracy needs the eval: the recipe has no [eval] section or --no-eval is set"));
         }
     }
-    if opts.thresholds.is_some() && (recipe.eval.is_none() || opts.no_eval) {
+    if opts.eval.thresholds.is_some() && (recipe.eval.is_none() || opts.no_eval) {
         return Err(usage("--thresholds needs the eval: the recipe has no [eval] section or --no-eval is set"));
     }
     let configs = recipe
-        .engine_configs(&opts.variants, &cli_sweep(opts))
+        .engine_configs(&opts.variants, &opts.sweep.sweep())
         .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
     if let Some(e) = super::check::missing_local_model(&recipe.model) {
         return Err(usage(format!("{}: {e}", recipe_path.display())));
@@ -209,7 +194,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         (Some(section), false) => {
             // Preflight runs in the first configuration's environment (the one the eval runs on).
             let env = configs.first().map(|c| engine_env(&recipe, c)).unwrap_or_default();
-            Some(plan_eval(install.as_ref(), &python, &env, &recipe, section, opts)?)
+            Some(plan_eval(install.as_ref(), &python, &env, &recipe, section, &opts.eval)?)
         }
         _ => None,
     };
@@ -243,20 +228,12 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let gate = gate_rules(recipe.eval.as_ref(), opts)?;
-    if opts.point_timeout.is_some_and(|t| t.is_zero()) {
-        return Err(usage("--point-timeout must be > 0 seconds"));
-    }
-    let point_timeout = opts.point_timeout.or(recipe.point_timeout_s.map(std::time::Duration::from_secs_f64));
-    if opts.start_timeout.is_some_and(|t| t.is_zero()) {
-        return Err(usage("--start-timeout must be > 0 seconds"));
-    }
-    let start_timeout = opts.start_timeout.unwrap_or_else(|| {
-        std::time::Duration::from_secs_f64(recipe.start_timeout_s.unwrap_or(crate::recipe::DEFAULT_START_TIMEOUT_S))
-    });
-    let telemetry_interval = opts
-        .telemetry_interval
-        .unwrap_or(std::time::Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
+    let gate = gate_rules(recipe.eval.as_ref(), &opts.eval)?;
+    let point_timeout = opts.point_timeout.or(recipe.point_timeout_s.map(Duration::from_secs_f64));
+    let start_timeout = opts
+        .start_timeout
+        .unwrap_or_else(|| Duration::from_secs_f64(recipe.start_timeout_s.unwrap_or(crate::recipe::DEFAULT_START_TIMEOUT_S)));
+    let telemetry_interval = opts.telemetry_interval.unwrap_or(Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
     locate_trace_datasets(&mut jobs)?;
     check_workload_files(&jobs)?;
     if let Some(p) = &opts.profile {
@@ -283,27 +260,6 @@ pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
 /// The first TP size of a configuration's sweep: the eval runs on that engine.
 fn first_tp(config: &EngineConfig) -> Option<u32> {
     config.sweep.tps().first().copied().flatten()
-}
-
-/// The command line's sweep settings as an overlay on the recipe's sweep.
-fn cli_sweep(opts: &RunOptions) -> Sweep {
-    Sweep {
-        isl: opts.isl,
-        osl: opts.osl,
-        isl_osl: opts.isl_osl.clone(),
-        conc: opts.conc.clone(),
-        num_prompts: opts.num_prompts,
-        warmups: opts.warmups,
-        inferencex: opts.inferencex,
-        length_convention: opts.length_convention,
-        range_ratio: opts.range_ratio,
-        prefix_len: opts.prefix_len.unwrap_or(0),
-        request_rate: opts.request_rate,
-        burstiness: opts.burstiness,
-        percentiles: opts.percentiles.clone(),
-        goodput: opts.goodput,
-        ..opts.workload.sweep()
-    }
 }
 
 /// Replaces each trace dataset address (`hf://datasets/...`) by its local
@@ -337,7 +293,7 @@ fn locate_trace_datasets(jobs: &mut [PlannedJob]) -> Result<()> {
 /// once each, before any engine starts: a malformed line, a bad field or a
 /// replay setting out of range is a usage error (exit 2) naming it.
 fn check_workload_files(jobs: &[PlannedJob]) -> Result<()> {
-    use crate::workload::replay::ReplayConfig;
+    use crate::workload::replay_config::ReplayConfig;
     let mut seen = Vec::new();
     for spec in jobs.iter().flat_map(|j| &j.specs) {
         match &spec.workload {
@@ -425,7 +381,7 @@ fn engine_env(recipe: &Recipe, config: &EngineConfig) -> BTreeMap<String, String
 /// the recipe's `[eval.thresholds]`, `--min-accuracy` or `[eval] min_accuracy`.
 ///
 /// Errors (usage): an unreadable or malformed thresholds file.
-fn gate_rules(section: Option<&EvalSection>, opts: &RunOptions) -> Result<GateRules> {
+fn gate_rules(section: Option<&EvalSection>, opts: &EvalFlags) -> Result<GateRules> {
     let file = opts.thresholds.clone().or_else(|| section.and_then(|e| e.thresholds_file.clone()));
     Ok(GateRules {
         file: file.as_deref().map(Thresholds::load).transpose()?,
@@ -444,16 +400,16 @@ fn plan_eval(
     env: &BTreeMap<String, String>,
     recipe: &Recipe,
     section: &EvalSection,
-    opts: &RunOptions,
+    opts: &EvalFlags,
 ) -> Result<EvalPlan> {
-    let selection = if !opts.tasks.is_empty() || !opts.task_files.is_empty() {
-        Selection::new(&opts.tasks, &opts.task_files)?
+    let selection = if opts.selects_tasks() {
+        Selection::new(&opts.task, &opts.task_file)?
     } else if !section.tasks.is_empty() || !section.task_files.is_empty() {
         Selection::new(&section.tasks, &section.task_files)?
     } else {
         Selection::new(std::slice::from_ref(&section.task), &[])?
     };
-    let chat = opts.chat.or(section.chat);
+    let chat = opts.chat().or(section.chat);
     let max_tokens = opts.eval_max_tokens.or(section.max_tokens);
     let limit = opts.eval_limit.or(section.limit);
     let concurrency = opts.eval_concurrency.unwrap_or(section.concurrency);
@@ -504,7 +460,7 @@ fn plan_builtin(
     chat: Option<bool>,
     max_tokens: Option<EvalMaxTokens>,
     limit: Option<u32>,
-    opts: &RunOptions,
+    opts: &EvalFlags,
 ) -> Result<BuiltinEval> {
     let overrides = TaskOverrides {
         num_fewshot: opts.num_fewshot,

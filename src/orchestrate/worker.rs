@@ -19,7 +19,8 @@ use crate::protocol::STOP_SIGNAL;
 use crate::telemetry::mono_now_s;
 use crate::workload::arrivals::arrival_times;
 use crate::workload::driver::drive_schedule;
-use crate::workload::replay::{ReplayConfig, SessionReplay};
+use crate::workload::replay::SessionReplay;
+use crate::workload::replay_config::ReplayConfig;
 use crate::workload::synth::MARKER_TOKENS;
 use crate::workload::{Pacing, Request, RequestIds, conversation, drive, trace};
 
@@ -170,9 +171,10 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
     if job.record_token_ids {
         engine.record_token_ids(true)?;
     }
+    let mut files = SessionFiles::default();
     for (index, spec) in job.points.iter().enumerate() {
         let p = &spec.point;
-        let raw = run_point(&mut engine, spec, &mut ids, channel)
+        let raw = run_point(&mut engine, spec, &mut ids, &mut files, channel)
             .with_context(|| format!("point isl={} osl={} conc={}", p.isl, p.osl, p.conc))?;
         let partial = raw.partial;
         channel.send(&Message::Point { raw: Box::new(raw) });
@@ -229,12 +231,13 @@ fn run_point(
     engine: &mut impl WorkerEngine,
     spec: &PointSpec,
     ids: &mut RequestIds,
+    files: &mut SessionFiles,
     channel: &mut Channel,
 ) -> Result<RawPoint> {
     let p = &spec.point;
     let prefix_cache_reset = if spec.reset_prefix_cache { reset_prefix_cache(engine)? } else { None };
     if spec.workload.is_sessions() {
-        return run_sessions(engine, spec, prefix_cache_reset, ids, channel);
+        return run_sessions(engine, spec, prefix_cache_reset, ids, files, channel);
     }
     let total = (p.warmups + p.num_prompts) as usize;
     let mut workload = spec.dataset.draw(total, engine.allowed_token_ids());
@@ -289,52 +292,96 @@ fn run_point(
     })
 }
 
-/// A point of a session workload: the file loaded (and checked against the
-/// engine's context) in the worker, which has the tokenizer, then replayed
-/// in one driver loop: primers and warm-ups first, then the measured phase.
+/// The session files of a job's points, each loaded (and checked against
+/// the engine's context) once: the points of a sweep replay one file at
+/// several concurrencies.
+#[derive(Default)]
+struct SessionFiles {
+    loaded: Vec<(Workload, crate::workload::sessions::SessionSet)>,
+}
+
+impl SessionFiles {
+    /// The set of `workload`'s file, loaded on first use. A trace is read in
+    /// the worker again (the plan checked it in the orchestrator), and
+    /// conversations are tokenized here, with the engine's chat template.
+    ///
+    /// Errors (usage): see `trace::load_trace`, `conversation::load_conversations`
+    /// and `trace::check_context`.
+    fn get(&mut self, engine: &mut impl WorkerEngine, workload: &Workload) -> Result<&crate::workload::sessions::SessionSet> {
+        // What loading depends on: not a point's request budget.
+        let key = match workload {
+            Workload::Trace(t) => Workload::Trace(crate::protocol::TraceSpec { max_requests: None, ..t.clone() }),
+            w => w.clone(),
+        };
+        if let Some(i) = self.loaded.iter().position(|(k, _)| *k == key) {
+            return Ok(&self.loaded[i].1);
+        }
+        let max_len = engine.info().max_model_len;
+        let set = match workload {
+            Workload::Trace(t) => {
+                let (set, _) = trace::load_trace(t)?;
+                if let Some(max) = max_len {
+                    trace::check_context(&set, max, if t.cache_bust { MARKER_TOKENS } else { 0 })?;
+                }
+                set
+            }
+            Workload::Conversation(c) => {
+                let (set, _) = {
+                    let engine = std::cell::RefCell::new(&mut *engine);
+                    conversation::load_conversations(
+                        c,
+                        &mut |m| engine.borrow_mut().tokenize_chat(m),
+                        &mut |t| engine.borrow_mut().count_tokens(t),
+                    )?
+                };
+                if let Some(max) = max_len {
+                    trace::check_context(&set, max, 0)?;
+                }
+                set
+            }
+            other => anyhow::bail!("{} is not a session workload", other.name()),
+        };
+        self.loaded.push((key, set));
+        Ok(&self.loaded.last().expect("just pushed").1)
+    }
+}
+
+/// A point of a session workload: its file's set ([`SessionFiles`])
+/// replayed in one driver loop: primers and warm-ups first, then the
+/// measured phase.
 fn run_sessions(
     engine: &mut impl WorkerEngine,
     spec: &PointSpec,
     prefix_cache_reset: Option<bool>,
     ids: &mut RequestIds,
+    files: &mut SessionFiles,
     channel: &mut Channel,
 ) -> Result<RawPoint> {
     let p = &spec.point;
     let lanes = p.conc as usize;
-    let (set, cfg) = match &spec.workload {
+    let cfg = match &spec.workload {
+        // A fresh marker per replay, as AgentX keys it by a per-run id.
         Workload::Trace(t) => {
-            let (set, _) = trace::load_trace(t)?;
-            if let Some(max) = engine.info().max_model_len {
-                trace::check_context(&set, max, if t.cache_bust { MARKER_TOKENS } else { 0 })?;
-            }
-            // A fresh marker per replay, as AgentX keys it by a per-run id.
             let run_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-            (set, ReplayConfig::for_trace(t, lanes, run_id))
+            ReplayConfig::for_trace(t, lanes, run_id)
         }
-        Workload::Conversation(c) => {
-            let (set, _) = {
-                let engine = std::cell::RefCell::new(&mut *engine);
-                conversation::load_conversations(
-                    c,
-                    &mut |m| engine.borrow_mut().tokenize_chat(m),
-                    &mut |t| engine.borrow_mut().count_tokens(t),
-                )?
-            };
-            if let Some(max) = engine.info().max_model_len {
-                trace::check_context(&set, max, 0)?;
-            }
-            let cfg = ReplayConfig { max_requests: Some(p.num_prompts), ..ReplayConfig::for_conversations(lanes, spec.dataset.seed) };
-            (set, cfg)
-        }
-        other => anyhow::bail!("{} is not a session workload", other.name()),
+        _ => ReplayConfig { max_requests: Some(p.num_prompts), ..ReplayConfig::for_conversations(lanes, spec.dataset.seed) },
     };
+    let set = files.get(engine, &spec.workload)?;
     let allowed = engine.allowed_token_ids().to_vec();
-    let mut replay = SessionReplay::new(&set, &allowed, cfg)?;
+    let mut replay = SessionReplay::new(set, &allowed, cfg)?;
     let phase = format!("{} conc {}", spec.workload.name(), p.conc);
     let mut progress = Progress::new(phase, u64::from(p.num_prompts));
     let started_mono_s = mono_now_s();
     let spec_before = engine.spec_counters();
-    let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done))?;
+    // Each stream's next prompt is built ahead on a helper thread (the
+    // replay's prompts are the same either way).
+    let outcome = std::thread::scope(|scope| {
+        replay.prefetch_in(scope, crate::workload::prefetch::DEFAULT_BUDGET_TOKENS);
+        let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done));
+        replay.stop_prefetch();
+        outcome
+    })?;
     let vllm_spec = spec_before.zip(engine.spec_counters()).map(|(before, after)| after.since(&before));
     let turns = replay.turns().to_vec();
     let measure_start_s = replay.measure_start_s();

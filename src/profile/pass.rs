@@ -1,18 +1,20 @@
-//! The profile pass of one point: a batch of the point's requests, driven to
-//! steady-state decode, then the [`Window`]: warm-up steps, unprofiled
-//! reference steps, and the profiled steps with the profiler on only around
-//! them. The pass ends by aborting what is left of its requests, so nothing
-//! of it reaches into the next point.
-
+//! The profile pass of one point: a batch of the point's requests, driven
+//! through the one driver loop ([`drive_stepwise`]) to steady-state decode,
+//! then the [`Window`](crate::protocol::Window): warm-up steps, unprofiled reference steps, and the
+//! profiled steps with the profiler on only around them (turned on and off
+//! between two steps by the driver's step hook). The pass ends the loop
+//! once the window is over: the driver aborts what is left of its requests,
+//! so nothing of it reaches into the next point.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Result, bail};
 
+use crate::engine::{Profiler, StepEngine};
 use crate::protocol::{ProfileRaw, ProfileTarget};
-use crate::engine::{Profiler, StepEngine, StepOutput};
 use crate::workload::RequestIds;
+use crate::workload::driver::{AfterStep, ListSchedule, Request, drive_stepwise};
 
 /// Most steps a pass may take to get every request its first token.
 const MAX_PREFILL_STEPS: u32 = 100_000;
@@ -32,112 +34,154 @@ pub fn run_pass<E: StepEngine + Profiler>(
     ids: &mut RequestIds,
     stop: Option<&AtomicBool>,
 ) -> Result<Option<ProfileRaw>> {
-    let n = prompts.len();
-    if n == 0 {
+    if prompts.is_empty() {
         bail!("a profile pass needs at least one request");
     }
-    let base = ids.reserve(n);
-    for (i, p) in prompts.iter().enumerate() {
-        engine.add_tokens(base + i as u64, p, max_tokens, true)?;
+    let requests: Vec<Request<'_>> = prompts.iter().map(|&prompt| Request::Tokens { prompt, max_tokens, ignore_eos: true }).collect();
+    let mut schedule = ListSchedule::new(&requests, requests.len(), None);
+    let mut pass = Pass::new(target, prompts.len() as u32, stop);
+    let looped = drive_stepwise(engine, &mut schedule, stop, ids, &mut |_| {}, &mut |e, after| Ok(pass.after_step(e, after)));
+    // Stop the profiler whatever happened, so it never outlives the window.
+    if pass.profiling {
+        engine.profile_stop(&target.trace)?;
     }
-    let mut pass = Pass { tokens: vec![0; n], finished: vec![false; n], base, out: StepOutput::default() };
-    let result = pass.window(engine, target, stop);
-    let left: Vec<u64> = (0..n).filter(|&i| !pass.finished[i]).map(|i| base + i as u64).collect();
-    if !left.is_empty() {
-        engine.abort(&left)?;
+    looped?;
+    if let Some(e) = pass.failure {
+        return Err(e);
     }
-    result
+    match pass.state {
+        State::Done => Ok(Some(pass.raw)),
+        _ if stop.is_some_and(|s| s.load(Ordering::Relaxed)) => Ok(None),
+        _ => bail!("profile pass: the requests finished before the window was over: the window does not fit the requests' output length"),
+    }
 }
 
-struct Pass {
-    tokens: Vec<u32>,
-    finished: Vec<bool>,
-    base: u64,
-    out: StepOutput,
+/// Where the pass stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Some request has no first token yet.
+    Prefill,
+    /// `n` decode steps of the window taken.
+    Window(u32),
+    Done,
 }
 
-impl Pass {
-    /// One step; returns its wall time, ms.
-    fn step<E: StepEngine>(&mut self, engine: &mut E) -> Result<f64> {
-        let t = Instant::now();
-        engine.step(&mut self.out)?;
-        let ms = t.elapsed().as_secs_f64() * 1000.0;
-        for d in &self.out.deltas {
-            let Some(i) = d.rid.checked_sub(self.base).map(|i| i as usize).filter(|&i| i < self.tokens.len()) else {
-                bail!("engine returned unknown request id {} in the profile pass", d.rid);
-            };
-            self.tokens[i] += d.new_tokens;
-            self.finished[i] |= d.finished;
+/// Which part of the window a decode step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Warm,
+    Reference,
+    Profiled,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Warm => "warm-up",
+            Phase::Reference => "reference",
+            Phase::Profiled => "profiled",
         }
-        Ok(ms)
+    }
+}
+
+/// The pass's step hook: counts the steps, times the window's steps, and
+/// turns the profiler on before the first profiled step and off after the
+/// last. A problem ends the loop and is kept in `failure`.
+struct Pass<'a> {
+    target: &'a ProfileTarget,
+    stop: Option<&'a AtomicBool>,
+    raw: ProfileRaw,
+    state: State,
+    profiling: bool,
+    failure: Option<anyhow::Error>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(target: &'a ProfileTarget, batch: u32, stop: Option<&'a AtomicBool>) -> Self {
+        let raw = ProfileRaw { point: target.point, trace: target.trace.clone(), window: target.window, batch, ..ProfileRaw::default() };
+        Pass { target, stop, raw, state: State::Prefill, profiling: false, failure: None }
     }
 
-    fn any_finished(&self) -> bool {
-        self.finished.iter().any(|&f| f)
+    /// The phase of decode step `k` of the window: warm-up steps, half the
+    /// reference steps (rounded up), the profiled steps, the other half: a
+    /// machine that speeds up or slows down meanwhile moves both sides alike.
+    fn phase(&self, k: u32) -> Phase {
+        let w = self.raw.window;
+        let before = w.warm + w.reference.div_ceil(2);
+        if k < w.warm {
+            Phase::Warm
+        } else if k < before || k >= before + w.profiled {
+            Phase::Reference
+        } else {
+            Phase::Profiled
+        }
     }
 
-    fn window<E: StepEngine + Profiler>(&mut self, engine: &mut E, target: &ProfileTarget, stop: Option<&AtomicBool>) -> Result<Option<ProfileRaw>> {
-        let stopped = || stop.is_some_and(|s| s.load(Ordering::Relaxed));
-        let w = target.window;
-        let mut raw = ProfileRaw { point: target.point, trace: target.trace.clone(), window: w, batch: self.tokens.len() as u32, ..ProfileRaw::default() };
-        while self.tokens.iter().any(|&t| t == 0) {
-            if stopped() {
-                return Ok(None);
+    /// After each step: whether the loop goes on.
+    fn after_step<E: Profiler>(&mut self, engine: &mut E, after: &AfterStep<'_>) -> bool {
+        match self.step_taken(engine, after) {
+            Ok(go_on) => go_on,
+            Err(e) => {
+                self.failure = Some(e);
+                false
             }
-            if raw.prefill_steps >= MAX_PREFILL_STEPS {
-                bail!("profile pass: the requests did not all get a first token within {MAX_PREFILL_STEPS} steps");
-            }
-            self.step(engine)?;
-            raw.prefill_steps += 1;
         }
-        // Every step of the window runs at the full batch: a request may only
-        // finish in the last profiled step.
-        let total = w.decode_steps();
-        let mut done = 0u32;
-        let mut timed = |p: &mut Pass, e: &mut E, phase: &str| -> Result<f64> {
-            let ms = p.step(e)?;
-            done += 1;
-            if done < total && p.any_finished() {
-                bail!("profile pass: a request finished during the {phase} steps: the window does not fit the requests' output length");
-            }
-            Ok(ms)
-        };
-        for _ in 0..w.warm {
-            timed(self, engine, "warm-up")?;
-        }
-        // Half the reference steps (rounded up) before the window, the rest
-        // after it: a machine that speeds up or slows down meanwhile moves
-        // both sides alike.
-        let before = w.reference.div_ceil(2);
-        for _ in 0..before {
-            raw.reference_ms.push(timed(self, engine, "reference")?);
-        }
-        if stopped() {
-            return Ok(None);
-        }
-        let t = Instant::now();
-        raw.activities = engine.profile_start()?;
-        raw.start_s = t.elapsed().as_secs_f64();
-        let mut steps = Ok(());
-        for _ in 0..w.profiled {
-            match timed(self, engine, "profiled") {
-                Ok(ms) => raw.profiled_ms.push(ms),
-                Err(e) => {
-                    steps = Err(e);
-                    break;
+    }
+
+    fn step_taken<E: Profiler>(&mut self, engine: &mut E, after: &AfterStep<'_>) -> Result<bool> {
+        let total = self.raw.window.decode_steps();
+        let taken = match self.state {
+            State::Prefill => {
+                self.raw.prefill_steps += 1;
+                if after.awaiting_first_token > 0 {
+                    if self.raw.prefill_steps >= MAX_PREFILL_STEPS {
+                        bail!("profile pass: the requests did not all get a first token within {MAX_PREFILL_STEPS} steps");
+                    }
+                    return Ok(true);
                 }
+                0
             }
+            State::Window(k) => {
+                let phase = self.phase(k);
+                match phase {
+                    Phase::Warm => {}
+                    Phase::Reference => self.raw.reference_ms.push(after.step.dur_ms),
+                    Phase::Profiled => self.raw.profiled_ms.push(after.step.dur_ms),
+                }
+                // Every step of the window runs at the full batch: a request
+                // may only finish in the last one.
+                if k + 1 < total && after.finished > 0 {
+                    bail!(
+                        "profile pass: a request finished during the {} steps: the window does not fit the requests' output length",
+                        phase.name()
+                    );
+                }
+                if phase == Phase::Profiled && (k + 1 == total || self.phase(k + 1) != Phase::Profiled) {
+                    self.profiling = false;
+                    let stopped = engine.profile_stop(&self.target.trace)?;
+                    self.raw.stop_s = stopped.stop_s;
+                    self.raw.export_s = stopped.export_s;
+                    self.raw.rank_traces = stopped.other_ranks;
+                }
+                k + 1
+            }
+            State::Done => unreachable!("the loop ends when the window is over"),
+        };
+        if taken == total {
+            self.state = State::Done;
+            return Ok(false);
         }
-        // Stop the profiler whatever happened, so it never outlives the window.
-        let stopped = engine.profile_stop(&target.trace)?;
-        steps?;
-        for _ in before..w.reference {
-            raw.reference_ms.push(timed(self, engine, "reference")?);
+        self.state = State::Window(taken);
+        if self.phase(taken) == Phase::Profiled && !self.profiling {
+            if self.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                return Ok(false);
+            }
+            let t = Instant::now();
+            self.raw.activities = engine.profile_start()?;
+            self.raw.start_s = t.elapsed().as_secs_f64();
+            self.profiling = true;
         }
-        raw.stop_s = stopped.stop_s;
-        raw.export_s = stopped.export_s;
-        raw.rank_traces = stopped.other_ranks;
-        Ok(Some(raw))
+        Ok(true)
     }
 }
 
@@ -146,7 +190,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::engine::{Delta, ProfileStop, Prompt};
+    use crate::engine::{Delta, ProfileStop, Prompt, StepOutput};
     use crate::protocol::Window;
 
     /// A fake engine: a request's prefill takes `prefill_steps[i]` steps

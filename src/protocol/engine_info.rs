@@ -3,8 +3,11 @@
 //! `result.json` keeps them under each job's `engine`.
 //!
 //! Every field is optional: an older vLLM, the fake engine or an older
-//! result file may lack any of them. Keys the worker sends that this build
-//! does not know are kept in `extra` and written back unchanged.
+//! result file may lack any of them. Every key the shim sends has its typed
+//! field here (a new key in `info()` gets one); keys this build does not
+//! know are ignored on reading.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -84,7 +87,7 @@ pub struct EngineInfo {
     /// The shim's compatibility report (`compat.report()`): per vLLM internal,
     /// where it was found or what is off without it.
     #[serde(default)]
-    pub compat: Option<serde_json::Value>,
+    pub compat: Option<CompatReport>,
     /// Features off on this vLLM, each with the reason.
     #[serde(default)]
     pub degraded: Vec<String>,
@@ -94,9 +97,61 @@ pub struct EngineInfo {
     pub num_speculative_tokens: Option<u32>,
     #[serde(default)]
     pub speculative_method: Option<String>,
+    /// vLLM's prefix caching is on (`CacheConfig.enable_prefix_caching`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_prefix_caching: Option<bool>,
+    /// Tokens per KV-cache block (`CacheConfig.block_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u32>,
+    /// The KV connector (`KVTransferConfig.kv_connector`, e.g.
+    /// `OffloadingConnector`); `None` without KV transfer or offload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_connector: Option<String>,
+    /// The engine is enginebench's fake one (tests), not vLLM.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fake_engine: bool,
+    /// How the shim steps the engine: `core` (vLLM's engine core driven
+    /// directly, no output processor between steps for token requests) or
+    /// `engine` (`LLMEngine.step()`); python-shim/enginebench_shim/steppath.py.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_path: Option<String>,
+    /// Why the engine path was used (a vLLM internal missing,
+    /// `ENGINEBENCH_STEP_PATH=engine`); `None` on the core path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_path_reason: Option<String>,
     /// Keys this build does not know, kept as sent.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The shim's compatibility report, `compat.report()`: each vLLM internal
+/// it uses (by the shim's name for it, e.g. `make_arg_parser`) and how it
+/// was resolved on this vLLM.
+pub type CompatReport = BTreeMap<String, CompatItem>;
+
+/// One vLLM internal of the [`CompatReport`]
+/// (python-shim/enginebench_shim/compat.py, `report()`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompatItem {
+    /// Where it was found (`module.attribute`); `None` when missing.
+    #[serde(default)]
+    pub found: Option<String>,
+    /// Why it is missing (every place that was tried).
+    #[serde(default)]
+    pub missing: Option<String>,
+    /// What is off without it (`None` when found).
+    #[serde(default)]
+    pub loses: Option<String>,
+    /// The engine cannot start without it.
+    #[serde(default)]
+    pub required: bool,
+}
+
+impl CompatItem {
+    /// A required internal this vLLM lacks: the engine cannot start.
+    pub fn blocks_start(&self) -> bool {
+        self.required && self.found.is_none()
+    }
 }
 
 impl EngineInfo {
@@ -142,17 +197,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_shim_report_and_keeps_unknown_keys() {
+    fn reads_the_shim_report() {
         let text = r#"{"vllm": "0.32.0", "torch": null, "max_model_len": 2048,
             "tensor_parallel_size": 2, "pipeline_parallel_size": 2, "vocab_size": 5,
-            "special_token_ids": [0, 4], "degraded": [], "fake_engine": true}"#;
+            "special_token_ids": [0, 4], "degraded": [], "fake_engine": true,
+            "enable_prefix_caching": true, "block_size": 16, "kv_connector": null, "a_key_of_a_newer_shim": [1],
+            "compat": {"make_arg_parser": {"found": "vllm.entrypoints.openai.cli_args.make_arg_parser", "missing": null, "loses": null, "required": true},
+                       "stat_logger_base": {"found": null, "missing": "not in vllm.v1.metrics.loggers", "loses": "step_stats", "required": false}}}"#;
         let info: EngineInfo = serde_json::from_str(text).unwrap();
         assert_eq!(info.vllm.as_deref(), Some("0.32.0"));
         assert_eq!(info.max_model_len, Some(2048));
         assert_eq!(info.gpus(), 4);
         assert_eq!(info.allowed_token_ids(), Some(vec![1, 2, 3]));
+        assert_eq!((info.enable_prefix_caching, info.block_size, info.kv_connector.as_deref()), (Some(true), Some(16), None));
+        let compat = info.compat.as_ref().unwrap();
+        assert!(!compat["make_arg_parser"].blocks_start() && compat["stat_logger_base"].loses.as_deref() == Some("step_stats"));
+        assert!(CompatItem { required: true, ..CompatItem::default() }.blocks_start());
         let back = serde_json::to_value(&info).unwrap();
-        assert_eq!(back["fake_engine"], true, "unknown keys survive a round trip");
+        assert_eq!(back["fake_engine"], true);
+        assert_eq!(back["compat"]["stat_logger_base"]["missing"], "not in vllm.v1.metrics.loggers");
+        assert!(back.get("a_key_of_a_newer_shim").is_none() && back.get("kv_connector").is_none());
         assert_eq!(EngineInfo::default().gpus(), 1);
         assert_eq!(info.inferencex_gpus(None), 4);
         // DP attention: vLLM runs -tp 1 -dp 8 with PCP 2; InferenceX counts its TP 8 x PCP 2.

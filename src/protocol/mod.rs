@@ -24,7 +24,7 @@ pub mod step;
 pub mod wire;
 pub mod workload;
 
-pub use engine_info::EngineInfo;
+pub use engine_info::{CompatItem, CompatReport, EngineInfo};
 pub use point::{LengthConvention, Point, RandomDataset};
 pub use profile::{ProfileRaw, ProfileTarget, Window};
 pub use records::{ReplayPhase, RequestRecord, StepRecord, TurnInfo};

@@ -82,8 +82,13 @@ pub struct StepStats {
     pub connector: Option<(u64, u64)>,
 }
 
-/// vLLM's own timing of a finished request (`RequestOutput.metrics`, a
-/// `RequestStateStats`), for cross-checking the harness's clock.
+/// vLLM's own timing of a finished request, for cross-checking the
+/// harness's clock: `RequestOutput.metrics` (a `RequestStateStats`) on the
+/// shim's engine step path; on its core path the same quantities from the
+/// same inputs the output processor uses (the request's `arrival_time`, the
+/// wall clock when its first output came back, the engine core's output
+/// timestamps and QUEUED/SCHEDULED events; vllm/v1/metrics/stats.py
+/// `IterationStats.update_from_output`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EngineTiming {
     pub rid: u64,
@@ -93,7 +98,10 @@ pub struct EngineTiming {
     pub decode_s: f64,
     /// Time spent queued in the scheduler (scheduled_ts - queued_ts), s.
     pub queued_s: f64,
-    pub generation_tokens: u32,
+    /// vLLM's `num_generation_tokens`; `None` on the core path (no output
+    /// processor counts them; the harness's own count is the record's).
+    #[serde(default)]
+    pub generation_tokens: Option<u32>,
 }
 
 /// What one `step()` produced; reused across steps to avoid allocations.

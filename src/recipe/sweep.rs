@@ -127,6 +127,17 @@ pub struct Goodput {
     pub e2el_ms: Option<f64>,
 }
 
+impl Goodput {
+    /// Both sets of SLOs; `later`'s win where both set one.
+    pub fn and(self, later: Goodput) -> Goodput {
+        Goodput {
+            ttft_ms: later.ttft_ms.or(self.ttft_ms),
+            tpot_ms: later.tpot_ms.or(self.tpot_ms),
+            e2el_ms: later.e2el_ms.or(self.e2el_ms),
+        }
+    }
+}
+
 /// A sweep with every default filled in and every value checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolvedSweep {
@@ -465,23 +476,21 @@ pub fn parse_isl_osl(s: &str) -> Result<Vec<[u32; 2]>, String> {
         .collect()
 }
 
-/// Parses `--goodput` items in `vllm bench serve`'s KEY:VALUE form (ms):
-/// `ttft:500 tpot:50`.
-pub fn parse_goodput(items: &[String]) -> Result<Goodput, String> {
+/// Parses one `--goodput` item in `vllm bench serve`'s KEY:VALUE form (ms),
+/// e.g. `ttft:500`: a [`Goodput`] with that one SLO (see [`Goodput::and`]).
+pub fn parse_slo(item: &str) -> Result<Goodput, String> {
+    let bad = || format!("--goodput {item:?}: give KEY:MS with KEY one of ttft, tpot, e2el, e.g. ttft:500");
+    let (k, v) = item.split_once(':').ok_or_else(bad)?;
+    let v: f64 = v.trim().parse().map_err(|_| bad())?;
+    if !(v > 0.0) {
+        return Err(bad());
+    }
     let mut g = Goodput::default();
-    for item in items {
-        let bad = || format!("--goodput {item:?}: give KEY:MS with KEY one of ttft, tpot, e2el, e.g. ttft:500");
-        let (k, v) = item.split_once(':').ok_or_else(bad)?;
-        let v: f64 = v.trim().parse().map_err(|_| bad())?;
-        if !(v > 0.0) {
-            return Err(bad());
-        }
-        match k.trim() {
-            "ttft" => g.ttft_ms = Some(v),
-            "tpot" => g.tpot_ms = Some(v),
-            "e2el" => g.e2el_ms = Some(v),
-            _ => return Err(bad()),
-        }
+    match k.trim() {
+        "ttft" => g.ttft_ms = Some(v),
+        "tpot" => g.tpot_ms = Some(v),
+        "e2el" => g.e2el_ms = Some(v),
+        _ => return Err(bad()),
     }
     Ok(g)
 }
@@ -581,8 +590,8 @@ mod tests {
         assert!(parse_conc("a").unwrap_err().contains("--conc"));
         assert_eq!(parse_isl_osl("256/128, 1024/64").unwrap(), vec![[256, 128], [1024, 64]]);
         assert!(parse_isl_osl("256x128").is_err());
-        let g = parse_goodput(&["ttft:500".into(), "tpot:50".into()]).unwrap();
+        let g = parse_slo("ttft:500").unwrap().and(parse_slo("tpot:50").unwrap());
         assert_eq!((g.ttft_ms, g.tpot_ms, g.e2el_ms), (Some(500.0), Some(50.0), None));
-        assert!(parse_goodput(&["itl:5".into()]).is_err());
+        assert!(parse_slo("itl:5").is_err());
     }
 }

@@ -59,3 +59,22 @@ mod tests {
         assert!(thread_cpu_s() - b >= 0.01);
     }
 }
+
+/// Nice value of the sampler thread: it runs beside the engine, whose
+/// threads (OpenMP on a CPU engine, the host loop feeding a GPU) may fill
+/// every core; at nice 10 the scheduler lets a waking sample wait for a
+/// running engine thread's slice rather than preempt it. The sample's
+/// timestamp is taken when it runs, so a late sample is still true.
+pub const SAMPLER_NICE: i32 = 10;
+
+/// Lowers the calling thread's priority to [`SAMPLER_NICE`] (Linux keeps a
+/// nice value per thread). Best effort: on failure the thread keeps its
+/// priority.
+pub fn lower_thread_priority() {
+    // SAFETY: gettid has no preconditions; setpriority on the calling
+    // thread's own id only changes its scheduling weight.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, SAMPLER_NICE);
+    }
+}

@@ -186,7 +186,7 @@ pub fn power_invalid_reasons(power_w: &[(f64, f64)], util_pct: &[f64], t0: f64, 
     } else {
         inside
     };
-    let util_mean = if util_pct.is_empty() { None } else { Some(util_pct.iter().sum::<f64>() / util_pct.len() as f64) };
+    let util_mean = (!util_pct.is_empty()).then(|| mean(util_pct));
     let max = check.iter().copied().fold(f64::MIN, f64::max);
     let min = check.iter().copied().fold(f64::MAX, f64::min);
     if max <= STUCK_LOW_W {

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use cli::cli_main;
-pub use clock::{mono_now_s, thread_cpu_s};
+pub use clock::{lower_thread_priority, mono_now_s, thread_cpu_s};
 pub use energy::{CrossCheck, Stats};
 pub use host::RaplZone;
 pub use summary::{GpuWindow, HostWindow, WindowSummary};
@@ -509,6 +509,7 @@ impl Telemetry {
         let handle = std::thread::Builder::new()
             .name("telemetry".into())
             .spawn(move || {
+                clock::lower_thread_priority();
                 let cpu0 = thread_cpu_s();
                 let wall0 = mono_now_s();
                 let (mut gpu_src, gpus, mut sources) = probe(&cfg);

@@ -1,5 +1,5 @@
 //! ShareGPT-shaped conversation files into [`SessionSet`]s: real text, one
-//! or many turns per conversation, replayed by `super::replay::Replay` as
+//! or many turns per conversation, replayed by `super::lanes::LanesReplay` as
 //! one-stream sessions with no think time.
 //!
 //! The file is a JSON list, or JSON lines, of `{"id": .., "conversations":

@@ -4,6 +4,44 @@
 //! [`ListSchedule`] is a fixed list (closed loop at a concurrency, or
 //! released on arrival times: request-rate mode); the replay of multi-turn
 //! sessions is another schedule (`super::replay`).
+//!
+//! # Between two steps, the least work (issues 34 and 37)
+//!
+//! The product measures the engine's step. On a GPU a decode step at high
+//! concurrency takes a few milliseconds, and everything the loop does
+//! between two `step()` calls is time the engine is not stepping. The loop
+//! and the engine layer under it are built so that this time is the
+//! smallest it can be, and nothing of ours runs beside the engine:
+//!
+//! - **The engine's own step, nothing else.** On vLLM the shim drives the
+//!   in-process engine core directly (python-shim/enginebench_shim/steppath.py,
+//!   "core" step path): a step is `EngineCore`'s schedule/execute/update, its
+//!   outputs go to Rust as they are and [`crate::engine::vllm`] reads the
+//!   few fields the figures need (no `RequestOutput`, no detokenization, no
+//!   stat loggers). Text requests (the eval, stop strings) still go through
+//!   vLLM's output processor, only theirs. `LLMEngine.step()` is the
+//!   fallback path, named in `doctor` and the result (`engine.step_path`).
+//! - **Prompts before the clock.** A fixed list (every sweep point, warm-ups
+//!   included) is handed to [`StepEngine::prepare_tokens`] before the loop
+//!   starts: vLLM's input processor makes each `EngineCoreRequest` then, and
+//!   a send only stamps its id and arrival time. Token ids reach Python as
+//!   lists of shared int objects (one per vocabulary id), the form vLLM
+//!   0.23-0.33 takes in-process (its core copies and appends to the list).
+//!   A replay's prompts are made when due, by the [`Schedule`] (the seam
+//!   where a replay builds the next turn of a session ahead of time).
+//! - **Per step, only what the figures need.** One reused [`StepOutput`];
+//!   each delta appends one (request, tokens, time) entry to a sequential
+//!   log, and the per-request records (TTFT, ITLs) are filled after the
+//!   loop: no per-request cache line touched, no allocation per token.
+//!   Progress goes to the orchestrator at most 10 times a second (the
+//!   worker), nothing is written per step.
+//! - **Whether to step** is one question, [`StepEngine::keep_stepping`]:
+//!   requests of this loop in flight, or (data parallel) work anywhere in
+//!   the engine's group, whose ranks must step together.
+//!
+//! What each part costs is measured by bench/harness_overhead.sh (the null
+//! engine at a GPU's step time, and the real engine against a pure-Python
+//! loop and `vllm bench throughput`); figures in docs/benchmarks.md.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -144,9 +182,10 @@ impl Schedule for ListSchedule<'_> {
 /// `max_in_flight` are running and its arrival time (if any) has come: the
 /// closed loop of `vllm bench serve --max-concurrency` (a semaphore), or its
 /// request-rate mode. `on_done(n)` is called with the number finished so far
-/// after each step that finished some.
+/// after each step that finished some. The token requests are handed to
+/// [`StepEngine::prepare_tokens`] before the loop's clock starts.
 ///
-/// Errors: see [`drive_schedule`].
+/// Errors: see [`drive_schedule`]; preparing a request failed.
 pub fn drive<E: StepEngine>(
     engine: &mut E,
     requests: &[Request<'_>],
@@ -154,9 +193,37 @@ pub fn drive<E: StepEngine>(
     ids: &mut RequestIds,
     on_done: &mut dyn FnMut(usize),
 ) -> Result<LoopOutcome> {
+    // Every request is known before the clock starts: the engine gets them
+    // ready now (vLLM: its input processor's work), not between two steps.
+    let ahead: Vec<(&[u32], u32, bool)> = requests
+        .iter()
+        .filter_map(|r| match *r {
+            Request::Tokens { prompt, max_tokens, ignore_eos } => Some((prompt, max_tokens, ignore_eos)),
+            Request::Text { .. } => None,
+        })
+        .collect();
+    engine.prepare_tokens(&ahead)?;
     let mut schedule = ListSchedule::new(requests, pacing.max_in_flight, pacing.arrivals);
-    drive_schedule(engine, &mut schedule, pacing.stop, ids, on_done)
+    let outcome = drive_schedule(engine, &mut schedule, pacing.stop, ids, on_done);
+    engine.prepare_tokens(&[])?;
+    outcome
 }
+
+/// Where a loop stands after a step, for a [`StepHook`].
+#[derive(Debug)]
+pub struct AfterStep<'a> {
+    /// The step just taken.
+    pub step: &'a StepRecord,
+    /// Requests in flight that have no output token yet (in prefill).
+    pub awaiting_first_token: usize,
+    /// Requests finished so far in this loop.
+    pub finished: usize,
+}
+
+/// Runs after each step, with the engine (e.g. to turn a profiler on or
+/// off between two steps); returns whether the loop goes on: `false` ends
+/// it as a stop does (in-flight requests aborted, `LoopOutcome::stopped`).
+pub type StepHook<'h, E> = dyn FnMut(&mut E, &AfterStep<'_>) -> Result<bool> + 'h;
 
 /// Longest single sleep while every request waits on the clock, so a stop
 /// is seen within this time.
@@ -179,6 +246,21 @@ pub fn drive_schedule<E: StepEngine>(
     ids: &mut RequestIds,
     on_done: &mut dyn FnMut(usize),
 ) -> Result<LoopOutcome> {
+    drive_stepwise(engine, schedule, stop, ids, on_done, &mut |_, _| Ok(true))
+}
+
+/// [`drive_schedule`] with `after_step` run after every step (the profile
+/// pass brackets its window of steps with the profiler this way).
+///
+/// Errors: as [`drive_schedule`], and whatever `after_step` returned.
+pub fn drive_stepwise<E: StepEngine>(
+    engine: &mut E,
+    schedule: &mut dyn Schedule,
+    stop: Option<&AtomicBool>,
+    ids: &mut RequestIds,
+    on_done: &mut dyn FnMut(usize),
+    after_step: &mut StepHook<'_, E>,
+) -> Result<LoopOutcome> {
     let mut out = LoopOutcome::default();
     let base = ids.next;
     let origin = Instant::now();
@@ -186,6 +268,10 @@ pub fn drive_schedule<E: StepEngine>(
     let mut finished = 0usize;
     let mut step = StepOutput::default();
     let mut finished_flags: Vec<bool> = Vec::new();
+    // Whether each request got a token yet, and how many in flight have none.
+    let mut got_token: Vec<bool> = Vec::new();
+    let mut awaiting_first_token = 0usize;
+    let mut ended_by_hook = false;
     // Token arrivals go to one sequential log and reach the per-request
     // records after the loop: writing each request's record (and its ITL
     // list) in the loop touched one cold cache line per request per step,
@@ -194,15 +280,16 @@ pub fn drive_schedule<E: StepEngine>(
     let mut arrivals: Vec<Arrival> = Vec::new();
 
     loop {
-        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        if ended_by_hook || stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
             out.stopped = true;
             let aborted: Vec<u64> = (0..out.records.len())
                 .filter(|&i| out.records[i].error.is_none() && !finished_flags[i])
                 .map(|i| base + i as u64)
                 .collect();
             engine.abort(&aborted)?;
+            let why = if ended_by_hook { "aborted: the loop was ended" } else { "aborted: interrupted" };
             for rid in aborted {
-                out.records[(rid - base) as usize].error = Some("aborted: interrupted".into());
+                out.records[(rid - base) as usize].error = Some(why.into());
             }
             let unsent = RequestRecord { error: Some("not sent: interrupted".into()), ..RequestRecord::default() };
             out.records.extend(std::iter::repeat_n(unsent, schedule.unsent()));
@@ -228,12 +315,14 @@ pub fn drive_schedule<E: StepEngine>(
                 out.completions.push(None);
                 out.engine_timings.push(None);
                 finished_flags.push(false);
+                got_token.push(false);
+                awaiting_first_token += 1;
                 in_flight += 1;
                 Ok(idx)
             };
             schedule.poll(now, running, &mut send)?;
         }
-        if in_flight == 0 {
+        if !engine.keep_stepping(in_flight)? {
             if schedule.done() {
                 break;
             }
@@ -267,14 +356,20 @@ pub fn drive_schedule<E: StepEngine>(
             }
             arrivals.push(Arrival { idx: idx as u32, new_tokens: d.new_tokens, now_s: now });
             delivered += d.new_tokens;
+            if d.new_tokens > 0 && !got_token[idx] {
+                got_token[idx] = true;
+                awaiting_first_token -= 1;
+            }
             if d.finished {
                 finished_flags[idx] = true;
                 finished += 1;
                 in_flight -= 1;
+                if !got_token[idx] {
+                    awaiting_first_token -= 1;
+                }
                 // Tokens reach the records after the loop: a request that
                 // finishes with none at all failed, for the schedule too.
-                let got = d.new_tokens > 0 || arrivals_have(&arrivals, idx);
-                schedule.finished(idx, now, got);
+                schedule.finished(idx, now, got_token[idx]);
             }
         }
         for c in step.completions.drain(..) {
@@ -299,6 +394,8 @@ pub fn drive_schedule<E: StepEngine>(
         if finished > before {
             on_done(finished);
         }
+        let after = AfterStep { step: out.steps.last().expect("just pushed"), awaiting_first_token, finished };
+        ended_by_hook = !after_step(engine, &after)?;
     }
     for a in &arrivals {
         out.records[a.idx as usize].on_tokens(a.now_s, a.new_tokens);
@@ -317,12 +414,6 @@ pub fn drive_schedule<E: StepEngine>(
         .filter_map(|r| r.last_token_s)
         .fold(0.0, f64::max);
     Ok(out)
-}
-
-/// Whether request `idx` got any token in an earlier step (scanned only when
-/// a request finishes with no token in its last step: rare).
-fn arrivals_have(arrivals: &[Arrival], idx: usize) -> bool {
-    arrivals.iter().rev().any(|a| a.idx as usize == idx && a.new_tokens > 0)
 }
 
 /// `new_tokens` of request `idx` arrived when the step that returned at `now_s` did.
@@ -360,6 +451,8 @@ mod tests {
         assert_eq!(out.steps.iter().map(|s| s.output_tokens).sum::<u32>(), 40);
         assert_eq!(out.steps.iter().map(|s| s.finished).sum::<u32>(), 10);
         assert!(out.duration_s > 0.0);
+        // Every request was prepared before the loop, and freed after it.
+        assert_eq!(engine.prepared, vec![10, 0]);
         // Ids continue across loops on one engine.
         let one = Pacing { max_in_flight: 1, arrivals: None, stop: None };
         let out2 = drive(&mut engine, &reqs[..1], one, &mut ids, &mut |_| {}).unwrap();
@@ -389,6 +482,29 @@ mod tests {
         assert!(engine.running.is_empty(), "in-flight requests were aborted in the engine");
     }
 
+    /// The step hook sees each step, the requests still without a token
+    /// and the finished count, and ends the loop as a stop does.
+    #[test]
+    fn step_hook_sees_every_step_and_can_end_the_loop() {
+        let mut engine = OneTokenPerStep::default();
+        let prompt = [1u32];
+        let reqs = vec![Request::Tokens { prompt: &prompt, max_tokens: 5, ignore_eos: true }; 3];
+        let mut schedule = ListSchedule::new(&reqs, 2, None);
+        let mut seen = Vec::new();
+        let mut hook = |_: &mut OneTokenPerStep, a: &AfterStep<'_>| -> Result<bool> {
+            seen.push((a.step.output_tokens, a.awaiting_first_token, a.finished));
+            Ok(seen.len() < 6)
+        };
+        let out = drive_stepwise(&mut engine, &mut schedule, None, &mut RequestIds::default(), &mut |_| {}, &mut hook).unwrap();
+        // Two in flight get a token per step; the third is sent when the
+        // first two finish (step 5), and the hook ends the loop after step 6.
+        assert_eq!(seen, [(2, 0, 0), (2, 0, 0), (2, 0, 0), (2, 0, 0), (2, 0, 2), (1, 0, 2)]);
+        assert!(out.stopped);
+        assert!(out.records[..2].iter().all(|r| r.ok()));
+        assert_eq!(out.records[2].error.as_deref(), Some("aborted: the loop was ended"));
+        assert!(engine.running.is_empty(), "the request in flight was aborted");
+    }
+
     #[test]
     fn arrivals_hold_requests_back() {
         let mut engine = OneTokenPerStep::default();
@@ -414,5 +530,7 @@ mod tests {
         let out = drive(&mut engine, &reqs, pacing, &mut ids, &mut |_| {}).unwrap();
         let texts: Vec<String> = out.completions.into_iter().map(|c| c.unwrap().0).collect();
         assert_eq!(texts, vec!["done 0", "done 1", "done 2"]);
+        // Text requests are never prepared (the eval goes through vLLM's output processor).
+        assert_eq!(engine.prepared, vec![0, 0]);
     }
 }

@@ -6,8 +6,9 @@
 //! Session replays: a file is loaded and checked into a
 //! [`sessions::SessionSet`] ([`trace`]: AgentX and timed traces;
 //! [`conversation`]: ShareGPT files), then played by a
-//! [`replay::SessionReplay`] (lanes of session trees, [`replay::Replay`],
-//! or a timed trace, [`timed::TimedReplay`]) through the one driver loop;
+//! [`replay::SessionReplay`] (lanes of session trees, [`lanes::LanesReplay`],
+//! or a timed trace, [`timed::TimedReplay`], both run as a
+//! [`replay_config::ReplayConfig`] says) through the one driver loop;
 //! prompts are token ids built at send time ([`synth`]).
 
 pub mod arrivals;
@@ -17,13 +18,17 @@ pub mod driver;
 pub mod files;
 pub mod hub;
 pub mod lengths;
+pub mod prefetch;
 pub mod prompts;
+pub mod lanes;
 pub mod replay;
+pub mod replay_config;
 pub mod sessions;
 pub mod synth;
-pub mod synthetic;
 pub mod timed;
 pub mod trace;
+#[cfg(test)]
+mod agentx_shape;
 #[cfg(test)]
 mod replay_tests;
 #[cfg(test)]

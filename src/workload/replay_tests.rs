@@ -1,4 +1,4 @@
-//! Tests of the session replays ([`Replay`], [`TimedReplay`]) on the
+//! Tests of the session replays ([`LanesReplay`], `TimedReplay`) on the
 //! written fixtures (tests/fixtures/traces/): on the virtual clock of
 //! `testkit::simulate` for exact timing, and through the real driver loop
 //! with the fake engine.
@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::driver::{RequestIds, drive_schedule};
-use super::replay::{Replay, ReplayConfig, SessionReplay, StopReason};
+use super::lanes::LanesReplay;
+use super::replay::SessionReplay;
+use super::replay_config::{ReplayConfig, StopReason};
 use super::sessions::{Arrival, Content, SessionSet, TurnRecord, common_prefix};
 use super::synth::MARKER_TOKENS;
 use super::testkit::{OneTokenPerStep, SimRequest, simulate};
@@ -67,7 +69,7 @@ struct Run {
 
 fn run_with(set: &SessionSet, cfg: ReplayConfig, step_s: f64, fails: &dyn Fn(usize) -> bool) -> Run {
     let allowed = allowed();
-    let mut replay = Replay::new(set, &allowed, cfg).unwrap();
+    let mut replay = LanesReplay::new(set, &allowed, cfg).unwrap();
     let reqs = simulate(&mut replay, step_s, fails);
     assert_eq!(reqs.len(), replay.turns().len(), "one TurnInfo per request");
     Run { start: replay.measure_start_s(), stop: replay.stop_reason(), turns: replay.into_turns(), reqs }
@@ -529,7 +531,7 @@ fn through_the_driver_loop_on_the_real_clock() {
     let allowed = allowed();
     let scale = 0.002;
     let mut engine = OneTokenPerStep::default();
-    let mut replay = Replay::new(&set, &allowed, ReplayConfig { time_scale: scale, ..base(2) }).unwrap();
+    let mut replay = LanesReplay::new(&set, &allowed, ReplayConfig { time_scale: scale, ..base(2) }).unwrap();
     let out = drive_schedule(&mut engine, &mut replay, None, &mut RequestIds::default(), &mut |_| {}).unwrap();
     let turns = replay.turns();
     assert_eq!((out.records.len(), turns.len()), (17, 17));
@@ -562,7 +564,7 @@ fn through_the_driver_loop_on_the_real_clock() {
     let prompts = |seed| {
         let mut engine = OneTokenPerStep { keep_prompts: true, ..OneTokenPerStep::default() };
         let cfg = ReplayConfig { time_scale: 0.0, seed, start_min_ratio: 0.25, start_max_ratio: 0.75, warmup_requests_per_lane: 2, ..base(3) };
-        let mut replay = Replay::new(&set, &allowed, cfg).unwrap();
+        let mut replay = LanesReplay::new(&set, &allowed, cfg).unwrap();
         let out = drive_schedule(&mut engine, &mut replay, None, &mut RequestIds::default(), &mut |_| {}).unwrap();
         let counts: Vec<(u32, u32)> = out.records.iter().map(|r| (r.input_tokens, r.output_tokens)).collect();
         (counts, engine.prompts)
@@ -572,7 +574,7 @@ fn through_the_driver_loop_on_the_real_clock() {
     assert!(!a.0.is_empty());
     // A failed request (no token) does not stop the tree.
     let mut engine = OneTokenPerStep { fail: vec![1, 4], ..OneTokenPerStep::default() };
-    let mut replay = Replay::new(&set, &allowed, ReplayConfig { time_scale: 0.0, ..base(2) }).unwrap();
+    let mut replay = LanesReplay::new(&set, &allowed, ReplayConfig { time_scale: 0.0, ..base(2) }).unwrap();
     let out = drive_schedule(&mut engine, &mut replay, None, &mut RequestIds::default(), &mut |_| {}).unwrap();
     assert_eq!(out.records.len(), 17);
     assert_eq!(out.records.iter().filter(|r| !r.ok()).count(), 2);
@@ -605,11 +607,11 @@ fn bad_configs_are_usage_errors() {
         (ReplayConfig { max_requests: Some(0), ..base(1) }, "max_requests must be at least 1"),
     ];
     for (cfg, want) in cases {
-        let err = Replay::new(&set, &allowed, cfg).err().expect("bad config");
+        let err = LanesReplay::new(&set, &allowed, cfg).err().expect("bad config");
         assert!(err.downcast_ref::<UsageError>().is_some());
         assert!(err.to_string().contains(want), "{err}");
     }
     let (timed, _) = load_timed(&fixture("timed.jsonl"), 16).unwrap();
-    assert!(Replay::new(&timed, &allowed, base(1)).is_err(), "a timed trace is not a lanes replay");
-    assert!(Replay::new(&set, &[], base(1)).is_err());
+    assert!(LanesReplay::new(&timed, &allowed, base(1)).is_err(), "a timed trace is not a lanes replay");
+    assert!(LanesReplay::new(&set, &[], base(1)).is_err());
 }

@@ -38,7 +38,7 @@ pub enum Content {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
     /// Lanes of session trees: a lane holds one tree until it ends, then
-    /// takes the next (`super::replay::Replay`).
+    /// takes the next (`super::lanes::LanesReplay`).
     Lanes,
     /// Each session (one turn) is released at its recorded time
     /// (`super::timed::TimedReplay`).

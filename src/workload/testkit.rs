@@ -19,6 +19,8 @@ pub struct OneTokenPerStep {
     pub prompts: Vec<(u64, Vec<u32>)>,
     /// Request ids that fail: they finish at their first step with no token.
     pub fail: Vec<u64>,
+    /// The number of requests of each `prepare_tokens` call, in order.
+    pub prepared: Vec<usize>,
 }
 
 impl StepEngine for OneTokenPerStep {
@@ -35,6 +37,10 @@ impl StepEngine for OneTokenPerStep {
     }
     fn abort(&mut self, rids: &[u64]) -> Result<()> {
         self.running.retain(|r| !rids.contains(&r.0));
+        Ok(())
+    }
+    fn prepare_tokens(&mut self, requests: &[(&[u32], u32, bool)]) -> Result<()> {
+        self.prepared.push(requests.len());
         Ok(())
     }
     fn step(&mut self, out: &mut StepOutput) -> Result<()> {

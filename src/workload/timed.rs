@@ -16,7 +16,7 @@
 use anyhow::Result;
 
 use super::driver::{Request, Schedule};
-use super::replay::{ReplayConfig, StopReason};
+use super::replay_config::{ReplayConfig, StopReason};
 use super::sessions::{Arrival, Content, SessionSet};
 use super::synth::{Synth, covered_blocks};
 use crate::error::usage;

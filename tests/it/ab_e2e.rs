@@ -1,6 +1,7 @@
 //! `enginebench ab` on the real engine: an inert runtime knob keeps greedy
-//! tokens identical and accuracy held; a numerics change (float32 vs
-//! bfloat16) moves them. Plots come out as valid PNG and SVG.
+//! tokens identical, and its 2-repeat, 4-question gate ends INCONCLUSIVE
+//! (exit 3) saying what would decide it; a numerics change (float32 vs
+//! bfloat16) moves greedy tokens. Plots come out as valid PNG and SVG.
 
 use std::path::Path;
 
@@ -35,14 +36,18 @@ fn inert_knob_agrees_and_dtype_change_diverges() {
     let recipe = ab_recipe(dir.path());
 
     // Inert knob, two interleaved repeats. This machine is noisy, so the perf
-    // gate is given room; the numerics must be exactly the same.
+    // gate is given room; the numerics must be exactly the same. Four
+    // questions cannot show that accuracy held within 1 point (their paired
+    // CI is about ±33 points), so the gate is INCONCLUSIVE, exit 3, and says
+    // how many questions would decide it.
     let out = dir.path().join("knob");
     let o = enginebench(&[
         "ab", &recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2",
         "--max-regression", "0.5", "-o", out.to_str().unwrap(),
     ]);
     let log = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{log}");
+    assert_eq!(o.status.code(), Some(3), "{log}");
+    assert!(log.contains("points): INCONCLUSIVE\n") && log.contains("about 194 paired eval questions (`--eval-limit 194`)"), "{log}");
     assert!(log.contains("| conc |") || log.contains("verdict"), "{log}");
     let r = read_json(&out.join("result.json"));
     let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
@@ -51,12 +56,17 @@ fn inert_knob_agrees_and_dtype_change_diverges() {
     let agreement = &c["accuracy"]["agreement"];
     assert_eq!(agreement["compared"], 4, "{c}");
     assert_eq!(agreement["fraction"], 1.0, "an inert knob changes no greedy token: {agreement}");
-    assert_eq!(c["accuracy"]["held"], true);
+    assert_eq!(c["accuracy"]["outcome"], "inconclusive");
+    assert_eq!(c["accuracy"]["strict"]["gate"]["questions_needed"], serde_json::json!({"about": 194}));
+    assert_eq!(c["gate"]["outcome"], "inconclusive", "{}", c["gate"]);
     assert_eq!(c["rows"].as_array().unwrap().len(), 1);
     assert!(c["rows"][0]["verdict"].is_string());
+    check_gate_rule(&c, 0.5);
     let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
     assert!(md.contains("| conc | before | after | delta |"), "{md}");
-    assert!(std::fs::read_to_string(out.join("changelog.yaml")).unwrap().contains("config-keys"));
+    assert!(md.contains("### Gate per figure") && md.contains("| gsm8k | exact_match strict-match |"), "{md}");
+    let changelog = std::fs::read_to_string(out.join("changelog.yaml")).unwrap();
+    assert!(changelog.starts_with("# enginebench: no perf-changelog entry") && !changelog.contains("config-keys"), "{changelog}");
     let png = std::fs::read(out.join("ab_tput_vs_intvty_isl32_osl16.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert!(png.len() > 10_000, "a drawn chart, not an empty image");
@@ -72,6 +82,10 @@ fn inert_knob_agrees_and_dtype_change_diverges() {
     let log = text(&o);
     assert_eq!(o.status.code(), Some(0), "{log}");
     let c = read_json(&out.join("ab.json"));
+    // One repeat: performance is not gated; a 100-point drop limit passes any accuracy.
+    assert_eq!(c["gate"]["outcome"], "pass", "{}", c["gate"]);
+    assert!(c["rows"][0]["figures"].as_array().unwrap().iter().all(|f| f["gate"].is_null()));
+    assert!(std::fs::read_to_string(out.join("changelog.yaml")).unwrap().contains("config-keys"));
     let agreement = &c["accuracy"]["agreement"];
     assert!(agreement["fraction"].as_f64().unwrap() < 1.0, "bf16 must move some greedy tokens: {agreement}");
     assert!(agreement["mean_first_divergence"].as_f64().is_some(), "{agreement}");
@@ -113,6 +127,43 @@ fn check_verdict_rule(c: &serde_json::Value) {
     }
 }
 
+/// Every gated figure follows the gate's rule: its margin is
+/// max(`max_regression`, its noise floor); PASS when the CI excludes a
+/// regression beyond it, FAIL when the whole CI lies beyond it, else
+/// INCONCLUSIVE with the repeats that would decide it. The overall outcome
+/// is the worst of the figures' (and accuracy's), and the exit code is its.
+fn check_gate_rule(c: &serde_json::Value, max_regression: f64) {
+    let mut outcomes = Vec::new();
+    for row in c["rows"].as_array().unwrap() {
+        for f in row["figures"].as_array().unwrap() {
+            let g = &f["gate"];
+            let margin = max_regression.max(f["noise_floor"].as_f64().unwrap_or(0.0));
+            assert!((g["margin"].as_f64().unwrap() - margin).abs() < 1e-12, "{f}");
+            let (lo, hi) = (f["ci"][0].as_f64().unwrap(), f["ci"][1].as_f64().unwrap());
+            // As a regression: throughput drops, latency rises.
+            let (wlo, whi) = if f["metric"].as_str().unwrap().contains("tput") { (-hi, -lo) } else { (lo, hi) };
+            let want = if whi <= margin { "pass" } else if wlo > margin { "fail" } else { "inconclusive" };
+            assert_eq!(g["outcome"], want, "{f}");
+            assert_eq!(g["repeats_needed"].is_object(), want == "inconclusive", "{f}");
+            outcomes.push(want);
+        }
+    }
+    if let Some(a) = c["accuracy"].as_object() {
+        outcomes.push(a["outcome"].as_str().unwrap());
+    }
+    let worst = ["fail", "inconclusive", "pass"].into_iter().find(|o| outcomes.contains(o)).unwrap_or("inconclusive");
+    assert_eq!(c["gate"]["outcome"], worst, "{}", c["gate"]);
+}
+
+/// The exit code of a gate outcome: pass 0, fail 1, inconclusive 3.
+fn exit_of(c: &serde_json::Value) -> i32 {
+    match c["gate"]["outcome"].as_str().unwrap() {
+        "pass" => 0,
+        "fail" => 1,
+        _ => 3,
+    }
+}
+
 #[test]
 fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
     let _guard = engine_lock();
@@ -127,11 +178,15 @@ fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
         aa.to_str().unwrap(),
     ]);
     let log = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{log}");
     let r = read_json(&aa.join("result.json"));
     let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
     assert_eq!(labels, vec!["base", "base-aa", "base-aa", "base"], "A/A on the ABBA schedule");
     let c = read_json(&aa.join("ab.json"));
+    // At 2 repeats (t = 12.7) a ±50% limit may or may not be resolved; the
+    // exit code is the outcome's either way, and a same-variant A/A never fails.
+    check_gate_rule(&c, 0.5);
+    assert_eq!(o.status.code(), Some(exit_of(&c)), "{log}");
+    assert_ne!(c["gate"]["outcome"], "fail", "{log}");
     assert_eq!(c["aa"], true);
     assert!(c["changes"].as_array().unwrap().is_empty(), "an A/A changes nothing: {}", c["changes"]);
     for f in c["rows"][0]["figures"].as_array().unwrap() {
@@ -154,7 +209,6 @@ fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
         "--max-regression", "0.5", "-o", ab.to_str().unwrap(),
     ]);
     let log = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{log}");
     assert!(log.contains("after 2 repeats: ISL/OSL 32/8 TP 1 conc 2: tok/s/gpu"), "progress per row: {log}");
     let r = read_json(&ab.join("result.json"));
     let labels: Vec<&str> = r["jobs"].as_array().unwrap().iter().map(|j| j["label"].as_str().unwrap()).collect();
@@ -164,6 +218,8 @@ fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
     assert_eq!(c["noise"]["file"], noise.to_str().unwrap());
     assert!(c["rows"][0]["figures"].as_array().unwrap().iter().all(|f| f["noise_floor"].as_f64().is_some()));
     check_verdict_rule(&c);
+    check_gate_rule(&c, 0.5);
+    assert_eq!(o.status.code(), Some(exit_of(&c)), "{log}");
     let notes = c["notes"].to_string();
     assert!(notes.contains("still wider than") && notes.contains("conc 2"), "{notes}");
     let md = std::fs::read_to_string(ab.join("ab.md")).unwrap();
@@ -176,12 +232,13 @@ fn aa_noise_floor_then_noise_until_ci_and_calibrate() {
         "--max-regression", "0.5", "-o", cal.to_str().unwrap(),
     ]);
     let log = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{log}");
     assert_eq!(read_json(&cal.join("aa/ab.json"))["aa"], true);
     let c = read_json(&cal.join("ab.json"));
     assert_eq!(c["noise"]["file"], cal.join("aa/ab.json").to_str().unwrap());
     assert_eq!(c["noise"]["repeats"], 2);
     check_verdict_rule(&c);
+    check_gate_rule(&c, 0.5);
+    assert_eq!(o.status.code(), Some(exit_of(&c)), "{log}");
 }
 
 #[test]
@@ -195,6 +252,7 @@ fn bad_noise_and_until_ci_options_are_usage_errors_before_any_run() {
         (vec!["--candidate", "knob", "--noise", missing.to_str().unwrap()], "--noise"),
         (vec!["--candidate", "knob", "--until-ci", "0.02"], "--max-repeats"),
         (vec!["--candidate", "knob", "--until-ci", "2", "--max-repeats", "5"], "fraction"),
+        (vec!["--candidate", "knob", "--until-ci", "gates", "--max-repeats", "5"], "nor `gate`"),
         (vec!["--candidate", "knob", "--until-ci", "0.02", "--max-repeats", "2", "--repeats", "3"], "below --repeats"),
         (vec!["--aa", "--calibrate"], "noise floor"),
         (vec!["--aa", "--repeats", "1"], "2 or more"),

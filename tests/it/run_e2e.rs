@@ -1,6 +1,6 @@
 //! End to end on real vLLM (CPU build) and the real bundled model.
 
-use crate::util::{engine_lock, enginebench, install, read_json, repo, text};
+use crate::util::{engine_lock, enginebench, f, install, read_json, repo, text};
 
 /// `a` and `b` agree within a relative tolerance (figures are rounded nowhere,
 /// but a duration is summed from floats).
@@ -40,6 +40,10 @@ fn run_sweep_and_gsm8k_on_real_engine() {
     assert!(job["engine_args"].as_array().unwrap().iter().any(|a| a == "--enforce-eager"));
     assert_eq!(job["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"], "0");
     assert!(job["engine_start_s"].as_f64().unwrap() > 0.0);
+    // The perf sweep drove vLLM's engine core directly (the eval's text
+    // requests went through its output processor on the same engine).
+    assert_eq!(job["engine"]["step_path"], "core", "{}", job["engine"]);
+    assert!(job["engine"].get("step_path_reason").is_none(), "{}", job["engine"]);
 
     let points = job["points"].as_array().unwrap();
     assert_eq!(points.iter().map(|p| p["conc"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 4]);
@@ -238,10 +242,16 @@ fn sweep_matrix_step_stats_crosscheck_and_exports() {
         // A 60 s TTFT SLO: every request is good.
         assert!((p["request_goodput"].as_f64().unwrap() - p["request_throughput"].as_f64().unwrap()).abs() < 1e-9);
 
-        // The harness's clock agrees with vLLM's RequestStateStats.
+        // The harness's clock agrees with vLLM's own per-request timings
+        // (on the engine-core path, rebuilt from the core's outputs as
+        // vLLM's output processor computes them).
         let c = &p["crosscheck"];
         assert_eq!(c["requests"].as_u64().unwrap(), completed, "{c}");
         assert_eq!(c["agree"], true, "harness vs vLLM per-request stats: {c}");
+        for q in &mine {
+            assert!(f(&q["vllm_ttft_ms"]) > 0.0 && f(&q["vllm_queued_ms"]) >= 0.0, "{q}");
+            assert_eq!(q["cached_tokens"], 0, "random prompts, cache reset: {q}");
+        }
     }
 
     // Exports carry the same figures.

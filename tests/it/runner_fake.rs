@@ -204,7 +204,7 @@ fn ab_of_two_interpreters_lists_each_build_not_one() {
         "ab", &r, "--baseline", "base", "--candidate", "base", "--candidate-python", other.to_str().unwrap(),
         "--repeats", "1", "--no-eval", "-o", out.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{log}");
+    assert_eq!(o.status.code(), Some(3), "one repeat, no eval: nothing gated, INCONCLUSIVE: {log}");
     let v = &read_json(&out.join("result.json"))["versions"];
     assert!(v["vllm"].is_null() && v["python"].is_null() && v["torch"].is_null(), "{v}");
     let want = serde_json::json!([
@@ -221,13 +221,37 @@ fn one_repeat_ab_makes_no_performance_gate() {
     let r = recipe(dir.path(), "[variants.slow]\nenv = { ENGINEBENCH_FAKE_ENGINE = \"step_ms=10\" }\n");
     let out = dir.path().join("ab");
     let (o, log) = run("step_ms=0", &["ab", &r, "--baseline", "base", "--candidate", "slow", "--repeats", "1", "--no-eval", "-o", out.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{log}");
+    // Nothing gated decides nothing: INCONCLUSIVE, exit 3 (not a PASS).
+    assert_eq!(o.status.code(), Some(3), "{log}");
     let c = read_json(&out.join("ab.json"));
     assert!(c["rows"][0]["figures"][0]["delta"].as_f64().unwrap() < -0.5, "the candidate is slower: {}", c["rows"][0]);
-    assert_eq!(c["gate"]["passed"], true, "{}", c["gate"]);
+    assert_eq!(c["gate"]["outcome"], "inconclusive", "{}", c["gate"]);
     let why = c["gate"]["perf_not_gated"].as_str().unwrap_or_else(|| panic!("{}", c["gate"]));
     assert!(why.starts_with("performance not gated at any point: one repeat"), "{why}");
-    assert!(log.contains("PASS (nothing gated)\nNote: performance not gated at any point"), "{log}");
+    assert!(log.contains("INCONCLUSIVE (nothing gated)\n- nothing gated: no point has 2 or more repeats a side and there is no eval\nNote: performance not gated at any point"), "{log}");
     let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
     assert!(md.contains("Note: performance not gated at any point") && md.contains("--repeats 3 or more"), "{md}");
+}
+
+#[test]
+fn until_ci_gate_stops_once_every_gated_figure_is_decided() {
+    // Steps of 20 ms against 40 ms: about half the throughput in every
+    // pair, so two pairs already put the whole CI beyond a 5% regression.
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "[variants.slow]\nenv = { ENGINEBENCH_FAKE_ENGINE = \"step_ms=40\" }\n");
+    let out = dir.path().join("ab");
+    let (o, log) = run("step_ms=20", &[
+        "ab", &r, "--baseline", "base", "--candidate", "slow", "--repeats", "2", "--until-ci", "gate", "--max-repeats", "3",
+        "--no-eval", "-o", out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "a decided regression: FAIL: {log}");
+    assert!(log.contains("then more until every gated figure is PASS or FAIL (at most 3)"), "{log}");
+    assert!(log.contains("after 2 repeats: ISL/OSL 16/8 TP 1 conc 1: tok/s/gpu") && log.contains(": decided"), "{log}");
+    let jobs = read_json(&out.join("result.json"))["jobs"].as_array().unwrap().len();
+    assert_eq!(jobs, 4, "no third pair once decided: {log}");
+    let c = read_json(&out.join("ab.json"));
+    assert_eq!(c["gate"]["outcome"], "fail", "{}", c["gate"]);
+    assert!(c["notes"].to_string().contains("--until-ci gate: every gated figure is PASS or FAIL after 2 repeats"), "{}", c["notes"]);
+    let tput = &c["rows"][0]["figures"][0];
+    assert_eq!(tput["gate"]["outcome"], "fail", "{tput}");
 }

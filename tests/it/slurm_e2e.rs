@@ -200,8 +200,9 @@ fn ab_keeps_each_pair_in_one_task_and_records_the_node_of_every_repeat() {
         .output()
         .unwrap();
     let log = text(&o);
-    // 0, or 1 if timing noise of the stand-in reads as a regression; never bad input or interrupted.
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{log}");
+    // The gate's 0 (PASS), 1 (FAIL: timing noise of the stand-in read as a
+    // regression) or 3 (INCONCLUSIVE); never bad input or interrupted.
+    assert!(matches!(o.status.code(), Some(0 | 1 | 3)), "{log}");
     let v = read_json(&out.join("result.json"));
     let jobs = v["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 4);

@@ -77,7 +77,9 @@ fn ngram_acceptance_figures_lossless_check_and_ab_deltas() {
         assert!(w[1] <= w[0] + 1e-9, "per-position rates must not increase: {per_pos:?}");
     }
     assert!((per_pos.iter().sum::<f64>() - (length - 1.0)).abs() < 1e-9, "{per_pos:?} vs length {length}");
-    // vLLM's own running totals over the point say the same.
+    // vLLM's own running totals over the point say the same (on the
+    // engine-core path vLLM's stat loggers get each step's stats from the shim).
+    assert_eq!(ngram["engine"]["step_path"], "core", "{}", ngram["engine"]);
     assert_eq!(s["vllm_counters_agree"], true, "{s}");
     assert_eq!(s["vllm_counters"]["drafts"], drafts);
 

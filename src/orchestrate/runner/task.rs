@@ -73,13 +73,18 @@ pub fn load(dir: &Path) -> Result<SavedPlan> {
     let text = std::fs::read_to_string(&path)
         .map_err(|e| usage(format!("{}: {e} (a parallel or Slurm run folder holds the plan its tasks run)", path.display())))?;
     let mut value: serde_json::Value = serde_json::from_str(&text).map_err(|e| usage(format!("{}: {e}", path.display())))?;
-    lift_exec_options(&mut value);
+    upgrade_older_shapes(&mut value);
     serde_json::from_value(value).map_err(|e| usage(format!("{}: {e}", path.display())))
 }
 
-/// A `plan.json` of an older build kept the executor and `--verbose` inside
-/// `options`: lifted to the top, where this build keeps them.
-fn lift_exec_options(value: &mut serde_json::Value) {
+/// Older builds' `plan.json` shapes, rewritten to this build's:
+/// - the executor and `--verbose` were kept inside `options`: lifted to the top;
+/// - `options.goodput` was one object of SLOs: now a list of them;
+/// - `options.chat` was `true`/`false`/`null` (`--chat`/`--no-chat`/neither):
+///   now the two flags;
+/// - `options.task` was one name or `null`: now a list of them.
+fn upgrade_older_shapes(value: &mut serde_json::Value) {
+    use serde_json::Value;
     let Some(top) = value.as_object_mut() else { return };
     for key in ["exec", "verbose"] {
         if top.contains_key(key) {
@@ -87,6 +92,34 @@ fn lift_exec_options(value: &mut serde_json::Value) {
         }
         if let Some(v) = top.get_mut("options").and_then(|o| o.as_object_mut()).and_then(|o| o.remove(key)) {
             top.insert(key.to_string(), v);
+        }
+    }
+    let Some(options) = top.get_mut("options").and_then(Value::as_object_mut) else { return };
+    match options.remove("goodput") {
+        Some(Value::Object(slos)) => {
+            options.insert("goodput".into(), Value::Array(vec![Value::Object(slos)]));
+        }
+        Some(Value::Null) | None => {}
+        Some(list) => {
+            options.insert("goodput".into(), list);
+        }
+    }
+    match options.get("chat") {
+        Some(Value::Null) => {
+            options.remove("chat");
+        }
+        Some(Value::Bool(false)) if !options.contains_key("no_chat") => {
+            options.insert("no_chat".into(), Value::Bool(true));
+        }
+        _ => {}
+    }
+    match options.remove("task") {
+        Some(Value::String(one)) => {
+            options.insert("task".into(), Value::Array(vec![Value::String(one)]));
+        }
+        Some(Value::Null) | None => {}
+        Some(list) => {
+            options.insert("task".into(), list);
         }
     }
 }
@@ -176,7 +209,9 @@ mod tests {
     use super::*;
 
     /// A `plan.json` written before the execution options left `options`
-    /// still reads, with its executor and `--verbose` where this build keeps them.
+    /// (and before the flags were declared once) still reads, with its
+    /// executor and `--verbose` where this build keeps them, and its sweep
+    /// and eval overrides.
     #[test]
     fn older_plan_json_still_reads() {
         let dir = tempfile::tempdir().unwrap();
@@ -184,7 +219,11 @@ mod tests {
             "options": {
                 "recipe": "r.toml", "variants": ["a"], "inferencex": false, "no_eval": true, "only_eval": false,
                 "step_trace": false, "force": false, "output": "/tmp/out", "resume": null, "verbose": true,
-                "exec": {"parallel": {"jobs": "auto", "share_cpu": true}}
+                "exec": {"parallel": {"jobs": "auto", "share_cpu": true}},
+                "conc": [1, 4], "isl_osl": [[256, 128]], "percentiles": null, "goodput": {"ttft_ms": 500.0, "tpot_ms": 50.0},
+                "chat": false, "eval_limit": 8, "task": "gsm8k_cot", "point_timeout": {"secs": 20, "nanos": 0},
+                "telemetry_interval": {"secs": 0, "nanos": 100000000}, "profile": null,
+                "workload": {"workload": null, "trace_file": "/t.jsonl", "conversation_file": null, "duration": 30.0, "no_prefix_cache_reset": false}
             },
             "python": "/usr/bin/python3",
             "jobs": [],
@@ -192,11 +231,40 @@ mod tests {
         });
         std::fs::write(dir.path().join(PLAN_FILE), old.to_string()).unwrap();
         let saved = load(dir.path()).unwrap();
-        assert_eq!(saved.options.recipe.as_deref(), Some(Path::new("r.toml")));
-        assert_eq!(saved.options.variants, ["a"]);
+        let o = &saved.options;
+        assert_eq!(o.recipe.as_deref(), Some(Path::new("r.toml")));
+        assert_eq!(o.variants, ["a"]);
         assert!(saved.verbose);
         assert!(matches!(saved.exec, ExecChoice::Parallel { share_cpu: true, .. }), "{:?}", saved.exec);
         assert_eq!(saved.python.as_deref(), Some(Path::new("/usr/bin/python3")));
         assert_eq!(saved.tasks[&0], [0]);
+        let sweep = o.sweep.sweep();
+        assert_eq!((sweep.conc, sweep.isl_osl), (Some(vec![1, 4]), Some(vec![[256, 128]])));
+        let g = sweep.goodput.unwrap();
+        assert_eq!((g.ttft_ms, g.tpot_ms, g.e2el_ms), (Some(500.0), Some(50.0), None));
+        assert_eq!(o.sweep.workload.trace_file.as_deref(), Some(Path::new("/t.jsonl")));
+        assert_eq!((o.eval.chat(), o.eval.eval_limit), (Some(false), Some(8)));
+        assert_eq!(o.eval.task, ["gsm8k_cot"], "one task name becomes a list of one");
+        assert_eq!(o.point_timeout, Some(std::time::Duration::from_secs(20)));
+        assert!(o.no_eval && o.profile.is_none());
+    }
+
+    /// This build's `plan.json` reads back as written (the flattened sweep
+    /// and eval overrides included).
+    #[test]
+    fn plan_options_round_trip() {
+        let mut o = RunOptions { recipe: Some("r.toml".into()), step_trace: true, ..RunOptions::default() };
+        o.sweep.conc = Some(crate::recipe::overrides::List(vec![2, 8]));
+        o.sweep.goodput = vec![crate::recipe::sweep::parse_slo("e2el:900").unwrap()];
+        o.sweep.workload.duration = Some(5.0);
+        o.eval.chat = true;
+        o.eval.task = vec!["gsm8k".into(), "gpqa_diamond_cot_n_shot".into()];
+        let text = serde_json::to_value(&o).unwrap();
+        assert_eq!(text["conc"], serde_json::json!([2, 8]), "sweep flags at the top level, as older builds saved them");
+        let back: RunOptions = serde_json::from_value(text).unwrap();
+        assert_eq!(back.sweep.sweep().conc, Some(vec![2, 8]));
+        assert_eq!(back.sweep.sweep().goodput.unwrap().e2el_ms, Some(900.0));
+        assert_eq!((back.sweep.workload.duration, back.eval.chat(), back.step_trace), (Some(5.0), Some(true), true));
+        assert_eq!(back.eval.task, o.eval.task);
     }
 }

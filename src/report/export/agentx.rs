@@ -42,7 +42,7 @@ pub(super) fn aggregate(result: &RunResult, job: &JobResult, p: &PointResult, li
         let n = categories.get(&cat).and_then(Value::as_u64).unwrap_or(0);
         categories.insert(cat, json!(n + 1));
     }
-    let kv_connector = job.engine.as_ref().and_then(|e| e.extra.get("kv_connector")).filter(|v| !v.is_null()).cloned();
+    let kv_connector = job.engine.as_ref().and_then(|e| e.kv_connector.clone());
     m.insert("scenario_type".into(), json!("agentic-coding"));
     m.insert("kv_offloading".into(), json!(if kv_connector.is_some() { "dram" } else { "none" }));
     m.insert("kv_offload_backend".into(), kv_connector.map_or(Value::Null, |c| json!({ "name": c })));

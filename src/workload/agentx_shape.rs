@@ -1,5 +1,8 @@
-//! Synthetic agentic traces of a chosen shape, for memory and speed
-//! figures of the replay without the real dataset: [`Shape::agentx`] is the
+//! Synthetic agentic traces of a chosen shape, for tests of the trace
+//! loader and the lanes replay at AgentX's scale (memory and speed figures
+//! without the real dataset) and for bench/promptgen's `agentx` set
+//! (test-only in the library, unlike [`super::synth`], which builds the
+//! prompts of every replay): [`Shape::agentx`] is the
 //! size of AgentX's corpus (393 traces, ~57k top-level and ~42k subagent
 //! requests, contexts growing to ~200k tokens; notes/agentx.md 6). The
 //! traces follow AgentX's structure: 64-token hash-id blocks numbered per
@@ -16,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::sessions::{Arrival, Content, SessionSet, TurnRecord};
-use super::synth::{key, name_key};
+use super::synth::{Synth, key, name_key};
 
 /// The size of a synthetic trace set.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -192,10 +195,10 @@ impl Shape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::replay::{Replay, ReplayConfig};
-    use crate::workload::synth::Synth;
-    use crate::workload::testkit::simulate;
-    use crate::workload::trace::load_agentx;
+    use super::super::lanes::LanesReplay;
+    use super::super::replay_config::ReplayConfig;
+    use super::super::testkit::simulate;
+    use super::super::trace::load_agentx;
     use std::time::Instant;
 
     /// Prompt tokens if every prompt were kept, and ids if stored whole.
@@ -268,32 +271,36 @@ mod tests {
             synth.build(&set, s, st, k, Some(7), &mut buf, &mut scratch);
         }
         println!("building the largest prompt ({} tokens): {:.0} us", buf.len(), t1.elapsed().as_secs_f64() / 20.0 * 1e6);
-        let cfg = ReplayConfig {
-            lanes: 64,
-            seed: 42,
-            run_id: 0,
-            start_min_ratio: 0.25,
-            start_max_ratio: 0.75,
-            warmup_requests_per_lane: 10,
-            tree_idle_cap_s: Some(300.0),
-            system_idle_cap_s: Some(10.0),
-            duration_s: None,
-            max_requests: Some(5000),
-            time_scale: 1.0,
-            cache_bust: true,
-            ignore_eos: true,
-        };
-        let mut replay = Replay::new(&set, &allowed, cfg).unwrap();
-        let t2 = Instant::now();
-        let reqs = simulate(&mut replay, 0.05, &|_| false);
-        let secs = t2.elapsed().as_secs_f64();
-        let tokens: usize = reqs.iter().map(|r| r.prompt.len()).sum();
-        println!(
-            "replay at 64 lanes: {} requests ({} prompt tokens) in {secs:.2} s of harness time; replay state {:.2} MiB",
-            reqs.len(),
-            tokens,
-            mib(replay.memory_bytes() as u64)
-        );
+        // Issue 34: the replay's state at GPU concurrencies (lanes), the same
+        // measured-request budget each.
+        for lanes in [64, 256, 512] {
+            let cfg = ReplayConfig {
+                lanes,
+                seed: 42,
+                run_id: 0,
+                start_min_ratio: 0.25,
+                start_max_ratio: 0.75,
+                warmup_requests_per_lane: 10,
+                tree_idle_cap_s: Some(300.0),
+                system_idle_cap_s: Some(10.0),
+                duration_s: None,
+                max_requests: Some(5000),
+                time_scale: 1.0,
+                cache_bust: true,
+                ignore_eos: true,
+            };
+            let mut replay = LanesReplay::new(&set, &allowed, cfg).unwrap();
+            let t2 = Instant::now();
+            let reqs = simulate(&mut replay, 0.05, &|_| false);
+            let secs = t2.elapsed().as_secs_f64();
+            let tokens: usize = reqs.iter().map(|r| r.prompt.len()).sum();
+            println!(
+                "replay at {lanes} lanes: {} requests ({} prompt tokens) in {secs:.2} s of harness time; replay state {:.2} MiB",
+                reqs.len(),
+                tokens,
+                mib(replay.memory_bytes() as u64)
+            );
+        }
     }
 
     /// The loader's speed on a written quarter of the corpus.

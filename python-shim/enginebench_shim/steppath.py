@@ -1,0 +1,299 @@
+"""How the shim adds requests to vLLM and runs one step: the two step paths.
+
+The harness exists to measure the engine's step, so between two steps it does
+the least it can (issues 34 and 37). vLLM's in-process `LLMEngine.step()` is
+the engine core's step (`engine_core.get_output()`: schedule, execute,
+update) followed, on the same thread, by its output processor (a
+`RequestOutput` per request per step, incremental detokenization, iteration
+stats, stat loggers). A performance sweep needs none of that: token counts,
+finish reasons, cached-token counts and the scheduler's statistics are in the
+engine core's own outputs. So the shim has two paths, chosen once per engine
+(`Engine.step_path`, in the result's `engine.step_path` and in `doctor`):
+
+core (the default where this vLLM has what it needs, `resolve`):
+  * a token-id request goes through vLLM's own input processor
+    (`LLMEngine.input_processor.process_inputs`, the validation and
+    SamplingParams handling `LLMEngine.add_request` does, then
+    `assign_request_id`, which may append a random suffix: outputs carry
+    "<rid>-<suffix>", and Rust parses the part before the first '-') straight
+    to `engine.engine_core.add_request` (the in-process client's
+    `preprocess_add_request` + `EngineCore.add_request`), skipping the output
+    processor's per-request state and detokenizer;
+  * a step is `engine.engine_core.get_output()` (`InprocClient`, the object
+    `LLMEngine.step()` calls first). The `EngineCoreOutput` objects of token
+    requests go to Rust as they are; Rust reads `request_id`,
+    `new_token_ids`, `finish_reason`, `events` (QUEUED/SCHEDULED/PREEMPTED
+    timestamps) and `prefill_stats` (on a request's first output:
+    `num_cached_tokens`, which is what the output processor copies into
+    `RequestOutput.num_cached_tokens`) itself, with no Python object made per
+    request per step. vLLM's per-request timings for the cross-check are
+    rebuilt from the same inputs the output processor uses
+    (vllm/v1/metrics/stats.py `IterationStats`): TTFT = wall clock when the
+    step's outputs came back - the request's `arrival_time`, decode = core
+    timestamp of the last output - of the first, queued = SCHEDULED - QUEUED
+    event;
+  * the batch's `scheduler_stats` (running/waiting, KV usage, prefix-cache
+    and connector hits, speculative-decoding counts) are read directly, since
+    LLMEngine's stat loggers no longer run; when the engine speculates, vLLM's
+    stat loggers still get each step's stats (`logger_manager.record`, as
+    `LLMEngine.step()` calls it), so vLLM's own Prometheus counters keep
+    counting and the spec-decode cross-check compares against them;
+  * text requests (evals, stop strings) still go through `LLMEngine.add_request`
+    and the output processor: a step that has any in flight hands their
+    outputs (only theirs) to `output_processor.process_outputs` and aborts
+    those a stop string finished, as `LLMEngine.step()` does;
+  * data parallel: the dummy batch `LLMEngine.step()` runs for an idle rank
+    (`should_execute_dummy_batch`, and 0.34's `last_step_model_executed`) is
+    run here the same way.
+engine (the fallback, or `ENGINEBENCH_STEP_PATH=engine`):
+  `LLMEngine.add_request` / `LLMEngine.step()` as before, every output through
+  the output processor. Used where this vLLM lacks an item of the core path
+  (the reason is kept in `Engine.step_path_reason`), or to compare the paths.
+
+Seen here: vLLM 0.23 and 0.32 (CPU builds, run); 0.33 and 0.34 (read: the
+same `InprocClient.get_output/add_request/abort_requests`,
+`InputProcessor.process_inputs/assign_request_id`).
+
+Prompts are handed over as lists of ints: 0.23-0.33's engine core copies
+`prompt_token_ids` with `list.copy()` and appends to it (vllm/v1/request.py),
+so an int32 ndarray (what 0.34's own frontends send over ZMQ) is not accepted
+in-process there.
+"""
+
+import os
+import time
+
+try:  # as a package (the pure-Python loop of bench/, tests)
+    from enginebench_shim import compat
+except ImportError:  # compiled into the worker module, loaded as a top-level module
+    import enginebench_compat as compat
+
+#: A step with no output (an idle DP rank's dummy batch).
+_NO_OUTPUTS = []
+
+
+def resolve(llm_engine):
+    """The parts of the core path on this built engine: (parts, None), or
+    (None, reason) when the engine path must be used. `ENGINEBENCH_STEP_PATH`
+    = `engine` asks for the engine path, `core` makes a missing part an error."""
+    wanted = os.environ.get("ENGINEBENCH_STEP_PATH", "auto")
+    if wanted not in ("auto", "core", "engine"):
+        raise ValueError(f"ENGINEBENCH_STEP_PATH={wanted!r}: use core, engine or auto")
+    if wanted == "engine":
+        return None, "ENGINEBENCH_STEP_PATH=engine"
+    reason = compat.core_path_missing(llm_engine)
+    if reason is not None and wanted == "core":
+        raise RuntimeError(f"ENGINEBENCH_STEP_PATH=core, but this vLLM has no engine-core path: {reason}")
+    if reason is not None:
+        return None, reason
+    return compat.core_path_parts(llm_engine), None
+
+
+def request_output_parts(shim, outputs):
+    """(deltas, texts, timings, cached) of vLLM `RequestOutput`s, in the
+    shapes `Engine.step` documents. Runs once per step for every request that
+    went through the output processor: one comprehension over the outputs,
+    the rest only for finished requests."""
+    if shim._record_ids:
+        deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished,
+                   list(o.outputs[0].token_ids)) for o in outputs]
+    else:
+        deltas = [(o.request_id, len(o.outputs[0].token_ids), o.finished) for o in outputs]
+    texts = None
+    timings = None
+    cached = None
+    for out in outputs:
+        if not out.finished:
+            continue
+        rid = int(out.request_id)
+        n_cached = getattr(out, "num_cached_tokens", None)
+        if n_cached is not None:
+            if cached is None:
+                cached = []
+            cached.extend((rid, n_cached))
+        if rid in shim._text_rids:
+            shim._text_rids.discard(rid)
+            if texts is None:
+                texts = []
+            comp = out.outputs[0]
+            texts.append((rid, comp.text, list(comp.token_ids)))
+        m = out.metrics
+        if m is not None and shim.crosscheck and m.first_token_ts > 0.0:
+            latency = compat.first_token_latency(m)
+            if latency is None:
+                shim.crosscheck = False
+                continue
+            if timings is None:
+                timings = []
+            timings.extend((
+                rid,
+                latency,
+                m.last_token_ts - m.first_token_ts,
+                max(0.0, m.scheduled_ts - m.queued_ts),
+                m.num_generation_tokens,
+            ))
+    return deltas, texts, timings, cached
+
+
+class EnginePath:
+    """`LLMEngine.add_request` / `LLMEngine.step()`: every output through
+    vLLM's output processor (detokenized, a `RequestOutput` per request)."""
+
+    name = "engine"
+
+    def __init__(self, shim):
+        self.shim = shim
+        self.engine = shim.engine
+        self.tokens_prompt = shim._TokensPrompt
+
+    def add_tokens(self, rid, token_ids, params):
+        self.engine.add_request(str(rid), self.tokens_prompt(prompt_token_ids=token_ids), params)
+        return None
+
+    def prepare(self, token_ids, params):
+        return (self.tokens_prompt(prompt_token_ids=token_ids), params)
+
+    def add_prepared(self, rid, handle):
+        prompt, params = handle
+        self.engine.add_request(str(rid), prompt, params)
+        return None
+
+    def step(self):
+        shim = self.shim
+        sink = shim._sink
+        # vLLM records SchedulerStats only on steps that processed a batch
+        # (vllm/v1/engine/llm_engine.py:356); a step without must not repeat
+        # the previous step's per-step deltas (prefix cache queries/hits).
+        sink[0] = None
+        sink[1] = 0
+        outputs = self.engine.step()
+        deltas, texts, timings, cached = request_output_parts(shim, outputs)
+        spec = sink[2]
+        if spec is not None:
+            sink[2] = None
+            spec = tuple(spec)
+        stats, connector = shim.stats_tuple(sink[0], sink[1], spec)
+        return None, deltas, texts, stats, timings, cached, connector, 0.0, 0.0
+
+    def abort(self, rids, core_ids):
+        self.engine.abort_request([str(r) for r in rids])
+
+    def has_unfinished(self, local):
+        return self.engine.has_unfinished_requests()
+
+
+class CorePath:
+    """vLLM's engine core driven directly (module doc)."""
+
+    name = "core"
+
+    def __init__(self, shim, parts):
+        self.shim = shim
+        self.engine = shim.engine
+        self.client = parts["client"]
+        self.process_inputs = parts["process_inputs"]
+        self.assign_request_id = parts["assign_request_id"]
+        self.output_processor = parts["output_processor"]
+        self.iteration_stats = parts["IterationStats"]
+        self.supported_tasks = parts["supported_tasks"]
+        # The rendered form of a token prompt (what vLLM's renderer makes of
+        # a TokensPrompt), else the raw TokensPrompt.
+        tokens_input = parts["tokens_input"]
+        if tokens_input is not None:
+            self.prompt_of = tokens_input
+        else:
+            tokens_prompt = shim._TokensPrompt
+            self.prompt_of = lambda ids: tokens_prompt(prompt_token_ids=ids)
+        self.get_output = self.client.get_output
+        self.add_request = self.client.add_request
+        # vLLM's Prometheus counters are the spec-decode cross-check's
+        # reference: keep feeding them when the engine speculates.
+        self.loggers = parts["logger_manager"] if shim.num_speculative_tokens else None
+        self.dp_group = getattr(self.engine, "dp_group", None)
+
+    def add_tokens(self, rid, token_ids, params):
+        """Returns (vLLM's request id, arrival time on time.time()): outputs
+        carry the first, vLLM's TTFT is measured from the second."""
+        req = self.process_inputs(str(rid), self.prompt_of(token_ids), params, supported_tasks=self.supported_tasks)
+        if self.assign_request_id is not None:
+            self.assign_request_id(req)
+        self.add_request(req)
+        return req.request_id, req.arrival_time
+
+    def prepare(self, token_ids, params):
+        """The EngineCoreRequest vLLM's input processor makes of the
+        request (validation, SamplingParams clone and defaults), made before
+        the loop's clock starts; add_prepared gives it its id and arrival
+        time at the send, which is all process_inputs does with them."""
+        return self.process_inputs("prepared", self.prompt_of(token_ids), params, supported_tasks=self.supported_tasks)
+
+    def add_prepared(self, rid, req):
+        req.request_id = str(rid)
+        req.arrival_time = time.time()
+        if self.assign_request_id is not None:
+            self.assign_request_id(req)
+        self.add_request(req)
+        return req.request_id, req.arrival_time
+
+    def step(self):
+        shim = self.shim
+        engine = self.engine
+        if engine.should_execute_dummy_batch:
+            # An idle DP rank joins its peers' forward (LLMEngine.step()).
+            engine.should_execute_dummy_batch = False
+            self.client.execute_dummy_batch()
+            stats, connector = shim.stats_tuple(None, 0, None)
+            return _NO_OUTPUTS, None, None, stats, None, None, connector, 0.0, 0.0
+        outs = self.get_output()
+        wall = time.time()
+        if self.dp_group is not None and not getattr(self.client, "last_step_model_executed", True):
+            # vLLM 0.34: a rank whose step ran no forward joins with a dummy batch.
+            self.client.execute_dummy_batch()
+        raw = outs.outputs
+        st = outs.scheduler_stats
+        deltas = texts = timings = cached = None
+        preempted = 0
+        if shim._text_rids:
+            # Text requests in flight: their outputs (only theirs) go through
+            # the output processor, as in LLMEngine.step().
+            op = self.output_processor
+            known = op.request_states
+            theirs = [o for o in raw if o.request_id in known]
+            if theirs:
+                raw = [o for o in raw if o.request_id not in known]
+                it = self.iteration_stats()
+                processed = op.process_outputs(theirs, engine_core_timestamp=outs.timestamp, iteration_stats=it)
+                op.update_scheduler_stats(st)
+                if processed.reqs_to_abort:
+                    self.client.abort_requests(processed.reqs_to_abort)
+                deltas, texts, timings, cached = request_output_parts(shim, processed.request_outputs)
+                preempted = it.num_preempted_reqs
+        spec = None
+        if st is not None:
+            sd = getattr(st, "spec_decoding_stats", None)
+            if sd is not None:
+                spec = (sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens,
+                        list(getattr(sd, "num_accepted_tokens_per_pos", None) or []))
+            if self.loggers is not None:
+                self.loggers.record(scheduler_stats=st, iteration_stats=None)
+        stats, connector = shim.stats_tuple(st, preempted, spec)
+        return raw, deltas, texts, stats, timings, cached, connector, wall, outs.timestamp
+
+    def abort(self, rids, core_ids):
+        """`core_ids`: vLLM's ids of token requests (from add_tokens); `rids`:
+        enginebench ids of text requests (through LLMEngine, which maps them)."""
+        if core_ids:
+            self.client.abort_requests(list(core_ids))
+        if rids:
+            self.engine.abort_request([str(r) for r in rids])
+
+    def has_unfinished(self, local):
+        """Whether any request is unfinished: `local` is the caller's own
+        count of token requests in flight (the output processor does not
+        know them); with data parallelism, across the DP group, as
+        LLMEngine.has_unfinished_requests() does (an idle rank then runs a
+        dummy batch in its next step)."""
+        mine = bool(local) or self.output_processor.has_unfinished_requests()
+        if self.dp_group is None:
+            return mine
+        return self.engine.has_unfinished_requests_dp(mine)

@@ -1,0 +1,186 @@
+//! Replay prompts built ahead of their send, on a helper thread (issue 34).
+//!
+//! A trace turn's prompt (up to ~200k token ids on AgentX's shape, about a
+//! millisecond to synthesise) is known as soon as the turn before it in its
+//! stream is sent, hundreds of engine steps before it is due. [`Prefetch::ask`]
+//! hands its key to a builder thread then, and the send takes the finished
+//! buffer ([`Prefetch::take`]) instead of building it between two engine
+//! steps. The builder runs [`Synth::build`], the code the send would run, so
+//! the prompt is the same token for token; one still being built is waited
+//! for, one never asked for is built at the send as before.
+//!
+//! Held buffers are bounded by a token budget (ready and being built): past
+//! it a turn is built at its send. The builder lowers its priority (nice
+//! 10): on a CPU engine it shares the cores with the engine's threads, on a
+//! GPU host it takes an idle core.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::Scope;
+
+use super::sessions::SessionSet;
+use super::synth::Synth;
+
+/// Which prompt: turn `turn` of stream `stream` of session `session`, with
+/// the session tree's cache-bust marker key (none without cache busting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PromptKey {
+    pub session: u32,
+    pub stream: u32,
+    pub turn: u32,
+    pub marker: Option<u64>,
+}
+
+/// Default budget of prompt tokens held ahead (ready or being built): 64 MiB
+/// of token ids, a few hundred AgentX-sized prompts.
+pub const DEFAULT_BUDGET_TOKENS: usize = 16 << 20;
+
+/// The driver thread's end of the builder (see the module doc).
+pub struct Prefetch {
+    jobs: Sender<PromptKey>,
+    built: Receiver<(PromptKey, Vec<u32>)>,
+    /// Built and being built, with the tokens each was asked for.
+    ready: HashMap<PromptKey, (Vec<u32>, usize)>,
+    pending: HashMap<PromptKey, usize>,
+    /// Tokens asked for of the ready buffers and of those being built.
+    held_tokens: usize,
+    budget_tokens: usize,
+    /// Prompts taken ready / waited for / never asked for or over budget.
+    pub taken: u64,
+    pub waited: u64,
+}
+
+impl Prefetch {
+    /// Starts a builder in `scope` that synthesises prompts of `set` with
+    /// `synth`, holding at most `budget_tokens` tokens ahead. The builder
+    /// ends when the `Prefetch` is dropped (drop it before the scope ends).
+    pub fn spawn<'scope, 'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        set: &'env SessionSet,
+        synth: Synth<'env>,
+        budget_tokens: usize,
+    ) -> Prefetch {
+        let (jobs, todo) = channel::<PromptKey>();
+        let (done, built) = channel();
+        scope.spawn(move || {
+            crate::telemetry::lower_thread_priority();
+            let mut scratch = Vec::new();
+            for key in todo {
+                let mut buf = Vec::new();
+                let k = key.turn as usize;
+                synth.build(set, key.session as usize, key.stream as usize, k, key.marker, &mut buf, &mut scratch);
+                if done.send((key, buf)).is_err() {
+                    break;
+                }
+            }
+        });
+        Prefetch {
+            jobs,
+            built,
+            ready: HashMap::new(),
+            pending: HashMap::new(),
+            held_tokens: 0,
+            budget_tokens,
+            taken: 0,
+            waited: 0,
+        }
+    }
+
+    /// Asks for `key`'s prompt (`tokens` long) to be built ahead, unless
+    /// the budget is spent or it is asked for already.
+    pub fn ask(&mut self, key: PromptKey, tokens: usize) {
+        if self.held_tokens + tokens > self.budget_tokens || self.pending.contains_key(&key) || self.ready.contains_key(&key) {
+            return;
+        }
+        if self.jobs.send(key).is_ok() {
+            self.pending.insert(key, tokens);
+            self.held_tokens += tokens;
+        }
+    }
+
+    /// `key`'s prompt if it was asked for (waiting for it if it is still
+    /// being built), else `None`: build it now.
+    pub fn take(&mut self, key: &PromptKey) -> Option<Vec<u32>> {
+        self.collect();
+        if let Some((buf, tokens)) = self.ready.remove(key) {
+            self.held_tokens -= tokens;
+            self.taken += 1;
+            return Some(buf);
+        }
+        if !self.pending.contains_key(key) {
+            return None;
+        }
+        self.waited += 1;
+        while let Ok((k, buf)) = self.built.recv() {
+            let tokens = self.pending.remove(&k).unwrap_or(0);
+            if k == *key {
+                self.held_tokens -= tokens;
+                return Some(buf);
+            }
+            self.ready.insert(k, (buf, tokens));
+        }
+        None
+    }
+
+    /// Moves finished buffers into `ready` without waiting.
+    fn collect(&mut self) {
+        while let Ok((k, buf)) = self.built.try_recv() {
+            let tokens = self.pending.remove(&k).unwrap_or(0);
+            self.ready.insert(k, (buf, tokens));
+        }
+    }
+
+    /// Bytes of the buffers held ready.
+    pub fn memory_bytes(&self) -> usize {
+        self.ready.values().map(|(b, _)| b.capacity() * 4).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::lanes::LanesReplay as Replay;
+    use crate::workload::replay_config::ReplayConfig;
+    use crate::workload::agentx_shape::Shape;
+    use crate::workload::testkit::simulate;
+
+    fn config() -> ReplayConfig {
+        ReplayConfig {
+            lanes: 3,
+            seed: 5,
+            run_id: 9,
+            start_min_ratio: 0.25,
+            start_max_ratio: 0.75,
+            warmup_requests_per_lane: 2,
+            tree_idle_cap_s: Some(300.0),
+            system_idle_cap_s: Some(10.0),
+            duration_s: None,
+            max_requests: Some(40),
+            time_scale: 1.0,
+            cache_bust: true,
+            ignore_eos: true,
+        }
+    }
+
+    #[test]
+    fn prefetched_prompts_are_the_prompts_built_at_send() {
+        let shape = Shape { sessions: 6, root_turns: 8, subagents: 2, subagent_turns: 3, block_size: 16, compact_at: (2000, 3000) };
+        let set = shape.build(7).unwrap();
+        let allowed: Vec<u32> = (0..1000).collect();
+        let plain = simulate(&mut Replay::new(&set, &allowed, config()).unwrap(), 0.05, &|_| false);
+        for budget in [DEFAULT_BUDGET_TOKENS, 0] {
+            let (ahead, (taken, waited)) = std::thread::scope(|scope| {
+                let mut r = Replay::new(&set, &allowed, config()).unwrap();
+                r.prefetch_in(scope, budget);
+                let reqs = simulate(&mut r, 0.05, &|_| false);
+                (reqs, r.stop_prefetch().unwrap())
+            });
+            assert_eq!(plain, ahead, "budget {budget}: the same requests, prompts token for token");
+            if budget == 0 {
+                assert_eq!(taken + waited, 0, "nothing held past the budget");
+            } else {
+                assert!(taken + waited > plain.len() as u64 / 2, "{taken} + {waited} of {} built ahead", plain.len());
+            }
+        }
+    }
+}
