@@ -119,9 +119,6 @@ pub struct EngineInfo {
     /// `ENGINEBENCH_STEP_PATH=engine`); `None` on the core path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_path_reason: Option<String>,
-    /// Keys this build does not know, kept as sent.
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The shim's compatibility report, `compat.report()`: each vLLM internal
