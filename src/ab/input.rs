@@ -203,7 +203,7 @@ pub fn load_arm(result_path: &Path, label: Option<&str>, role: &str, flag: &str)
 /// Missing files give none (the comparison then has nothing to pair).
 ///
 /// Errors (usage): a line that is not JSON, naming the file and line.
-fn read_task_samples(dir: &Path, job: &JobResult) -> Result<Vec<TaskSample>> {
+pub(crate) fn read_task_samples(dir: &Path, job: &JobResult) -> Result<Vec<TaskSample>> {
     let files = job.eval.as_ref().and_then(|e| e.lm_eval.as_ref()).map(|l| l.files.as_slice()).unwrap_or_default();
     let mut out = Vec::new();
     for f in files {

@@ -314,6 +314,44 @@ fn lm_eval_tasks_are_gated_per_task() {
     assert!(cmp.gate.inconclusive.iter().any(|x| x.ends_with("no per-question samples (lm-eval's samples_*.jsonl) to pair")), "{:?}", cmp.gate);
 }
 
+/// lm-eval's per-question lines (its samples file's shape: doc_id,
+/// prompt_hash, filter, the metric names and each one's value) become one
+/// score per question and metric, the task named by the file; other files
+/// of the run (results JSON) and a missing file give none.
+#[test]
+fn lm_eval_samples_files_are_read_per_question() {
+    use crate::report::result::{Evals, LmEvalResult};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("lm_eval/base")).unwrap();
+    let lines = [
+        r#"{"doc_id": 0, "doc": {"q": "one"}, "filter": "last_letter", "metrics": ["exact_match"], "prompt_hash": "p0", "exact_match": 1.0}"#,
+        r#"{"doc_id": 1, "doc": {"q": "two"}, "filter": "last_letter", "metrics": ["exact_match"], "prompt_hash": "p1", "exact_match": 0.0}"#,
+    ];
+    std::fs::write(dir.path().join("lm_eval/base/samples_gpqa_mini_2026-12-02T19-59-26.034179.jsonl"), lines.join("\n")).unwrap();
+    let mut r = repeat("base", &[4], 8, 1.0, &[]);
+    r.job.eval = Some(Evals {
+        lm_eval: Some(LmEvalResult {
+            lm_eval_version: None,
+            files: vec![
+                "lm_eval/base/results_2026-12-02T19-59-26.034179.json".into(),
+                "lm_eval/base/samples_gpqa_mini_2026-12-02T19-59-26.034179.jsonl".into(),
+                "lm_eval/base/samples_gone_2026-12-02T19-59-26.034179.jsonl".into(),
+            ],
+            chat: false,
+            max_tokens: None,
+            duration_s: 1.0,
+            wall_s: 1.0,
+            requests: 2,
+            output_tokens: 2,
+            tasks: vec![],
+        }),
+        ..Evals::default()
+    });
+    let got = super::input::read_task_samples(dir.path(), &r.job).unwrap();
+    let want: Vec<(&str, &str, u64, &str, f64)> = vec![("gpqa_mini", "exact_match,last_letter", 0, "p0", 1.0), ("gpqa_mini", "exact_match,last_letter", 1, "p1", 0.0)];
+    assert_eq!(got.iter().map(|s| (s.task.as_str(), s.metric.as_str(), s.doc_id, s.prompt_hash.as_str(), s.value)).collect::<Vec<_>>(), want);
+}
+
 #[test]
 fn repeats_pair_up_and_average() {
     let b = arm("base", vec![repeat("base", &[4], 8, 1.0, &[]), repeat("base", &[4], 8, 1.02, &[])]);
