@@ -113,7 +113,9 @@ fn lm_eval_tasks_on_the_engine_agree_with_the_builtin_gsm8k() {
     let gsm8k_local = lm_eval_gsm8k_on(dir.path(), &data);
     let thresholds = dir.path().join("thresholds.yaml");
     std::fs::write(&thresholds, "default:\n  gpqa_mini: 0.0\n  gsm8k_local: 0.0\nmodels:\n  smol:\n    gsm8k: 0.0\n").unwrap();
-    let recipe = write_recipe(dir.path(), "lmeval", &crate::util::bundled_recipe_head("lmeval", 2048, ""));
+    // A recipe needs a sweep even when only its eval runs.
+    let body = crate::util::bundled_recipe_head("lmeval", 2048, "") + "[sweep]\nisl = 32\nosl = 8\nconc = [1]\n";
+    let recipe = write_recipe(dir.path(), "lmeval", &body);
     let out_dir = dir.path().join("out");
     let (o, log) = output(&mut command_in(
         &gpqa_mini(),
