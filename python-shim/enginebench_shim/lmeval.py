@@ -97,6 +97,10 @@ def _resolve(spec):
                 if isinstance(name, str):
                     kind = "task" if "task" in config else "group"
                     tm.task_index.setdefault(name, {"type": kind, "yaml_path": os.path.abspath(f)})
+                    # And listed as registered: else lm-eval builds a file's task from
+                    # the config whose `task` it popped, and the task's name is None.
+                    if name not in tm.all_tasks:
+                        tm.all_tasks.append(name)
         if not configs:
             raise LmEvalTaskError(f"task file {path}: no lm-eval task (a YAML mapping with `task:`) in it")
         selected.extend(configs)
