@@ -1,4 +1,6 @@
-"""Helper of bench/gsm8k_parity.sh: the shared data, the lm-eval task, the comparison.
+"""Helper of bench/gsm8k_parity.sh: the shared data, the lm-eval task, the comparison
+of enginebench's built-in GSM8K, lm-eval in-process on enginebench's engine, and lm-eval
+over HTTP against `vllm serve`.
 
   prepare  OLMO_FILE WORK N [--train K]  writes WORK/data/{train,test}.jsonl and
            WORK/task/gsm8k_parity.yaml (lm-eval's own gsm8k.yaml with local data)
@@ -156,6 +158,13 @@ def compare(work: str, n: int) -> int:
         with open(lm_eval_files(r["lm_out"])[1], encoding="utf-8") as f:
             t = json.load(f).get("total_evaluation_time_seconds")
         r["lm_total_evaluation_time_s"] = float(t) if t is not None else None
+        with open(os.path.join(r["ebl_out"], "result.json"), encoding="utf-8") as f:
+            jl = json.load(f)["jobs"][0]
+        le = jl["eval"]["lm_eval"]
+        r["ebl_eval_duration_s"] = le.get("duration_s")
+        r["ebl_lm_eval_wall_s"] = le.get("wall_s")
+        r["ebl_output_tokens"] = le.get("output_tokens")
+        r["ebl_engine_start_s"] = jl.get("engine_start_s")
 
     eb_dir = rounds[0]["eb_out"]
     with open(os.path.join(eb_dir, "result.json"), encoding="utf-8") as f:
@@ -164,12 +173,27 @@ def compare(work: str, n: int) -> int:
     g = job["eval"]["gsm8k"]
     eb = {s["doc_id"]: s for s in read_jsonl(os.path.join(eb_dir, "gsm8k_samples.jsonl"))}
     lm, lm_sc = load_lm(rounds[0]["lm_out"])
+    # lm-eval in-process writes lm-eval's own files: the same reader.
+    ebl, ebl_sc = load_lm(rounds[0]["ebl_out"])
 
     problems = []
     if g.get("fewshot_mode") != "train-random-seed-1234":
         problems.append(f"enginebench fewshot_mode is {g.get('fewshot_mode')!r}")
-    if sorted(eb) != list(range(n)) or sorted(lm) != list(range(n)):
-        problems.append(f"doc ids: enginebench {sorted(eb)[:3]}.. ({len(eb)}), lm-eval {sorted(lm)[:3]}.. ({len(lm)})")
+    if sorted(eb) != list(range(n)) or sorted(lm) != list(range(n)) or sorted(ebl) != list(range(n)):
+        problems.append(f"doc ids: enginebench {sorted(eb)[:3]}.. ({len(eb)}), lm-eval {sorted(lm)[:3]}.. ({len(lm)}), "
+                        f"lm-eval in-process {sorted(ebl)[:3]}.. ({len(ebl)})")
+    # lm-eval in-process against lm-eval over HTTP, and against the built-in, per question.
+    inproc = {"prompt_http": 0, "completion_http": 0, "correct_http": 0, "completion_builtin": 0, "correct_builtin": 0}
+    for i in range(n):
+        x, l, e = ebl.get(i), lm.get(i), eb.get(i)
+        if x is None or l is None or e is None:
+            continue
+        inproc["prompt_http"] += x["prompt"] == l["prompt"]
+        inproc["completion_http"] += x["completion"] == l["completion"]
+        inproc["correct_http"] += x["correct"] == l["correct"]
+        inproc["completion_builtin"] += x["completion"] == e["completion"]
+        inproc["correct_builtin"] += (x["correct"].get("strict-match"), x["correct"].get("flexible-extract")) == \
+            (e["strict_correct"], e["flexible_correct"])
 
     rows = []
     agree = {"prompt": 0, "completion": 0, "strict": 0, "flexible": 0, "strict_correct": 0, "flexible_correct": 0}
@@ -217,13 +241,22 @@ def compare(work: str, n: int) -> int:
     lm_wall = mean([r["lm_wall_s"] for r in rounds])
     lm_total = mean([r["server_start_s"] + r["lm_wall_s"] for r in rounds])
     lm_eval_t = mean([r.get("lm_total_evaluation_time_s") for r in rounds])
+    ebl_wall = mean([r["ebl_wall_s"] for r in rounds])
+    ebl_dur = mean([r.get("ebl_eval_duration_s") for r in rounds])
+    ebl_lm = mean([r.get("ebl_lm_eval_wall_s") for r in rounds])
+    ebl_tok = mean([r.get("ebl_output_tokens") for r in rounds])
+    eb_tok = g.get("output_tokens")
+
+    def tps(tokens, s):
+        return f"{tokens / s:.1f}" if tokens and s else "-"
 
     # ---- table
     host = eb_res.get("host", {})
     out = []
     p = out.append
     p("")
-    p(f"GSM8K parity and speed: enginebench vs lm-eval {lm_sc['version'] or '?'} (local-completions -> vllm serve)")
+    p(f"GSM8K parity and speed: enginebench built-in, lm-eval {ebl_sc['version'] or '?'} in-process on enginebench's "
+      f"engine, lm-eval {lm_sc['version'] or '?'} (local-completions -> vllm serve)")
     p(f"date {tm['date']}  host {host.get('hostname', '?')}  cpu {host.get('cpu', '?')}  "
       f"logical cpus {host.get('logical_cpus', '?')}  vllm {eb_res.get('versions', {}).get('vllm', '?')}")
     p(f"model {tm['model']}  float32, enforce-eager, max-model-len 2048; task gsm8k (5-shot, "
@@ -240,15 +273,23 @@ def compare(work: str, n: int) -> int:
     p(f"  per question: same prompt {agree['prompt']}/{nr}, same completion {agree['completion']}/{nr}, "
       f"same strict/flexible extraction {agree['strict']}/{nr} {agree['flexible']}/{nr}, "
       f"same correctness strict {agree['strict_correct']}/{nr} flexible {agree['flexible_correct']}/{nr}")
+    p(f"  lm-eval in-process: exact_match strict {fmt(ebl_sc['strict'])}, flexible {fmt(ebl_sc['flexible'])}, n {ebl_sc['n']}; "
+      f"vs lm-eval over HTTP: same prompt {inproc['prompt_http']}/{nr}, same completion {inproc['completion_http']}/{nr}, "
+      f"same correctness {inproc['correct_http']}/{nr}; vs built-in: same completion {inproc['completion_builtin']}/{nr}, "
+      f"same correctness {inproc['correct_builtin']}/{nr}")
     rb = sum(r["prompt_rebuilt_matches_enginebench"] for r in rows)
     p(f"  prompts rebuilt here from the data (Random(1234).sample per doc): match enginebench {rb}/{nr}, "
       f"lm-eval {sum(r['prompt_rebuilt_matches_lm_eval'] for r in rows)}/{nr}")
     p("")
     p(f"speed (N={n}, {len(rounds)} round(s), mean; per round in timings.json)   seconds")
     p(f"  enginebench eval, whole command (engine start {fmt(eb_start, 1)} s incl.)   {fmt(eb_wall, 1)}")
-    p(f"  enginebench eval, the eval's own duration_s                   {fmt(eb_dur, 1)}")
+    p(f"  enginebench eval, the eval's own duration_s                   {fmt(eb_dur, 1)}   ({tps(eb_tok, eb_dur)} output tok/s)")
+    p(f"  enginebench eval --task lm-eval file, whole command           {fmt(ebl_wall, 1)}")
+    p(f"    of which lm-eval in the worker (import, tasks, scoring)     {fmt(ebl_lm, 1)}")
+    p(f"    of which the generation in the driver loop (duration_s)     {fmt(ebl_dur, 1)}   ({tps(ebl_tok, ebl_dur)} output tok/s)")
     p(f"  vllm serve start (launch -> /v1/models answers)               {fmt(srv, 1)}")
-    p(f"  lm_eval command, server already up                            {fmt(lm_wall, 1)}")
+    p(f"  lm_eval command, server already up                            {fmt(lm_wall, 1)}   "
+      f"({tps(ebl_tok, lm_wall)} output tok/s, tokens of the in-process run: same completions {inproc['completion_http']}/{nr})")
     p(f"    of which lm-eval's total_evaluation_time_seconds            {fmt(lm_eval_t, 1)}")
     p(f"  lm-eval incl. server start                                    {fmt(lm_total, 1)}")
     if eb_wall and lm_wall:
@@ -256,6 +297,10 @@ def compare(work: str, n: int) -> int:
         p(f"  ratio lm-eval incl. server start / enginebench command        {lm_total / eb_wall:.2f}x")
     if eb_dur and lm_wall:
         p(f"  ratio lm_eval (server up) / enginebench eval duration_s       {lm_wall / eb_dur:.2f}x")
+    if ebl_lm and lm_wall:
+        p(f"  ratio lm_eval (server up) / lm-eval in-process (in worker)    {lm_wall / ebl_lm:.2f}x   (target: >= 1.00)")
+    if ebl_wall and lm_total:
+        p(f"  ratio lm-eval incl. server start / in-process whole command   {lm_total / ebl_wall:.2f}x")
     p("  target (issue 4): enginebench >= 3x faster")
     if problems:
         p("")
@@ -282,13 +327,17 @@ def compare(work: str, n: int) -> int:
                 "exact_match_flexible_stderr", "fewshot_mode", "data_source", "train_size",
                 "test_size", "duration_s", "output_tokens")},
             "agreement": agree, "questions": nr, "problems": problems,
+            "lm_eval_in_process": {"scores": ebl_sc, "agreement": inproc},
             "speed": {"enginebench_wall_s": eb_wall, "enginebench_eval_duration_s": eb_dur,
                       "enginebench_engine_start_s": eb_start, "server_start_s": srv,
                       "lm_eval_wall_s": lm_wall, "lm_eval_with_server_start_s": lm_total,
-                      "lm_eval_total_evaluation_time_s": lm_eval_t, "rounds": rounds},
+                      "lm_eval_total_evaluation_time_s": lm_eval_t,
+                      "in_process_lm_eval_wall_s": ebl_wall, "in_process_lm_eval_in_worker_s": ebl_lm,
+                      "in_process_lm_eval_duration_s": ebl_dur, "in_process_lm_eval_output_tokens": ebl_tok,
+                      "rounds": rounds},
         }, f, indent=2)
-    parity = (not problems and g["exact_match_strict"] == lm_sc["strict"]
-              and g["exact_match_flexible"] == lm_sc["flexible"])
+    parity = (not problems and g["exact_match_strict"] == lm_sc["strict"] == ebl_sc["strict"]
+              and g["exact_match_flexible"] == lm_sc["flexible"] == ebl_sc["flexible"])
     return 0 if parity else 3
 
 

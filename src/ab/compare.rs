@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::input::{Arm, Repeat, RequestRow};
+use super::input::{Arm, Repeat, RequestRow, TaskSample};
 use super::distributions::{self, McNemar};
 use super::gate::{AccuracyGate, FigureGate, Needed, Outcome, PerfInput};
 use super::stats::{self, BootstrapOptions, IntervalMethod, RepeatData, Verdict};
@@ -291,6 +291,35 @@ pub struct Accuracy {
     pub agreement: Option<TokenAgreement>,
 }
 
+/// One metric of one task in an A/B: the arms' scores and the gate's
+/// decision on the paired questions (lm-eval tasks both arms ran), and the
+/// candidate against its threshold (any task, from its run's accuracy gate).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskAccuracy {
+    pub task: String,
+    /// lm-eval's metric name, e.g. `exact_match,strict-match`.
+    pub metric: String,
+    /// Both arms' scores, when both ran the task through lm-eval.
+    pub baseline: Option<f64>,
+    pub candidate: Option<f64>,
+    /// candidate - baseline, fraction.
+    pub diff: Option<f64>,
+    /// Questions both arms scored (paired by doc_id and prompt hash in
+    /// lm-eval's `samples_*.jsonl`).
+    pub paired: usize,
+    /// The decision on the drop, as for the built-in task's metrics
+    /// ([`super::gate::judge_accuracy`] on the paired questions); `None`
+    /// when only the candidate ran the task.
+    pub gate: Option<AccuracyGate>,
+    /// The candidate's threshold, its source and whether it met it, when the run had one.
+    pub threshold: Option<f64>,
+    pub source: Option<String>,
+    pub meets_threshold: Option<bool>,
+    /// The drop's outcome and the threshold's (met: PASS, not met: FAIL)
+    /// as one ([`Outcome::combine`]).
+    pub outcome: Outcome,
+}
+
 /// The gate: its outcome, what failed, what it could not decide and what
 /// would decide it, and what it did not judge.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -329,6 +358,10 @@ pub struct Comparison {
     /// Sorted by ISL, OSL, TP, conc.
     pub rows: Vec<Row>,
     pub accuracy: Option<Accuracy>,
+    /// Per task and metric: lm-eval tasks compared across the arms, and
+    /// every task's threshold check on the candidate ([`compare_tasks`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskAccuracy>,
     /// What was left out or could not be compared, in words.
     pub notes: Vec<String>,
     pub gate: GateResult,
@@ -469,7 +502,7 @@ pub fn apply_noise(c: &mut Comparison, noise: &NoiseFloor) {
         }
     }
     c.noise = Some(noise.source.clone());
-    c.gate = gate(&mut c.rows, c.accuracy.as_ref(), &c.options);
+    c.gate = gate(&mut c.rows, c.accuracy.as_ref(), &c.tasks, &c.options);
 }
 
 impl Comparison {
@@ -597,9 +630,10 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         );
     }
     let accuracy = compare_accuracy(baseline, candidate, &options, &mut notes)?;
+    let tasks = compare_tasks(baseline, candidate, &options);
     let (b_tables, c_tables) = (baseline.kernel_tables(), candidate.kernel_tables());
     notes.extend(crate::profile::diff::one_sided(&b_tables, &c_tables));
-    let gate = gate(&mut rows, accuracy.as_ref(), &options);
+    let gate = gate(&mut rows, accuracy.as_ref(), &tasks, &options);
     Ok(Comparison {
         baseline_label: baseline.label.clone(),
         candidate_label: candidate.label.clone(),
@@ -608,6 +642,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         changes: super::config_diff::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job),
         rows,
         accuracy,
+        tasks,
         notes,
         gate,
         spec: super::spec::compare_spec(baseline, candidate),
@@ -676,7 +711,7 @@ fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)],
 }
 
 fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Vec<String>) -> Result<Option<Accuracy>> {
-    let eval_of = |arm: &Arm| arm.repeats.iter().find_map(|r| r.job.eval.as_ref().map(|e| e.gsm8k.clone()));
+    let eval_of = |arm: &Arm| arm.repeats.iter().find_map(|r| r.job.eval.as_ref().and_then(|e| e.gsm8k.clone()));
     let (be, ce) = match (eval_of(baseline), eval_of(candidate)) {
         (Some(b), Some(c)) => (b, c),
         (None, None) => {
@@ -755,6 +790,86 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
     }))
 }
 
+/// Per task and metric: every gated metric of the lm-eval tasks both arms
+/// ran, its drop decided on the questions both scored (lm-eval's
+/// per-question scores paired by doc_id and prompt hash, the same rule as
+/// the built-in task's: [`super::gate::judge_accuracy`]), and the
+/// candidate's accuracy-gate checks (its run's thresholds, per task, the
+/// built-in task's included).
+pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAccuracy> {
+    let evals = |arm: &Arm| arm.repeats.iter().find_map(|r| r.job.eval.clone());
+    let (b, c) = (evals(baseline), evals(candidate));
+    let mut out: Vec<TaskAccuracy> = Vec::new();
+    if let (Some(bl), Some(cl)) = (b.as_ref().and_then(|e| e.lm_eval.as_ref()), c.as_ref().and_then(|e| e.lm_eval.as_ref())) {
+        for ct in &cl.tasks {
+            let Some(bt) = bl.tasks.iter().find(|t| t.task == ct.task) else { continue };
+            for m in ct.gated_metrics() {
+                let Some(bm) = bt.metrics.iter().find(|x| x.name == m.name) else { continue };
+                let (paired, gate) = judge_task_metric(baseline.task_samples(), candidate.task_samples(), &ct.task, &m.name, o);
+                out.push(TaskAccuracy {
+                    task: ct.task.clone(),
+                    metric: m.name.clone(),
+                    baseline: Some(bm.value),
+                    candidate: Some(m.value),
+                    diff: Some(m.value - bm.value),
+                    paired,
+                    outcome: gate.outcome,
+                    gate: Some(gate),
+                    threshold: None,
+                    source: None,
+                    meets_threshold: None,
+                });
+            }
+        }
+    }
+    for check in c.as_ref().and_then(|e| e.gate.as_ref()).map(|g| g.checks.as_slice()).unwrap_or_default() {
+        let row = match out.iter_mut().position(|t| t.task == check.task && t.metric == check.metric) {
+            Some(i) => &mut out[i],
+            None => {
+                out.push(TaskAccuracy {
+                    task: check.task.clone(),
+                    metric: check.metric.clone(),
+                    baseline: None,
+                    candidate: Some(check.value),
+                    diff: None,
+                    paired: 0,
+                    gate: None,
+                    threshold: None,
+                    source: None,
+                    meets_threshold: None,
+                    outcome: Outcome::Pass,
+                });
+                out.last_mut().expect("just pushed")
+            }
+        };
+        row.threshold = Some(check.threshold);
+        row.source = Some(check.source.clone());
+        row.meets_threshold = Some(check.passed);
+        let threshold = if check.passed { Outcome::Pass } else { Outcome::Fail };
+        row.outcome = Outcome::combine([row.outcome, threshold]).expect("two outcomes");
+    }
+    out
+}
+
+/// The paired questions of one task metric and the gate's decision on its
+/// drop: b (baseline right, candidate wrong) and c (the reverse) among the
+/// questions both arms scored. A score other than 0 or 1 has no right or
+/// wrong: such a metric is not paired (INCONCLUSIVE, no estimate).
+fn judge_task_metric(b: &[TaskSample], c: &[TaskSample], task: &str, metric: &str, o: &Options) -> (usize, AccuracyGate) {
+    let of = |s: &[TaskSample]| -> BTreeMap<(u64, String), f64> {
+        s.iter().filter(|x| x.task == task && x.metric == metric).map(|x| ((x.doc_id, x.prompt_hash.clone()), x.value)).collect()
+    };
+    let (bm, cm) = (of(b), of(c));
+    let pairs: Vec<(f64, f64)> = cm.iter().filter_map(|(k, &cv)| bm.get(k).map(|&bv| (bv, cv))).collect();
+    let binary = pairs.iter().all(|&(x, y)| [x, y].iter().all(|v| *v == 0.0 || *v == 1.0));
+    if !binary {
+        return (pairs.len(), super::gate::judge_accuracy(0, 0, 0, o.max_accuracy_drop, None));
+    }
+    let lost = pairs.iter().filter(|&&(x, y)| x == 1.0 && y == 0.0).count() as u64;
+    let gained = pairs.iter().filter(|&&(x, y)| x == 0.0 && y == 1.0).count() as u64;
+    (pairs.len(), super::gate::judge_accuracy(lost, gained, pairs.len() as u64, o.max_accuracy_drop, None))
+}
+
 /// Greedy-token agreement over paired samples; `None` when no pair has token ids on both sides.
 pub fn token_agreement(pairs: &[(&Sample, &Sample)]) -> Option<TokenAgreement> {
     let with_ids: Vec<_> = pairs.iter().filter(|(a, b)| !a.token_ids.is_empty() && !b.token_ids.is_empty()).collect();
@@ -786,9 +901,10 @@ pub fn token_agreement(pairs: &[(&Sample, &Sample)]) -> Option<TokenAgreement> {
 /// accuracy metrics' outcomes; and combines them. Rows with one repeat on a
 /// side are not gated on performance (their interval cannot support a
 /// run-to-run claim; see [`GateResult::perf_not_gated`]); accuracy is gated
-/// whatever the repeats (the eval runs once, greedy). Nothing gated at all
-/// is INCONCLUSIVE.
-pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, o: &Options) -> GateResult {
+/// whatever the repeats (the eval runs once, greedy): the built-in task's
+/// metrics, and per task and metric the lm-eval tasks' drops and every
+/// task's threshold (`tasks`). Nothing gated at all is INCONCLUSIVE.
+pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, tasks: &[TaskAccuracy], o: &Options) -> GateResult {
     use super::numbers::{ci_text, pct, pct_abs, pct_unsigned};
     let (mut failures, mut inconclusive) = (Vec::new(), Vec::new());
     let mut outcomes = Vec::new();
@@ -834,38 +950,48 @@ pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, o: &Options) -> GateR
         }
     }
     let mut questions_needed: Option<Needed> = None;
+    let limit = format!("{:.2}-point drop limit", o.max_accuracy_drop * 100.0);
+    let mut judge = |head: String, g: &AccuracyGate, available: Option<usize>, samples: &str| {
+        match (g.outcome, g.questions_needed) {
+            (Outcome::Fail, _) => failures.push(format!("accuracy did not hold: {head}: the whole CI is a drop beyond the {limit}")),
+            (Outcome::Inconclusive, Some(Needed::About(n))) => {
+                inconclusive.push(format!(
+                    "accuracy not resolved: {head} straddles the {limit}: about {n} paired questions would decide it at the observed disagreement (--eval-limit {n})"
+                ));
+                questions_needed = questions_needed.max(Some(Needed::About(n)));
+            }
+            (Outcome::Inconclusive, Some(Needed::MoreThan(n))) => {
+                inconclusive.push(format!(
+                    "accuracy not resolved: {head} straddles the {limit}: more than {n} paired questions would be needed at the observed disagreement{}",
+                    if available.is_some_and(|q| q as u64 == n) { ", more than the task has" } else { "" }
+                ));
+                questions_needed = questions_needed.max(Some(Needed::MoreThan(n)));
+            }
+            (Outcome::Inconclusive, None) => inconclusive.push(format!("accuracy not resolved: {head}: no per-question samples ({samples}) to pair")),
+            (Outcome::Pass, _) => {}
+        }
+        outcomes.push(g.outcome);
+    };
     if let Some(a) = accuracy {
         for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
-            let ci = m.gate.ci.map_or(String::new(), |(lo, hi)| format!(" [{:+.2}, {:+.2}]", lo * 100.0, hi * 100.0));
             let p = m.mcnemar.map_or(String::new(), |t| format!(", McNemar p = {}", super::numbers::p_text(t.p_value)));
-            let head = format!(
-                "{name} {:.2}% -> {:.2}% ({:+.2} points{ci}{p})",
-                m.baseline * 100.0,
-                m.candidate * 100.0,
-                m.diff * 100.0
-            );
-            let limit = format!("{:.2}-point drop limit", a.max_accuracy_drop * 100.0);
-            match (m.gate.outcome, m.gate.questions_needed) {
-                (Outcome::Fail, _) => failures.push(format!("accuracy did not hold: {head}: the whole CI is a drop beyond the {limit}")),
-                (Outcome::Inconclusive, Some(Needed::About(n))) => {
-                    inconclusive.push(format!(
-                        "accuracy not resolved: {head} straddles the {limit}: about {n} paired questions would decide it at the observed disagreement (--eval-limit {n})"
-                    ));
-                    questions_needed = questions_needed.max(Some(Needed::About(n)));
-                }
-                (Outcome::Inconclusive, Some(Needed::MoreThan(n))) => {
-                    inconclusive.push(format!(
-                        "accuracy not resolved: {head} straddles the {limit}: more than {n} paired questions would be needed at the observed disagreement{}",
-                        if a.questions_available.is_some_and(|q| q as u64 == n) { ", more than the task has" } else { "" }
-                    ));
-                    questions_needed = questions_needed.max(Some(Needed::MoreThan(n)));
-                }
-                (Outcome::Inconclusive, None) => {
-                    inconclusive.push(format!("accuracy not resolved: {head}: no per-question samples (gsm8k_samples.jsonl) to pair"))
-                }
-                (Outcome::Pass, _) => {}
+            let head = format!("{name} {}{p})", points_change(m.baseline, m.candidate, m.gate.ci));
+            judge(head, &m.gate, a.questions_available, "gsm8k_samples.jsonl");
+        }
+    }
+    for t in tasks {
+        if let (Some(g), Some(b), Some(c)) = (&t.gate, t.baseline, t.candidate) {
+            let head = format!("{} {} {})", t.task, t.metric, points_change(b, c, g.ci));
+            judge(head, g, None, "lm-eval's samples_*.jsonl");
+        }
+    }
+    for t in tasks {
+        if let (Some(met), Some(th), Some(c)) = (t.meets_threshold, t.threshold, t.candidate) {
+            if !met {
+                let source = t.source.as_deref().unwrap_or("?");
+                failures.push(format!("accuracy below threshold: {} {} = {c:.4} < {th:.2} ({source})", t.task, t.metric));
             }
-            outcomes.push(m.gate.outcome);
+            outcomes.push(if met { Outcome::Pass } else { Outcome::Fail });
         }
     }
     let outcome = Outcome::combine(outcomes).unwrap_or_else(|| {
@@ -873,4 +999,11 @@ pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, o: &Options) -> GateR
         Outcome::Inconclusive
     });
     GateResult { outcome, failures, inconclusive, repeats_needed, questions_needed, perf_not_gated }
+}
+
+/// `71.00% -> 70.00% (-1.00 points [lo, hi]` (the caller closes it): an
+/// accuracy change with its paired interval in points, when there is one.
+fn points_change(baseline: f64, candidate: f64, ci: Option<(f64, f64)>) -> String {
+    let ci = ci.map_or(String::new(), |(lo, hi)| format!(" [{:+.2}, {:+.2}]", lo * 100.0, hi * 100.0));
+    format!("{:.2}% -> {:.2}% ({:+.2} points{ci}", baseline * 100.0, candidate * 100.0, (candidate - baseline) * 100.0)
 }

@@ -50,12 +50,29 @@ impl RequestRow {
 }
 
 /// One repeat of one variant: a job as it ran, its measured requests (every
-/// point's, `point` indexing `job.points`) and its eval samples (may be empty).
+/// point's, `point` indexing `job.points`), its eval samples and its lm-eval
+/// tasks' per-question scores (either may be empty).
 #[derive(Debug, Clone)]
 pub struct Repeat {
     pub job: JobResult,
     pub requests: Vec<RequestRow>,
     pub samples: Vec<Sample>,
+    pub task_samples: Vec<TaskSample>,
+}
+
+/// One question's score on one metric of an lm-eval task: from a line of
+/// lm-eval's `samples_<task>_<date>.jsonl` (its `doc_id`, `prompt_hash`,
+/// `filter`, and the value of each name in `metrics`), what the comparison
+/// pairs the arms on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSample {
+    pub task: String,
+    /// lm-eval's `<metric>,<filter>`, as in its results, e.g. `exact_match,strict-match`.
+    pub metric: String,
+    pub doc_id: u64,
+    pub prompt_hash: String,
+    /// The question's score (exact_match: 0 or 1).
+    pub value: f64,
 }
 
 impl Repeat {
@@ -83,6 +100,11 @@ impl Arm {
     /// makes later repeats' samples the same questions again).
     pub fn samples(&self) -> &[Sample] {
         self.repeats.iter().map(|r| r.samples.as_slice()).find(|s| !s.is_empty()).unwrap_or(&[])
+    }
+
+    /// The lm-eval per-question scores of the first repeat that has any.
+    pub fn task_samples(&self) -> &[TaskSample] {
+        self.repeats.iter().map(|r| r.task_samples.as_slice()).find(|s| !s.is_empty()).unwrap_or(&[])
     }
 
     /// The first profiled kernel table of each point (ISL, OSL, TP, conc).
@@ -168,10 +190,40 @@ pub fn load_arm(result_path: &Path, label: Option<&str>, role: &str, flag: &str)
             .filter(|s| seen.insert((s.sample.doc_id, s.sample.prompt_sha256.clone()), ()).is_none())
             .map(|s| s.sample.clone())
             .collect();
-        repeats.push(Repeat { job, requests: reqs, samples });
+        let task_samples = read_task_samples(result_path.parent().unwrap_or(Path::new(".")), &job)?;
+        repeats.push(Repeat { job, requests: reqs, samples, task_samples });
     }
     let arm_label = label.map(str::to_string).unwrap_or_else(|| result.jobs[chosen[0]].label.clone());
     Ok((result, Arm { label: arm_label, repeats }))
+}
+
+/// The per-question scores of a job's lm-eval tasks, from the
+/// `samples_<task>_<date>.jsonl` files its result lists (relative to the run
+/// folder `dir`; lm-eval names them so in `EvaluationTracker.save_results_samples`).
+/// Missing files give none (the comparison then has nothing to pair).
+///
+/// Errors (usage): a line that is not JSON, naming the file and line.
+pub(crate) fn read_task_samples(dir: &Path, job: &JobResult) -> Result<Vec<TaskSample>> {
+    let files = job.eval.as_ref().and_then(|e| e.lm_eval.as_ref()).map(|l| l.files.as_slice()).unwrap_or_default();
+    let mut out = Vec::new();
+    for f in files {
+        let path = dir.join(f);
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let Some(task) = name.strip_prefix("samples_").and_then(|n| n.strip_suffix(".jsonl")).and_then(|n| n.rsplit_once('_')).map(|(t, _date)| t)
+        else {
+            continue;
+        };
+        for line in read_jsonl::<serde_json::Value>(&path)? {
+            let (Some(doc_id), Some(filter)) = (line["doc_id"].as_u64(), line["filter"].as_str()) else { continue };
+            let prompt_hash = line["prompt_hash"].as_str().unwrap_or_default();
+            for metric in line["metrics"].as_array().into_iter().flatten().filter_map(|m| m.as_str()) {
+                if let Some(value) = line[metric].as_f64() {
+                    out.push(TaskSample { task: task.to_string(), metric: format!("{metric},{filter}"), doc_id, prompt_hash: prompt_hash.to_string(), value });
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn quote_list(items: &[&str]) -> String {

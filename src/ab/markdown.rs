@@ -6,7 +6,7 @@
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
 
-use super::compare::{Accuracy, Comparison, Figure, GateResult, METRICS, PairedMetric, Row};
+use super::compare::{Accuracy, Comparison, Figure, GateResult, METRICS, PairedMetric, Row, TaskAccuracy};
 use super::distributions::McNemarMethod;
 use super::gate::{Needed, Outcome};
 use super::numbers::{ci_text, num, p_text, pct, pct_abs, pct_unsigned};
@@ -165,6 +165,12 @@ pub fn render(c: &Comparison) -> String {
         s.push('\n');
         s.push_str(&accuracy_markdown(a));
     }
+    if !c.tasks.is_empty() {
+        s.push_str("\nAccuracy per task:\n\n");
+        for line in task_lines(&c.tasks) {
+            s.push_str(&format!("- {line}\n"));
+        }
+    }
     if !c.notes.is_empty() {
         s.push_str("\nNotes:\n\n");
         for n in &c.notes {
@@ -233,6 +239,29 @@ fn agreement_text(a: &Accuracy) -> String {
     }
 }
 
+/// One line per task and metric: the arms' scores with the paired interval
+/// of the change, the candidate's threshold, and the gate's outcome.
+fn task_lines(tasks: &[TaskAccuracy]) -> Vec<String> {
+    tasks
+        .iter()
+        .map(|t| {
+            let scores = match (t.baseline, t.candidate, t.diff) {
+                (Some(b), Some(c), Some(d)) => {
+                    let ci = t.gate.and_then(|g| g.ci).map_or(String::new(), |(lo, hi)| format!(" [{:+.2}, {:+.2}]", lo * 100.0, hi * 100.0));
+                    format!("{:.2}% → {:.2}% ({:+.2} points{ci}, {} paired)", b * 100.0, c * 100.0, d * 100.0, t.paired)
+                }
+                (_, Some(c), _) => format!("candidate {:.2}%", c * 100.0),
+                _ => "-".into(),
+            };
+            let threshold = match (t.threshold, t.meets_threshold) {
+                (Some(th), Some(ok)) => format!("; threshold {th:.2} ({}): {}", t.source.as_deref().unwrap_or("?"), if ok { "met" } else { "NOT met" }),
+                _ => String::new(),
+            };
+            format!("{} {}: {scores}{threshold}: {}", t.task, t.metric, t.outcome.text())
+        })
+        .collect()
+}
+
 /// The accuracy block in Markdown.
 pub fn accuracy_markdown(a: &Accuracy) -> String {
     let mut s = format!("### Accuracy: {}, {}-shot ({})\n\n", a.task, a.num_fewshot, a.fewshot_mode);
@@ -287,7 +316,7 @@ pub fn to_decide_text(g: &GateResult) -> Option<String> {
 /// performance gate.
 fn gate_text(c: &Comparison) -> String {
     let perf_gated = c.rows.iter().any(|r| r.repeats.0 >= 2 && r.repeats.1 >= 2);
-    let scope = match (perf_gated, c.accuracy.is_some()) {
+    let scope = match (perf_gated, c.accuracy.is_some() || !c.tasks.is_empty()) {
         (true, _) => "",
         (false, true) => " (accuracy only)",
         (false, false) => " (nothing gated)",
@@ -343,6 +372,22 @@ pub fn gate_markdown(c: &Comparison) -> String {
                 m.gate.outcome.text()
             ));
         }
+    }
+    for t in &c.tasks {
+        let change = match (t.diff, t.gate) {
+            (Some(d), Some(g)) => {
+                let ci = g.ci.map_or("-".into(), |(lo, hi)| format!("[{:+.2}, {:+.2}]", lo * 100.0, hi * 100.0));
+                format!("{:+.2} pts {ci}", d * 100.0)
+            }
+            _ => t.candidate.map_or("-".into(), |v| format!("{:.2}%", v * 100.0)),
+        };
+        let limit = match (t.gate, t.threshold) {
+            (Some(_), Some(th)) => format!("-{:.2} pts; ≥ {th:.2}", c.options.max_accuracy_drop * 100.0),
+            (Some(_), None) => format!("-{:.2} pts", c.options.max_accuracy_drop * 100.0),
+            (None, Some(th)) => format!("≥ {th:.2}"),
+            (None, None) => "-".into(),
+        };
+        lines.push(format!("| {} | {} | {change} | {limit} | {} |", t.task, t.metric, t.outcome.text()));
     }
     if lines.is_empty() {
         return String::new();
@@ -406,6 +451,9 @@ pub fn terminal(c: &Comparison) -> String {
     }
     if c.aa {
         s.push_str(&noise_markdown(c));
+    }
+    for line in task_lines(&c.tasks) {
+        s.push_str(&format!("{line}\n"));
     }
     if let Some(a) = &c.accuracy {
         s.push_str(&format!("{}, {}-shot ({}):\n", a.task, a.num_fewshot, a.fewshot_mode));
@@ -523,7 +571,7 @@ pub(crate) mod tests {
                 without_token_ids: 0,
             }),
         };
-        let gate = crate::ab::compare::gate(&mut rows, Some(&accuracy), &Options::default());
+        let gate = crate::ab::compare::gate(&mut rows, Some(&accuracy), &[], &Options::default());
         Comparison {
             baseline_label: "before".into(),
             candidate_label: "aiter".into(),
@@ -542,6 +590,7 @@ pub(crate) mod tests {
             changes: vec![],
             rows,
             accuracy: Some(accuracy),
+            tasks: Vec::new(),
             notes: vec!["ISL/OSL 1024/1024 TP 8 conc 128 ran only in the baseline: not compared".into()],
             gate,
             spec: None,

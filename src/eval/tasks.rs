@@ -74,6 +74,7 @@ struct TaskFile {
     name: String,
     #[serde(default)]
     description: String,
+    lm_eval_task: Option<String>,
     doc_to_text: String,
     doc_to_target: TargetKind,
     #[serde(default = "default_target_delimiter")]
@@ -172,6 +173,9 @@ pub struct TaskDef {
     /// `builtin:<name>` or the file path it was read from.
     pub origin: String,
     pub description: String,
+    /// The lm-eval task this one reproduces (InferenceX's thresholds and
+    /// results name it so: `gsm8k` for `gsm8k_inferencex`).
+    pub lm_eval_task: Option<String>,
     /// Prompt of one question; `{{question}}` is replaced.
     pub doc_to_text: String,
     pub doc_to_target: TargetKind,
@@ -201,6 +205,11 @@ pub struct TaskDef {
 }
 
 impl TaskDef {
+    /// The names thresholds may know it by: its own, then the lm-eval task it reproduces.
+    pub fn names(&self) -> Vec<&str> {
+        std::iter::once(self.name.as_str()).chain(self.lm_eval_task.as_deref()).collect()
+    }
+
     /// lm-eval's `doc_to_text`.
     pub fn doc_to_text(&self, question: &str) -> String {
         self.doc_to_text.replace(QUESTION, question)
@@ -281,6 +290,7 @@ pub fn parse_task(text: &str, origin: &str, ov: &TaskOverrides) -> Result<TaskDe
         name: f.name,
         origin: origin.to_string(),
         description: f.description,
+        lm_eval_task: f.lm_eval_task,
         doc_to_text: f.doc_to_text,
         doc_to_target: f.doc_to_target,
         target_delimiter: f.target_delimiter,
@@ -354,6 +364,7 @@ mod tests {
     fn builtins_load_with_lm_eval_settings() {
         let g = load_task("gsm8k", &TaskOverrides::default()).unwrap();
         assert_eq!(g.origin, "builtin:gsm8k");
+        assert_eq!(g.lm_eval_task.as_deref(), Some("gsm8k"));
         assert_eq!(g.doc_to_text("Q?"), "Question: Q?\nAnswer:");
         assert_eq!((g.target_delimiter.as_str(), g.fewshot_delimiter.as_str()), (" ", "\n\n"));
         assert_eq!(g.num_fewshot, 5);
@@ -389,6 +400,7 @@ mod tests {
 
         let x = load_task("gsm8k_inferencex", &TaskOverrides::default()).unwrap();
         assert!(x.chat && x.fewshot_as_multiturn);
+        assert_eq!(x.lm_eval_task.as_deref(), Some("gsm8k"), "InferenceX's task is named gsm8k");
         assert_eq!(
             x.doc_to_text("Q?"),
             "Question: Q?\nEnd your response with the answer on the last line, formatted as: #### [number]\nAnswer:"

@@ -115,7 +115,8 @@ pub fn import_key(root: &Path, key: &str, scenario: Option<&str>) -> Result<(Pat
         return Err(format!("entry {key} is multi-node: only single-node entries can be imported"));
     }
     let hardware = hardware_for(&master, &entry)?;
-    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware)?;
+    let evals = super::render::CheckoutEvals::beside(&master)?;
+    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware, &evals)?;
     Ok((master, imported))
 }
 

@@ -60,7 +60,7 @@ fn one_call<'a>(calls: &'a [Call], what: &str, same: impl Fn(&Call, &Call) -> bo
 }
 
 /// One point's evaluation: its engine, workload and helper servers.
-fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint) -> Result<(Engine, Bench, u32, u32, Vec<(u32, String)>), Vec<String>> {
+fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint) -> Result<(Engine, Bench, u32, u32, Vec<(u32, String)>, BTreeMap<String, String>), Vec<String>> {
     let outcome = sandbox::evaluate(&Script { root, rel }, &p.env).map_err(|e| vec![e])?;
     let mut problems: Vec<String> = outcome.problems.iter().map(|(l, w)| at_line(*l, w)).collect();
     let served = one_call(&outcome.serves, "`vllm serve`", |a, b| a.args == b.args && a.env == b.env).map_err(|e| problems.push(e)).ok();
@@ -82,7 +82,8 @@ fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint) -> Result<(Engine, B
     }
     let (served, (bench, bench_line)) = (served.expect("no problems"), bench.expect("no problems"));
     let engine = engine_of(served, &p.env).map_err(|why| vec![at_line(served.line, &why)])?;
-    Ok((engine, bench, served.line, bench_line, outcome.services))
+    let eval_env = served.env.iter().filter(|(k, _)| is_eval_var(k) && !p.env.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    Ok((engine, bench, served.line, bench_line, outcome.services, eval_env))
 }
 
 /// Evaluates the launcher at every point and groups the points into jobs.
@@ -96,7 +97,7 @@ pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPo
     for p in points {
         let label = p.label();
         let evaluated = launcher(&p).map_err(|why| vec![why]).and_then(|rel| evaluate_point(root, &rel, &p).map(|ev| (rel, ev)));
-        let (rel, (engine, bench, line, bench_line, services)) = match evaluated {
+        let (rel, (engine, bench, line, bench_line, services, eval_env)) = match evaluated {
             Ok(ok) => ok,
             Err(problems) => {
                 failed_points += 1;
@@ -113,7 +114,7 @@ pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPo
                 &mut jobs[i]
             }
             None => {
-                jobs.push(Job { name: String::new(), engine, bench, launcher: rel, line, bench_line, points: vec![], services: vec![] });
+                jobs.push(Job { name: String::new(), engine, bench, launcher: rel, line, bench_line, points: vec![], services: vec![], eval_env });
                 jobs.last_mut().expect("just pushed")
             }
         };
@@ -167,8 +168,14 @@ fn engine_of(s: &Call, given: &BTreeMap<String, String>) -> Result<Engine, Strin
             "`vllm serve --config {file}` reads more flags from a file the launcher writes: not imported (its flags would be missing)"
         ));
     }
-    let env = s.env.iter().filter(|(k, _)| !given.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let env = s.env.iter().filter(|(k, _)| !given.contains_key(*k) && !is_eval_var(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
     Ok(Engine { model, args, env })
+}
+
+/// InferenceX's eval settings (`EVAL_CONCURRENT_REQUESTS`, `EVAL_TASKS_DIR`,
+/// ...): read by its `run_eval`, not by the engine.
+fn is_eval_var(name: &str) -> bool {
+    name.starts_with("EVAL_")
 }
 
 /// Names each job after what tells it apart: TP, EP (> 1), DP-attention,
@@ -234,7 +241,14 @@ fn name_jobs(jobs: &mut [Job]) {
 ///
 /// Errors: any point that cannot be evaluated (with its line), jobs with
 /// different models, or a recipe that does not reproduce the jobs.
-pub fn import_with(root: &Path, launcher: Launcher, e: &Entry, scenario: Option<&str>, hardware: Option<Hardware>) -> Result<Imported, String> {
+pub fn import_with(
+    root: &Path,
+    launcher: Launcher,
+    e: &Entry,
+    scenario: Option<&str>,
+    hardware: Option<Hardware>,
+    evals: &super::render::CheckoutEvals,
+) -> Result<Imported, String> {
     let points = workflow::matrix(e, scenario, hardware)?;
     let jobs = evaluate(root, launcher, e, points)?;
     if let Some(other) = jobs.iter().find(|j| j.engine.model != jobs[0].engine.model) {
@@ -254,7 +268,7 @@ pub fn import_with(root: &Path, launcher: Launcher, e: &Entry, scenario: Option<
         notes.extend(super::render::agentic_notes(r));
     }
     notes.extend(jobs.iter().flat_map(Job::notes));
-    let toml = super::render::render(e, &jobs, &notes);
+    let toml = super::render::render(e, &jobs, &notes, evals);
     super::render::verify(&toml, &jobs)?;
     Ok(Imported { toml, jobs, notes })
 }
@@ -269,7 +283,8 @@ pub fn run_import(launcher: &Path, master: (&Path, &str), scenario: Option<&str>
     let abs = launcher.canonicalize().map_err(|e| usage(format!("cannot read launcher {}: {e}", launcher.display())))?;
     let (root, name) = (abs.parent().unwrap_or(Path::new("/")), abs.file_name().map(Path::new).unwrap_or(Path::new("")));
     let hardware = workflow::hardware_for(path, &entry).map_err(usage)?;
-    let imported = import_with(root, &|_| Ok(name.to_path_buf()), &entry, scenario, hardware).map_err(usage)?;
+    let evals = super::render::CheckoutEvals::beside(path).map_err(usage)?;
+    let imported = import_with(root, &|_| Ok(name.to_path_buf()), &entry, scenario, hardware, &evals).map_err(usage)?;
     write_out(&imported, output)
 }
 

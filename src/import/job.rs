@@ -71,6 +71,10 @@ pub struct Job {
     pub points: Vec<MatrixPoint>,
     /// Helper servers the launcher starts, not reproducible in-process.
     pub services: Vec<Service>,
+    /// InferenceX's eval settings the launcher exported (`EVAL_*`, e.g.
+    /// `EVAL_CONCURRENT_REQUESTS`), at its first point: they go to `[eval]`,
+    /// not to the engine's environment.
+    pub eval_env: BTreeMap<String, String>,
 }
 
 impl Job {

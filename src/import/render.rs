@@ -13,6 +13,8 @@
 //! `${TP}` and the search space says `tp = 8`: the recipe's TP is then
 //! InferenceX's, which its per-GPU figures divide by.
 
+use std::path::{Path, PathBuf};
+
 use toml::Value;
 
 use super::client::{Prompts, REPLAY_SEED, REPLAY_START_RATIO, REPLAY_SYSTEM_IDLE_CAP_S, Replay};
@@ -21,6 +23,88 @@ use super::master_config::Entry;
 use crate::protocol::{LengthConvention, Workload};
 use crate::recipe::args::is_flag;
 use crate::recipe::sweep::{INFERENCEX_PERCENTILES, INFERENCEX_WARMUPS_PER_CONC};
+
+/// What an InferenceX checkout says about evals: its thresholds file
+/// (`utils/evals/thresholds.yaml`) and where its task files live.
+#[derive(Debug, Clone, Default)]
+pub struct CheckoutEvals {
+    /// `utils/evals/` of the checkout, when found.
+    pub dir: Option<PathBuf>,
+    pub thresholds: Option<crate::eval::thresholds::Thresholds>,
+}
+
+impl CheckoutEvals {
+    /// The checkout's evals beside a master config (`configs/X.yaml`, or
+    /// `configs/deprecated/X.yaml`): `utils/evals/` one or two folders up.
+    ///
+    /// Errors: a thresholds.yaml that is there but does not read.
+    pub fn beside(master: &Path) -> Result<CheckoutEvals, String> {
+        let configs = master.parent().unwrap_or(Path::new("."));
+        let dir = configs.ancestors().skip(1).take(2).map(|d| d.join("utils/evals")).find(|d| d.is_dir());
+        let thresholds = match dir.as_ref().map(|d| d.join("thresholds.yaml")).filter(|f| f.is_file()) {
+            Some(f) => Some(crate::eval::thresholds::Thresholds::load(&f).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        Ok(CheckoutEvals { dir, thresholds })
+    }
+}
+
+/// The `[eval]` of an imported recipe: InferenceX's eval of the entry (the
+/// task `EVAL_TASKS_DIR` names, `utils/evals/gsm8k.yaml` by default, which
+/// the built-in `gsm8k_inferencex` reproduces; any other through lm-eval),
+/// at the launcher's `EVAL_CONCURRENT_REQUESTS` or else the entry's highest
+/// concurrency (InferenceX runs evals at `CONC` of its highest and median
+/// eval points), and the checkout's thresholds for the entry's model prefix
+/// (every task of its thresholds file, resolved), else InferenceX's 0.90.
+fn eval_section(e: &Entry, jobs: &[Job], evals: &CheckoutEvals) -> String {
+    let base = &jobs[0];
+    let mut t = String::from("\n[eval]\n");
+    let tasks_dir = base.eval_env.get("EVAL_TASKS_DIR").filter(|d| !d.ends_with("gsm8k.yaml"));
+    match tasks_dir {
+        Some(d) => {
+            let path = evals.dir.as_ref().and_then(|e| e.parent()).and_then(Path::parent).map_or_else(|| PathBuf::from(d), |root| root.join(d));
+            t.push_str(&format!("# EVAL_TASKS_DIR={d}: run through lm-eval (needs `pip install lm-eval` in the engine's Python)\n"));
+            t.push_str(&format!("tasks = [{}]\n", q(&path.display().to_string())));
+        }
+        None => t.push_str("# InferenceX's utils/evals/gsm8k.yaml through lm-eval, built in (no lm-eval needed)\ntasks = [\"gsm8k_inferencex\"]\n"),
+    }
+    let concurrency = match base.eval_env.get("EVAL_CONCURRENT_REQUESTS").and_then(|c| c.parse::<u32>().ok()) {
+        Some(c) => {
+            t.push_str("# EVAL_CONCURRENT_REQUESTS of the launcher\n");
+            Some(c)
+        }
+        None => {
+            t.push_str("# InferenceX evaluates at CONC of its highest (and median) eval point: the highest\n");
+            jobs.iter().flat_map(|j| &j.points).map(|p| p.conc).max()
+        }
+    };
+    if let Some(c) = concurrency {
+        t.push_str(&format!("concurrency = {c}\n"));
+    }
+    match &evals.thresholds {
+        Some(th) => {
+            let prefix = e.model_prefix.as_deref();
+            let mut tasks: Vec<&String> = th.default.keys().chain(prefix.and_then(|p| th.models.get(p)).into_iter().flat_map(|m| m.keys())).collect();
+            tasks.sort();
+            tasks.dedup();
+            let resolved: Vec<String> = tasks
+                .iter()
+                .filter_map(|task| th.resolve(prefix, task).map(|(v, _)| format!("{} = {v}", q(task))))
+                .collect();
+            if let Some(p) = prefix {
+                t.push_str(&format!("model_prefix = {}\n", q(p)));
+            }
+            t.push_str(&format!(
+                "# from {} for model prefix {}: models.<prefix> over default\nthresholds = {{ {} }}\n",
+                th.origin,
+                prefix.unwrap_or("(none)"),
+                resolved.join(", ")
+            ));
+        }
+        None => t.push_str("min_accuracy = 0.90\n"),
+    }
+    t
+}
 
 /// Flags whose value may be the matrix TP.
 const TP_VALUE_FLAGS: [&str; 4] = ["--tensor-parallel-size", "-tp", "--data-parallel-size", "-dp"];
@@ -134,7 +218,7 @@ pub fn agentic_notes(r: &Replay) -> Vec<String> {
 /// The recipe for `jobs`: the first is the base, the others variants that
 /// replace the flag list and environment; each with its own search space
 /// and workload settings.
-pub fn render(e: &Entry, jobs: &[Job], notes: &[String]) -> String {
+pub fn render(e: &Entry, jobs: &[Job], notes: &[String], evals: &CheckoutEvals) -> String {
     let base = &jobs[0];
     let mut t = String::new();
     t.push_str(&format!("# Imported by `enginebench import inferencex` from master-config entry {}:\n", e.key));
@@ -183,7 +267,7 @@ pub fn render(e: &Entry, jobs: &[Job], notes: &[String]) -> String {
         t.push_str(&format!("{k} = {v}\n"));
     }
     if jobs.iter().any(|j| matches!(j.bench, Bench::Fixed(_))) {
-        t.push_str("\n[eval]\ntask = \"gsm8k_inferencex\"\nmin_accuracy = 0.90\n");
+        t.push_str(&eval_section(e, jobs, evals));
     }
     for j in &jobs[1..] {
         t.push_str(&format!("\n[variants.{}]\n", q(&j.name)));

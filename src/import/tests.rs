@@ -165,6 +165,30 @@ fn launcher_search_follows_the_runners() {
 }
 
 #[test]
+fn eval_selection_and_checkout_thresholds_come_along() {
+    // The launcher's EVAL_CONCURRENT_REQUESTS goes to [eval], not to the
+    // engine; the checkout's thresholds resolve for the entry's model prefix.
+    let im = import("tiny-fp32-cpu-vllm");
+    assert!(!im.jobs[0].engine.env.contains_key("EVAL_CONCURRENT_REQUESTS"), "{:?}", im.jobs[0].engine.env);
+    let recipe = Recipe::parse(&im.toml, "tiny").unwrap();
+    let eval = recipe.eval.expect("an [eval] section");
+    assert_eq!((eval.tasks, eval.concurrency), (vec!["gsm8k_inferencex".to_string()], 4));
+    assert_eq!(eval.model_prefix.as_deref(), Some("tiny"));
+    assert_eq!(eval.thresholds.get("gsm8k"), Some(&0.02), "{}", im.toml);
+    assert_eq!(eval.thresholds.get("gpqa_diamond_cot_n_shot"), Some(&0.30), "{}", im.toml);
+    assert_eq!(eval.min_accuracy, None);
+    // No EVAL_CONCURRENT_REQUESTS: the entry's highest concurrency; another prefix: the defaults.
+    let im = import("old-fp8-mi300x-vllm");
+    let eval = Recipe::parse(&im.toml, "old").unwrap().eval.unwrap();
+    assert_eq!(eval.concurrency, 8, "{}", im.toml);
+    assert_eq!(eval.thresholds.get("gsm8k"), Some(&0.90), "{}", im.toml);
+    // Without a thresholds file: InferenceX's 0.90 on every exact_match.
+    let im = import_text(&std::fs::read_to_string(root().join("benchmarks/single_node/fixed_seq_len/tiny_fp32_cpu_vllm.sh")).unwrap()).unwrap();
+    let eval = Recipe::parse(&im.toml, "t").unwrap().eval.unwrap();
+    assert_eq!((eval.min_accuracy, eval.thresholds.len()), (Some(0.90), 0), "{}", im.toml);
+}
+
+#[test]
 fn scenario_filter_and_unknown_scenario() {
     let (_, im) = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("8k1k")).unwrap();
     assert_eq!(im.jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["tp8", "tp4-mtp"]);
@@ -186,7 +210,7 @@ fn import_text(script: &str) -> Result<Imported, String> {
     std::fs::write(dir.path().join("l.sh"), script).unwrap();
     let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
     let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
-    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None)
+    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default())
 }
 
 #[test]

@@ -5,9 +5,11 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::outputs::OutputFiles;
-use super::plan::EvalPlan;
-use crate::protocol::{EvalCompletion, RawPoint, ReplayPhase, RequestRecord, StepRecord};
+use super::plan::BuiltinEval;
+use crate::protocol::{EvalCompletion, LmEvalLoad, RawPoint, ReplayPhase, RequestRecord, StepRecord};
+use crate::eval::lmeval::{LmEvalResult, parse_results, version_of};
 use crate::eval::tasks::TaskDef;
+use crate::eval::thresholds::GateRules;
 use crate::eval::{Sample, aggregate, score_sample};
 use crate::metrics::crosscheck::cross_check;
 use crate::metrics::prefix_cache::{CacheInput, summarize_prefix_cache};
@@ -18,22 +20,85 @@ use crate::metrics::{FigureSpec, point_figures};
 use crate::recipe::GateMetric;
 use crate::recipe::sweep::ResolvedSweep;
 use crate::report::files::JsonLines;
-use crate::report::result::{Gate, GateCheck, Gsm8kResult, PointResult, PointStatus};
+use crate::report::result::{Evals, Gate, GateCheck, Gsm8kResult, PointResult, PointStatus};
 
-/// The accuracy gate over lm-eval's metric names (`exact_match,<filter>`).
-pub fn gate(g: &Gsm8kResult, task: &TaskDef, min_accuracy: f64, metric: Option<GateMetric>) -> Gate {
-    let strict = (format!("exact_match,{}", task.strict.name), g.exact_match_strict);
-    let flexible = (format!("exact_match,{}", task.flexible.name), g.exact_match_flexible);
-    let metrics = match metric.unwrap_or_default() {
-        GateMetric::All => vec![strict, flexible],
-        GateMetric::Strict => vec![strict],
-        GateMetric::Flexible => vec![flexible],
+/// The accuracy gate: every task that has a threshold ([`GateRules::threshold`];
+/// a built-in task is also found by the lm-eval task it reproduces) has each
+/// of its gated metrics checked against it, as InferenceX's
+/// validate_scores.py checks every `exact_match,<filter>`. `metric` narrows
+/// to the strict-match or flexible-extract filter where a task has it. A
+/// task with a threshold and no metric to gate fails. `None` without any
+/// threshold.
+pub fn gate(evals: &Evals, builtin: Option<&TaskDef>, rules: &GateRules, metric: GateMetric) -> Option<Gate> {
+    if rules.is_empty() {
+        return None;
+    }
+    let pick = |name: &str| match metric {
+        GateMetric::All => true,
+        GateMetric::Strict => name.ends_with(",strict-match"),
+        GateMetric::Flexible => name.ends_with(",flexible-extract"),
     };
-    let checks: Vec<GateCheck> = metrics
-        .into_iter()
-        .map(|(metric, value)| GateCheck { metric, value, passed: value >= min_accuracy })
-        .collect();
-    Gate { min_accuracy, passed: checks.iter().all(|c| c.passed), checks }
+    // (task, threshold names, [(metric, value, stderr)])
+    let mut tasks: Vec<(String, Vec<String>, Vec<(String, f64, Option<f64>)>)> = Vec::new();
+    if let (Some(g), Some(t)) = (&evals.gsm8k, builtin) {
+        let metrics = vec![
+            (format!("exact_match,{}", t.strict.name), g.exact_match_strict, Some(g.exact_match_strict_stderr)),
+            (format!("exact_match,{}", t.flexible.name), g.exact_match_flexible, Some(g.exact_match_flexible_stderr)),
+        ];
+        tasks.push((g.task.clone(), t.names().into_iter().map(str::to_string).collect(), metrics));
+    }
+    for t in evals.lm_eval.iter().flat_map(|l| &l.tasks) {
+        let metrics = t.gated_metrics().into_iter().map(|m| (m.name.clone(), m.value, m.stderr)).collect();
+        tasks.push((t.task.clone(), vec![t.task.clone()], metrics));
+    }
+    let mut checks = Vec::new();
+    let mut ungated = Vec::new();
+    for (task, names, metrics) in tasks {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let Some((threshold, source)) = rules.threshold(&names) else {
+            ungated.push(task);
+            continue;
+        };
+        let narrowed: Vec<_> = metrics.iter().filter(|(m, ..)| pick(m)).cloned().collect();
+        let chosen = if narrowed.is_empty() { metrics } else { narrowed };
+        if chosen.is_empty() {
+            let none = "(no exact_match or higher-is-better metric)".to_string();
+            checks.push(GateCheck { task, metric: none, value: 0.0, stderr: None, threshold, source, passed: false });
+            continue;
+        }
+        for (metric, value, stderr) in chosen {
+            let passed = value >= threshold;
+            checks.push(GateCheck { task: task.clone(), metric, value, stderr, threshold, source: source.clone(), passed });
+        }
+    }
+    Some(Gate { passed: !checks.is_empty() && checks.iter().all(|c| c.passed), checks, ungated })
+}
+
+/// The lm-eval tasks' result: lm-eval's results JSON read per task, with the
+/// driver loop's figures; `files` are lm-eval's own, relative to the run folder.
+///
+/// Errors: lm-eval's results are not what lm-eval writes (see [`parse_results`]).
+/// `(duration_s, wall_s)`: the generation in the driver loop, and lm-eval's
+/// whole evaluation in the worker, s.
+pub fn finish_lm_eval(
+    results: &str,
+    (duration_s, wall_s): (f64, f64),
+    load: &[LmEvalLoad],
+    max_tokens: Option<u32>,
+    chat: bool,
+    files: Vec<String>,
+) -> Result<LmEvalResult> {
+    Ok(LmEvalResult {
+        lm_eval_version: version_of(results),
+        files,
+        chat,
+        max_tokens,
+        duration_s,
+        wall_s,
+        requests: load.iter().map(|l| l.requests).sum(),
+        output_tokens: load.iter().map(|l| l.output_tokens).sum(),
+        tasks: parse_results(results, load)?,
+    })
 }
 
 /// Figures, step summary and cross-check of one measured point.
@@ -169,9 +234,9 @@ pub fn point_line(p: &PointResult) -> String {
     line
 }
 
-/// Scores the completions of an eval and logs every sample.
+/// Scores the completions of the built-in task and logs every sample.
 pub fn score_eval(
-    eval: &EvalPlan,
+    eval: &BuiltinEval,
     completions: &[EvalCompletion],
     duration_s: f64,
     max_tokens: u32,

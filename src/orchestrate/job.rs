@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use indicatif::MultiProgress;
 
-use super::finish::{finish_point, gate, point_line, score_eval};
+use super::finish::{finish_lm_eval, finish_point, gate, point_line, score_eval};
 use super::interrupt::Interrupts;
 use super::outputs::OutputFiles;
 use super::plan::Plan;
@@ -130,7 +130,13 @@ fn worker_request(plan: &Plan, index: usize, result: &RunResult, files: &OutputF
     Ok(Job {
         engine_argv,
         points: job.specs.clone(),
-        eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| e.job.clone()),
+        eval: plan.eval.as_ref().filter(|_| job.run_eval).map(|e| {
+            let mut eval = e.job.clone();
+            if let Some(lm) = eval.lm_eval.as_mut() {
+                lm.output_dir = super::outputs::lm_eval_dir(&files.dir, &result.jobs[index].label);
+            }
+            eval
+        }),
         record_token_ids: job.record_token_ids,
         profile,
     })
@@ -395,12 +401,20 @@ impl<'a> WorkerWatch<'a> {
             }
             Message::Eval { completions, duration_s, max_tokens } => {
                 bar.finish(format!("eval generated in {duration_s:.1} s"));
-                if let Some(eval) = &plan.eval {
-                    let g = score_eval(eval, &completions, duration_s, max_tokens, files, &j.label)?;
-                    let metric = plan.recipe.eval.as_ref().map(|e| e.gate_metric);
-                    let gate = plan.min_accuracy.map(|min| gate(&g, &eval.task, min, metric));
-                    j.eval = Some(Evals { gsm8k: g, gate });
+                if let Some(builtin) = plan.eval.as_ref().and_then(|e| e.builtin.as_ref()) {
+                    let g = score_eval(builtin, &completions, duration_s, max_tokens, files, &j.label)?;
+                    j.eval.get_or_insert_with(Evals::default).gsm8k = Some(g);
+                    regate(plan, j);
                 }
+            }
+            Message::LmEval { results, duration_s, wall_s, load, max_tokens } => {
+                bar.finish(format!("lm-eval tasks generated in {duration_s:.1} s"));
+                let out = super::outputs::lm_eval_dir(&files.dir, &j.label);
+                let written = super::outputs::lm_eval_files(&files.dir, &out);
+                let chat = plan.eval.as_ref().and_then(|e| e.job.lm_eval.as_ref()).is_some_and(|l| l.chat);
+                let r = finish_lm_eval(&results, (duration_s, wall_s), &load, max_tokens, chat, written)?;
+                j.eval.get_or_insert_with(Evals::default).lm_eval = Some(r);
+                regate(plan, j);
             }
             Message::Error { message, traceback, bad_input } => {
                 self.end.bad_input = bad_input;
@@ -410,6 +424,15 @@ impl<'a> WorkerWatch<'a> {
             Message::Checked { .. } | Message::Doctor { .. } => {}
         }
         Ok(())
+    }
+}
+
+/// (Re)computes a job's accuracy gate over every eval result it has so far.
+fn regate(plan: &Plan, j: &mut crate::report::result::JobResult) {
+    let builtin = plan.eval.as_ref().and_then(|e| e.builtin.as_ref()).map(|b| &b.task);
+    let metric = plan.recipe.eval.as_ref().map(|e| e.gate_metric).unwrap_or_default();
+    if let Some(e) = j.eval.as_mut() {
+        e.gate = gate(e, builtin, &plan.gate, metric);
     }
 }
 

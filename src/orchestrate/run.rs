@@ -38,7 +38,7 @@ pub fn run(opts: &RunOptions, how: &ExecOptions) -> Result<crate::error::ExitSta
 fn announce(runner: &Runner) {
     let plan = &runner.plan;
     errln!("enginebench: recipe {} -> {}", plan.recipe.name, runner.dir().display());
-    if let Some(e) = &plan.eval {
+    if let Some(e) = plan.eval.as_ref().and_then(|e| e.builtin.as_ref()) {
         errln!(
             "eval: {} ({}): {} questions, few-shot {}, data {}",
             e.task.name,
@@ -47,6 +47,12 @@ fn announce(runner: &Runner) {
             e.plan.fewshot_mode.label(),
             e.plan.data_kind.as_str()
         );
+    }
+    if let Some(p) = plan.eval.as_ref().and_then(|e| e.lm_eval.as_ref()) {
+        for t in &p.tasks {
+            let shots = t.num_fewshot.map_or(String::new(), |k| format!(", {k}-shot"));
+            errln!("eval: {} through lm-eval {}: {} documents{shots}, data {}", t.name, p.lm_eval.as_deref().unwrap_or("?"), t.docs, t.dataset);
+        }
     }
     if runner.result().jobs.iter().any(|j| j.trust_remote_code) {
         errln!("note: --trust-remote-code is ON (the recipe asks for it): the model's own Python code runs");

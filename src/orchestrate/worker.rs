@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, Message, PointSpec, RawPoint, Task, Workload};
+use crate::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, LmEvalJob, MaxTokensPolicy, Message, PointSpec, RawPoint, Task, Workload};
+use crate::eval::lmeval::{bridge, load_by_task};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
 use crate::engine::fake::{FakeConfig, FakeEngine};
@@ -196,7 +197,12 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
             engine.record_token_ids(false)?; // eval completions carry their ids anyway
         }
         let max_len = engine.info().max_model_len;
-        run_eval(&mut engine, max_len, eval, &mut ids, channel).context("running the eval")?;
+        if !eval.prompts.is_empty() {
+            run_eval(&mut engine, max_len, eval, &mut ids, channel).context("running the eval")?;
+        }
+        if let Some(lm) = eval.lm_eval.as_ref().filter(|_| !STOP.load(Ordering::Relaxed)) {
+            run_lm_eval(&mut engine, max_len, eval.concurrency, lm, &mut ids, channel).context("running the lm-eval tasks")?;
+        }
     }
     engine.shutdown()?;
     Ok(())
@@ -441,6 +447,49 @@ fn run_eval(
         })
         .collect();
     channel.send(&Message::Eval { completions, duration_s: outcome.duration_s, max_tokens });
+    Ok(())
+}
+
+/// The lm-eval tasks, through lm-eval's own evaluation: its model's
+/// `generate_until` calls back into the closure here, which runs each batch
+/// through the driver loop at the eval concurrency (see
+/// [`crate::eval::lmeval`]). Sends lm-eval's results, the loop's wall time
+/// and the load per task; nothing when interrupted.
+fn run_lm_eval(
+    engine: &mut impl StepEngine,
+    engine_max_len: Option<u64>,
+    concurrency: u32,
+    job: &LmEvalJob,
+    ids: &mut RequestIds,
+    channel: &mut Channel,
+) -> Result<()> {
+    let mut job = job.clone();
+    if job.max_tokens_policy == MaxTokensPolicy::Inferencex {
+        job.max_tokens = Some(job.max_tokens_policy.resolve(0, engine_max_len.map(|m| m as u32)));
+    }
+    let spec = serde_json::to_string(&job)?;
+    let started = Instant::now();
+    let (mut duration_s, mut tasks, mut tokens) = (0.0, Vec::new(), Vec::new());
+    let mut generate = |batch: Vec<bridge::GenRequest>| -> Result<Vec<String>> {
+        let requests: Vec<Request> =
+            batch.iter().map(|r| Request::Text { prompt: &r.prompt, max_tokens: r.max_tokens, stop: &r.stop }).collect();
+        let pacing = Pacing { max_in_flight: concurrency as usize, arrivals: None, stop: Some(&STOP) };
+        let mut progress = Progress::new("lm-eval".into(), requests.len() as u64);
+        let outcome = drive(engine, &requests, pacing, ids, &mut |done| progress.on_done(channel, done))?;
+        anyhow::ensure!(!outcome.stopped, "interrupted");
+        duration_s += outcome.duration_s;
+        tasks.extend(batch.into_iter().map(|r| r.task));
+        tokens.extend(outcome.records.iter().map(|r| r.output_tokens));
+        Ok(outcome.completions.into_iter().map(|c| c.map(|(text, _)| text).unwrap_or_default()).collect())
+    };
+    let results = match bridge::evaluate(&spec, &mut generate) {
+        // Interrupted: an eval on part of the questions is not a score.
+        Err(_) if STOP.load(Ordering::Relaxed) => return Ok(()),
+        other => other?,
+    };
+    let load = load_by_task(&tasks, &tokens);
+    let wall_s = started.elapsed().as_secs_f64();
+    channel.send(&Message::LmEval { results, duration_s, wall_s, load, max_tokens: job.max_tokens });
     Ok(())
 }
 

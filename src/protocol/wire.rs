@@ -175,17 +175,63 @@ impl MaxTokensPolicy {
     }
 }
 
-/// Prompts to complete greedily (the eval's generation step).
+/// The eval's generation step: the built-in task's prompts, completed
+/// greedily, and the tasks that run through lm-eval itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EvalJob {
+    /// The built-in task's prompts (empty when only lm-eval tasks run).
     pub prompts: Vec<Prompt>,
     /// The task's generation limit, resolved with `max_tokens_policy` against
     /// the engine's max_model_len once it is built.
     pub max_tokens: u32,
     pub max_tokens_policy: MaxTokensPolicy,
     pub stop: Vec<String>,
-    /// Requests kept in flight.
+    /// Requests kept in flight (the built-in task's and lm-eval's).
     pub concurrency: u32,
+    /// Tasks run through lm-eval's own evaluation on the engine, after the
+    /// built-in task (see `crate::eval::lmeval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lm_eval: Option<LmEvalJob>,
+}
+
+/// lm-eval tasks to run with lm-eval's `simple_evaluate` on the engine. The
+/// Python side (`python-shim/enginebench_shim/lmeval.py`) reads this as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LmEvalJob {
+    /// Task names of lm-eval's registry (wildcards allowed), as `lm-eval --tasks` takes them.
+    pub tasks: Vec<String>,
+    /// Task YAML files, or folders whose *.yaml files are tasks (`--task-file`).
+    pub task_files: Vec<std::path::PathBuf>,
+    /// Documents per task (`--limit`); all when absent.
+    pub limit: Option<u32>,
+    /// Shots per question (`--num_fewshot`); the tasks' own when absent.
+    pub num_fewshot: Option<usize>,
+    /// `--apply_chat_template`: prompts go through the tokenizer's chat template.
+    pub chat: bool,
+    /// `--fewshot_as_multiturn` (with the chat template).
+    pub fewshot_as_multiturn: bool,
+    /// `--system_instruction`.
+    pub system_instruction: Option<String>,
+    /// Max new tokens of every request (`--gen_kwargs max_tokens=N`, as
+    /// InferenceX passes it), resolved with `max_tokens_policy`; absent with
+    /// the fixed policy: each task's own (`max_gen_toks`, lm-eval's default 256).
+    pub max_tokens: Option<u32>,
+    pub max_tokens_policy: MaxTokensPolicy,
+    /// Where lm-eval writes its own results_<date>.json and samples_<task>_<date>.jsonl.
+    pub output_dir: std::path::PathBuf,
+    /// The model's name in lm-eval's results.
+    pub model: String,
+}
+
+/// What the lm-eval tasks' generation took in the driver loop.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LmEvalLoad {
+    /// lm-eval's task name.
+    pub task: String,
+    /// Requests generated (documents x repeats).
+    pub requests: u64,
+    /// Tokens generated, stop strings included.
+    pub output_tokens: u64,
 }
 
 /// One eval prompt's greedy completion.
@@ -214,6 +260,12 @@ pub enum Message {
     Profile { raw: Box<ProfileRaw> },
     /// Eval completions, in prompt order, and the generation limit used.
     Eval { completions: Vec<EvalCompletion>, duration_s: f64, max_tokens: u32 },
+    /// The lm-eval tasks' results: lm-eval's own results JSON (without
+    /// samples), the generation's wall time in the driver loop, s, lm-eval's
+    /// whole evaluation in the worker (import, tasks, generation, scoring,
+    /// files), s, the load per task, and the token limit given to every
+    /// request (if one was).
+    LmEval { results: String, duration_s: f64, #[serde(default)] wall_s: f64, load: Vec<LmEvalLoad>, max_tokens: Option<u32> },
     /// The worker failed; nothing more follows. `bad_input` when the cause is
     /// the user's input (e.g. a flag vLLM's parser rejected): exit code 2.
     Error { message: String, traceback: Option<String>, #[serde(default)] bad_input: bool },

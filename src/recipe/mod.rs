@@ -121,9 +121,41 @@ pub struct EngineSection {
 #[serde(deny_unknown_fields)]
 pub struct EvalSection {
     /// Task: `gsm8k` (lm-eval's 5-shot), `gsm8k_cot`, `gsm8k_inferencex`
-    /// (InferenceX's chat mode), or a path to a task TOML (see `evals/`).
+    /// (InferenceX's chat mode), or a path to a task TOML (see `evals/`);
+    /// any other name is an lm-eval task (see `tasks`).
     #[serde(default = "default_task")]
     pub task: String,
+    /// Several tasks in one run (when given, `task` is not used): at most
+    /// one built-in task, plus lm-eval tasks by name (`lm-eval:NAME` for a
+    /// name a built-in task has) or task YAML path, run through lm-eval
+    /// itself ([`crate::eval::lmeval`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<String>,
+    /// lm-eval task YAML files, or folders of them (relative to the recipe).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub task_files: Vec<PathBuf>,
+    /// Chat template on or off for every task (lm-eval's
+    /// `--apply_chat_template`); absent: a built-in task's own setting, off
+    /// for lm-eval tasks (lm-eval's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<bool>,
+    /// Max new tokens of every eval request: a number, or "inferencex"
+    /// (context - 4096, or context / 2 up to 4096, at most 16384, as
+    /// InferenceX's run_lm_eval); absent: each task's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<EvalMaxTokens>,
+    /// Minimum score per task (0..1), e.g. `{ gpqa_diamond_cot_n_shot = 0.30 }`;
+    /// a thresholds file's entries win over these.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub thresholds: BTreeMap<String, f64>,
+    /// A thresholds file in InferenceX's shape (`utils/evals/thresholds.yaml`,
+    /// relative to the recipe): see [`crate::eval::thresholds`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thresholds_file: Option<PathBuf>,
+    /// The model prefix whose entries of the thresholds file apply
+    /// (InferenceX's `model-prefix`, e.g. "dsv4").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_prefix: Option<String>,
     /// Questions scored; all of the split when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
@@ -138,6 +170,30 @@ pub struct EvalSection {
     /// validate_scores.py checks every exact_match metric), "strict" or "flexible".
     #[serde(default)]
     pub gate_metric: GateMetric,
+}
+
+/// `[eval] max_tokens`: a fixed number or InferenceX's rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EvalMaxTokens {
+    Tokens(u32),
+    /// `"inferencex"`.
+    Policy(crate::protocol::MaxTokensPolicy),
+}
+
+impl std::str::FromStr for EvalMaxTokens {
+    type Err = String;
+
+    /// `N` (> 0) or `inferencex`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "inferencex" => Ok(EvalMaxTokens::Policy(crate::protocol::MaxTokensPolicy::Inferencex)),
+            n => match n.parse::<u32>() {
+                Ok(v) if v > 0 => Ok(EvalMaxTokens::Tokens(v)),
+                _ => Err(format!("{s:?}: give a number of tokens > 0 or \"inferencex\"")),
+            },
+        }
+    }
 }
 
 /// The filter(s) whose exact_match the accuracy gate reads.
@@ -162,6 +218,13 @@ impl Default for EvalSection {
     fn default() -> Self {
         EvalSection {
             task: default_task(),
+            tasks: Vec::new(),
+            task_files: Vec::new(),
+            chat: None,
+            max_tokens: None,
+            thresholds: BTreeMap::new(),
+            thresholds_file: None,
+            model_prefix: None,
             limit: None,
             concurrency: default_eval_conc(),
             min_accuracy: None,
@@ -185,6 +248,13 @@ impl Recipe {
         for v in recipe.variants.values_mut() {
             if let Some(s) = v.sweep.as_mut() {
                 s.anchor_files(dir);
+            }
+        }
+        if let Some(e) = recipe.eval.as_mut() {
+            for f in e.task_files.iter_mut().chain(e.thresholds_file.as_mut()) {
+                if f.is_relative() {
+                    *f = dir.join(&*f);
+                }
             }
         }
         Ok(recipe)
@@ -234,6 +304,12 @@ impl Recipe {
             }
             if eval.min_accuracy.is_some_and(|a| !(0.0..=1.0).contains(&a)) {
                 return bad("eval.min_accuracy must be a fraction in [0, 1], e.g. 0.90".into());
+            }
+            if let Some((task, v)) = eval.thresholds.iter().find(|(_, v)| !(0.0..=1.0).contains(*v)) {
+                return bad(format!("eval.thresholds.{task} = {v} must be a fraction in [0, 1], e.g. 0.30"));
+            }
+            if matches!(eval.max_tokens, Some(EvalMaxTokens::Tokens(0) | EvalMaxTokens::Policy(crate::protocol::MaxTokensPolicy::Fixed))) {
+                return bad("eval.max_tokens: give a number of tokens > 0 or \"inferencex\"".into());
             }
         }
         let names = self.env.keys().chain(&self.env_unset).chain(self.variants.values().flat_map(|v| v.env.keys().chain(&v.env_unset)));

@@ -130,9 +130,27 @@ fn parse_convention(s: &str) -> Result<LengthConvention, String> {
 #[derive(Debug, Args, Default, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct EvalFlags {
-    /// Eval task: gsm8k, gsm8k_cot, gsm8k_inferencex, or a task TOML (overrides eval.task).
+    /// Eval task, repeatable or comma-separated (replaces the recipe's):
+    /// gsm8k, gsm8k_cot, gsm8k_inferencex or a task TOML (built in); any other
+    /// name, `lm-eval:NAME` or a .yaml path runs through lm-eval itself.
+    #[arg(long, value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub task: Vec<String>,
+    /// An lm-eval task YAML file, or a folder of them with their `!function`
+    /// helpers (repeatable); run through lm-eval itself.
     #[arg(long)]
-    pub task: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub task_file: Vec<PathBuf>,
+    /// Max new tokens of every eval request: N, or `inferencex` (context - 4096,
+    /// context / 2 up to 4096, at most 16384).
+    #[arg(long)]
+    pub eval_max_tokens: Option<super::EvalMaxTokens>,
+    /// Accuracy thresholds per task and model prefix (InferenceX's thresholds.yaml shape).
+    #[arg(long)]
+    pub thresholds: Option<PathBuf>,
+    /// The thresholds file's `models:` entry that applies (InferenceX's model prefix, e.g. dsv4).
+    #[arg(long)]
+    pub model_prefix: Option<String>,
     /// Questions to score (overrides eval.limit).
     #[arg(long, alias = "limit")]
     pub eval_limit: Option<u32>,
@@ -168,9 +186,14 @@ impl EvalFlags {
         }
     }
 
+    /// Whether `--task`/`--task-file` choose the tasks (they replace the recipe's).
+    pub fn selects_tasks(&self) -> bool {
+        !self.task.is_empty() || !self.task_file.is_empty()
+    }
+
     /// Whether a flag asks for data or a task the recipe's eval must provide.
     pub fn wants_eval(&self) -> bool {
-        self.eval_limit.is_some() || self.task.is_some() || self.gsm8k_data.is_some()
+        self.eval_limit.is_some() || self.selects_tasks() || self.gsm8k_data.is_some()
     }
 }
 

@@ -414,31 +414,53 @@ fn is_random(w: &Workload) -> bool {
 }
 
 /// Accuracy results.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Evals {
-    pub gsm8k: Gsm8kResult,
-    /// The accuracy gate, when the recipe or command line sets one.
+    /// The built-in task (GSM8K), when one ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gsm8k: Option<Gsm8kResult>,
+    /// The tasks run through lm-eval itself, when any ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lm_eval: Option<LmEvalResult>,
+    /// The accuracy gate, when the recipe or command line sets thresholds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<Gate>,
 }
 
-/// `[eval] min_accuracy` checked against one or both exact_match metrics.
+/// Every task's gated metrics against its threshold
+/// ([`crate::eval::thresholds::GateRules`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gate {
-    pub min_accuracy: f64,
-    /// Every check passed.
+    /// Some check ran and every check passed.
     pub passed: bool,
     pub checks: Vec<GateCheck>,
+    /// Tasks that ran with no threshold (not gated).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ungated: Vec<String>,
 }
 
-/// One metric against the gate.
+/// One metric of one task against its threshold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GateCheck {
-    /// "exact_match,strict-match" or "exact_match,flexible-extract" (lm-eval's names).
+    /// The task (built-in or lm-eval's name).
+    #[serde(default)]
+    pub task: String,
+    /// lm-eval's metric name, e.g. "exact_match,strict-match".
     pub metric: String,
     pub value: f64,
+    /// The metric's standard error, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<f64>,
+    /// The minimum (0..1) and where it came from: `models.<prefix>` or
+    /// `default` of the thresholds file, `recipe`, `min-accuracy`.
+    #[serde(default)]
+    pub threshold: f64,
+    #[serde(default)]
+    pub source: String,
     pub passed: bool,
 }
+
+pub use crate::eval::lmeval::{LmEvalResult, Metric, TaskScore};
 
 /// GSM8K on the same engine, lm-eval's metric.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -91,27 +91,64 @@ pub fn gsm8k_line(g: &Gsm8kResult) -> String {
     )
 }
 
-/// The accuracy gate's verdict, naming each metric and its margin.
-pub fn gate_line(g: &super::result::Gate) -> String {
-    let checks: Vec<String> = g
+/// One line per lm-eval task: its metrics with standard errors, then the
+/// generation's wall time and output tok/s.
+pub fn lm_eval_lines(r: &super::result::LmEvalResult) -> Vec<String> {
+    let mut lines: Vec<String> = r
+        .tasks
+        .iter()
+        .map(|t| {
+            let metrics: Vec<String> = t
+                .metrics
+                .iter()
+                .map(|m| match m.stderr {
+                    Some(se) => format!("{} = {:.2}% ± {:.2}", m.name, 100.0 * m.value, 100.0 * se),
+                    None => format!("{} = {:.2}%", m.name, 100.0 * m.value),
+                })
+                .collect();
+            let n = t.n.map_or(String::new(), |n| format!("n = {n}, "));
+            let shots = t.num_fewshot.map_or(String::new(), |k| format!(" ({k}-shot)"));
+            format!("{} (lm-eval){shots}: {n}{}", t.task, metrics.join(", "))
+        })
+        .collect();
+    lines.push(format!(
+        "lm-eval {}{}: {} requests generated in {:.1} s ({:.1} output tok/s), {:.1} s in lm-eval in all",
+        r.lm_eval_version.as_deref().unwrap_or("?"),
+        if r.chat { ", chat" } else { "" },
+        r.requests,
+        r.duration_s,
+        r.output_throughput(),
+        r.wall_s
+    ));
+    lines
+}
+
+/// The accuracy gate's verdict: one line per check (task, metric, score ±
+/// stderr, threshold and its source), then the verdict.
+pub fn gate_lines(g: &super::result::Gate) -> Vec<String> {
+    let mut lines: Vec<String> = g
         .checks
         .iter()
         .map(|c| {
+            let se = c.stderr.map_or(String::new(), |se| format!(" ± {:.4}", se));
             format!(
-                "{} {} = {:.2}% ({:+.2} points)",
+                "gate {}: {} {} = {:.4}{se} {} {:.2} ({})",
                 if c.passed { "ok" } else { "FAILED" },
+                c.task,
                 c.metric,
-                100.0 * c.value,
-                100.0 * (c.value - g.min_accuracy)
+                c.value,
+                if c.passed { ">=" } else { "<" },
+                c.threshold,
+                c.source
             )
         })
         .collect();
-    format!(
-        "accuracy gate {} (min {:.2}%): {}",
-        if g.passed { "PASS" } else { "FAIL" },
-        100.0 * g.min_accuracy,
-        checks.join("; ")
-    )
+    if !g.ungated.is_empty() {
+        lines.push(format!("gate: no threshold for {}", g.ungated.join(", ")));
+    }
+    let verdict = if g.checks.is_empty() { "FAIL (no task has a threshold)" } else if g.passed { "PASS" } else { "FAIL" };
+    lines.push(format!("accuracy gate {verdict}"));
+    lines
 }
 
 /// Milliseconds with precision that suits their size.

@@ -14,6 +14,7 @@ mod agentic_e2e;
 mod cli_errors;
 mod faults;
 mod inferencex_import;
+mod lm_eval_tasks;
 mod profile_e2e;
 mod python_envs;
 mod python_probe;

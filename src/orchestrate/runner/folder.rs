@@ -153,9 +153,14 @@ pub fn print_summary(result: &RunResult, out_dir: &Path, verbose: bool) {
             outln!("  {}/{} conc {}: {} ({})", u.point.isl, u.point.osl, u.point.conc, u.status, u.reason);
         }
         if let Some(e) = &job.eval {
-            outln!("{}", table::gsm8k_line(&e.gsm8k));
-            if let Some(g) = &e.gate {
-                outln!("{}", table::gate_line(g));
+            if let Some(g) = &e.gsm8k {
+                outln!("{}", table::gsm8k_line(g));
+            }
+            for line in e.lm_eval.iter().flat_map(table::lm_eval_lines) {
+                outln!("{line}");
+            }
+            for line in e.gate.iter().flat_map(table::gate_lines) {
+                outln!("{line}");
             }
         }
         if let Some(err) = &job.error {

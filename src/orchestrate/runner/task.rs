@@ -81,7 +81,8 @@ pub fn load(dir: &Path) -> Result<SavedPlan> {
 /// - the executor and `--verbose` were kept inside `options`: lifted to the top;
 /// - `options.goodput` was one object of SLOs: now a list of them;
 /// - `options.chat` was `true`/`false`/`null` (`--chat`/`--no-chat`/neither):
-///   now the two flags.
+///   now the two flags;
+/// - `options.task` was one name or `null`: now a list of them.
 fn upgrade_older_shapes(value: &mut serde_json::Value) {
     use serde_json::Value;
     let Some(top) = value.as_object_mut() else { return };
@@ -111,6 +112,15 @@ fn upgrade_older_shapes(value: &mut serde_json::Value) {
             options.insert("no_chat".into(), Value::Bool(true));
         }
         _ => {}
+    }
+    match options.remove("task") {
+        Some(Value::String(one)) => {
+            options.insert("task".into(), Value::Array(vec![Value::String(one)]));
+        }
+        Some(Value::Null) | None => {}
+        Some(list) => {
+            options.insert("task".into(), list);
+        }
     }
 }
 
@@ -211,7 +221,7 @@ mod tests {
                 "step_trace": false, "force": false, "output": "/tmp/out", "resume": null, "verbose": true,
                 "exec": {"parallel": {"jobs": "auto", "share_cpu": true}},
                 "conc": [1, 4], "isl_osl": [[256, 128]], "percentiles": null, "goodput": {"ttft_ms": 500.0, "tpot_ms": 50.0},
-                "chat": false, "eval_limit": 8, "point_timeout": {"secs": 20, "nanos": 0},
+                "chat": false, "eval_limit": 8, "task": "gsm8k_cot", "point_timeout": {"secs": 20, "nanos": 0},
                 "telemetry_interval": {"secs": 0, "nanos": 100000000}, "profile": null,
                 "workload": {"workload": null, "trace_file": "/t.jsonl", "conversation_file": null, "duration": 30.0, "no_prefix_cache_reset": false}
             },
@@ -234,6 +244,7 @@ mod tests {
         assert_eq!((g.ttft_ms, g.tpot_ms, g.e2el_ms), (Some(500.0), Some(50.0), None));
         assert_eq!(o.sweep.workload.trace_file.as_deref(), Some(Path::new("/t.jsonl")));
         assert_eq!((o.eval.chat(), o.eval.eval_limit), (Some(false), Some(8)));
+        assert_eq!(o.eval.task, ["gsm8k_cot"], "one task name becomes a list of one");
         assert_eq!(o.point_timeout, Some(std::time::Duration::from_secs(20)));
         assert!(o.no_eval && o.profile.is_none());
     }
@@ -247,11 +258,13 @@ mod tests {
         o.sweep.goodput = vec![crate::recipe::sweep::parse_slo("e2el:900").unwrap()];
         o.sweep.workload.duration = Some(5.0);
         o.eval.chat = true;
+        o.eval.task = vec!["gsm8k".into(), "gpqa_diamond_cot_n_shot".into()];
         let text = serde_json::to_value(&o).unwrap();
         assert_eq!(text["conc"], serde_json::json!([2, 8]), "sweep flags at the top level, as older builds saved them");
         let back: RunOptions = serde_json::from_value(text).unwrap();
         assert_eq!(back.sweep.sweep().conc, Some(vec![2, 8]));
         assert_eq!(back.sweep.sweep().goodput.unwrap().e2el_ms, Some(900.0));
         assert_eq!((back.sweep.workload.duration, back.eval.chat(), back.step_trace), (Some(5.0), Some(true), true));
+        assert_eq!(back.eval.task, o.eval.task);
     }
 }
