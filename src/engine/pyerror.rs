@@ -17,10 +17,11 @@ pub struct PythonError {
 
 impl PythonError {
     /// True for bad input: a `vllm serve` flag that vLLM's parser rejected
-    /// (the shim's `FlagError`), or a vLLM that is installed but does not
-    /// import in the chosen interpreter (`compat.VllmImportError`).
+    /// (the shim's `FlagError`), or an interpreter whose vLLM cannot serve
+    /// (`compat.VllmUnusable`: it does not import, is outside the supported
+    /// range, or finds no platform).
     pub fn is_bad_input(&self) -> bool {
-        matches!(self.type_name.as_str(), "FlagError" | "VllmImportError")
+        matches!(self.type_name.as_str(), "FlagError" | "VllmUnusable")
     }
 
     /// Captures `err` (type, message, traceback) while attached to `py`.

@@ -84,7 +84,7 @@ pub struct EngineInfo {
     /// The shim's compatibility report (`compat.report()`): per vLLM internal,
     /// where it was found or what is off without it.
     #[serde(default)]
-    pub compat: Option<serde_json::Value>,
+    pub compat: Option<super::doctor::Compat>,
     /// Features off on this vLLM, each with the reason.
     #[serde(default)]
     pub degraded: Vec<String>,
