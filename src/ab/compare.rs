@@ -213,9 +213,9 @@ impl Row {
     }
 
     /// The row's resolution: the largest minimum detectable effect of its
-    /// figures (fraction), `None` when no figure has one.
-    pub fn mde(&self) -> Option<f64> {
-        self.figures.iter().filter_map(|f| f.mde).reduce(f64::max)
+    /// figures (fraction) and the figure it is, `None` when no figure has one.
+    pub fn mde(&self) -> Option<(Metric, f64)> {
+        self.figures.iter().filter_map(|f| f.mde.map(|m| (f.metric, m))).reduce(|a, b| if b.1 > a.1 { b } else { a })
     }
 
     /// The widest interval half-width of the row's figures, (hi - lo) / 2 as
@@ -563,6 +563,34 @@ fn points_by_key<'a>(arm: &'a Arm, role: &str) -> Result<BTreeMap<Key, Vec<(&'a 
     Ok(map)
 }
 
+/// The vLLM release whose `SchedulerOutput` sends a resumed (preempted)
+/// request back among the new requests (`scheduled_new_reqs`; until 0.33 it
+/// came back among the cached ones, `CachedRequestData.resumed_req_ids`).
+pub const RESUMED_AS_NEW: (u32, u32, u32) = (0, 34, 0);
+
+/// A note when the two arms ran vLLM builds on either side of
+/// [`RESUMED_AS_NEW`]: vLLM's own prefill/decode count
+/// (`compute_iteration_details`, vllm/v1/utils.py: a request is prefill
+/// while it is new or has no output token), and so the step statistics'
+/// prefill and decode tokens, call a resumed request's recomputed tokens
+/// decode before 0.34 and prefill from 0.34 on. The split then differs
+/// wherever requests were preempted; the throughput and latency figures do not.
+fn prefill_count_note(baseline: &Arm, candidate: &Arm) -> Option<String> {
+    let side = |arm: &Arm| {
+        let job = &arm.repeats.first()?.job;
+        let version = job.engine.as_ref().and_then(|e| e.vllm.clone()).or_else(|| job.python.as_ref()?.vllm.clone())?;
+        let preempted: u64 = arm.repeats.iter().flat_map(|r| &r.job.points).map(|p| p.step_stats.preemptions).sum();
+        Some((crate::python::releases::release_of(&version)? >= RESUMED_AS_NEW, version, preempted))
+    };
+    let ((b_new, b_version, b_pre), (c_new, c_version, c_pre)) = (side(baseline)?, side(candidate)?);
+    (b_new != c_new).then(|| {
+        format!(
+            "prefill/decode tokens: vLLM 0.34 counts a resumed (preempted) request's recomputed tokens as prefill, earlier releases as decode \
+             (vLLM {b_version} -> {c_version}; preemptions: {b_pre} baseline, {c_pre} candidate): the split differs where requests were preempted"
+        )
+    })
+}
+
 /// Compares a candidate with a baseline. Refuses (a usage error, exit code 2)
 /// when their workloads differ: other ISL/OSL pairs, or at a common point
 /// another num_prompts, length convention, range ratio, prefix, ignore_eos,
@@ -629,6 +657,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
                 .into(),
         );
     }
+    notes.extend(prefill_count_note(baseline, candidate));
     let accuracy = compare_accuracy(baseline, candidate, &options, &mut notes)?;
     let tasks = compare_tasks(baseline, candidate, &options);
     let (b_tables, c_tables) = (baseline.kernel_tables(), candidate.kernel_tables());

@@ -117,6 +117,7 @@ mod tests {
             version: py.into(),
             origin: crate::python::Origin::Flag,
             vllm: Some(vllm.into()),
+            torch: None,
             vllm_path: None,
             vllm_git_commit: commit.map(String::from),
         };

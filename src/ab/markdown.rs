@@ -419,8 +419,14 @@ pub fn terminal(c: &Comparison) -> String {
         let floors: Vec<f64> = r.figures.iter().filter_map(|f| f.noise_floor).collect();
         if r.verdict == Verdict::WithinNoise && !floors.is_empty() {
             verdict = format!("no significant change\n(within noise ±{})", pct_abs(floors.iter().copied().fold(0.0, f64::max)));
-        } else if let (false, Some(m)) = (r.verdict.is_change(), r.mde()) {
-            verdict.push_str(&format!("\n({})", resolution_text(m, r.repeats.0.min(r.repeats.1))));
+        } else if let (false, Some((metric, m))) = (r.verdict.is_change(), r.mde()) {
+            // The row's verdict covers every figure: its resolution is the
+            // least resolved figure's, named.
+            verdict.push_str(&format!(
+                "\n({} in {}, the least resolved figure)",
+                resolution_text(m, r.repeats.0.min(r.repeats.1)),
+                metric.short()
+            ));
         }
         cells.push(verdict);
         table.add_row(cells);
@@ -696,4 +702,19 @@ Gate (max regression 5%, max accuracy drop 1.00 points): FAIL
         assert!(!t.contains("To decide"), "a FAIL is decided");
     }
 
+    #[test]
+    fn a_row_without_a_change_names_the_figure_its_resolution_is_of() {
+        // One repeat: each figure has its own minimum detectable effect; the
+        // row's verdict quotes the largest and says whose it is.
+        let mut c = fixture();
+        let row = &mut c.rows[0];
+        row.verdict = Verdict::NoSignificantChange;
+        row.repeats = (1, 1);
+        for (f, mde) in row.figures.iter_mut().zip([0.05, 0.04, 0.08, 25.577]) {
+            f.verdict = Verdict::NoSignificantChange;
+            f.mde = Some(mde);
+        }
+        let t = terminal(&c);
+        assert!(t.contains("(no change larger than 2557.7% at 1 repeat in TTFT ms (median), the least resolved figure)"), "{t}");
+    }
 }

@@ -704,3 +704,24 @@ fn the_gate_passes_fails_or_is_inconclusive_with_its_exit_code_and_text() {
     assert_eq!(json["rows"][0]["figures"][0]["gate"]["outcome"], "inconclusive");
     assert_eq!(json["rows"][0]["figures"][0]["gate"]["repeats_needed"], serde_json::json!({"about": n}));
 }
+
+#[test]
+fn builds_on_either_side_of_034_get_the_prefill_count_note() {
+    // vLLM 0.34 sends resumed requests back as new ones: the prefill/decode
+    // split changes there, and the comparison says so only across that line.
+    let built = |label: &str, vllm: &str, preempted: u64| {
+        let mut r = repeat(label, &[4], 8, 1.0, &[]);
+        r.job.engine = Some(crate::protocol::EngineInfo { vllm: Some(vllm.into()), ..Default::default() });
+        r.job.points[0].step_stats.preemptions = preempted;
+        arm(label, vec![r])
+    };
+    let note = |b: &Arm, c: &Arm| {
+        let cmp = compare(b, c, context(), Options::default()).unwrap();
+        cmp.notes.into_iter().find(|n| n.starts_with("prefill/decode tokens:"))
+    };
+    let across = note(&built("base", "0.32.0+cpu", 3), &built("pr", "0.34.0", 0)).expect("a note across 0.34");
+    assert!(across.contains("vLLM 0.32.0+cpu -> 0.34.0; preemptions: 3 baseline, 0 candidate"), "{across}");
+    assert_eq!(note(&built("base", "0.33.0", 0), &built("pr", "0.33.1", 0)), None);
+    assert_eq!(note(&built("base", "0.34.0", 0), &built("pr", "0.35.0.dev1", 0)), None);
+    assert!(note(&built("base", "0.34.0", 0), &built("pr", "0.23.0", 0)).is_some(), "either direction");
+}

@@ -11,7 +11,10 @@ use crate::orchestrate;
 pub fn run(a: AbArgs, g: &Global) -> Result<ExitStatus> {
     let req = orchestrate::ab::AbRequest {
         baseline: a.baseline.clone(),
-        candidate: a.candidate.clone(),
+        // Two interpreters and no --candidate: one variant, two vLLM builds.
+        candidate: a.candidate.clone().or_else(|| {
+            (!a.aa && (a.baseline_python.is_some() || a.candidate_python.is_some())).then(|| a.baseline.clone())
+        }),
         repeats: a.repeats,
         options: options::ab_options(&a.gate),
         config_key: a.gate.config_key.clone(),

@@ -6,7 +6,11 @@ use super::{ExitStatus, Global};
 use crate::cli::DoctorArgs;
 use crate::orchestrate;
 
-/// Runs the checks; see [`orchestrate::doctor::doctor`].
+/// Runs the checks; see [`orchestrate::doctor::doctor`]. `--releases`
+/// prints the table of vLLM releases checked instead.
 pub fn run(a: DoctorArgs, g: &Global) -> Result<ExitStatus> {
+    if let Some(file) = &a.releases {
+        return orchestrate::doctor::print_releases((!file.as_os_str().is_empty()).then_some(file.as_path()));
+    }
     orchestrate::doctor::doctor(a.json, g.python.as_deref())
 }

@@ -17,11 +17,12 @@ pub struct PythonError {
 
 impl PythonError {
     /// True for bad input: a `vllm serve` flag that vLLM's parser rejected
-    /// (the shim's `FlagError`), a vLLM that is installed but does not
-    /// import in the chosen interpreter (`compat.VllmImportError`), or an
-    /// lm-eval task the engine cannot run (`LmEvalTaskError`).
+    /// (the shim's `FlagError`), an interpreter whose vLLM cannot serve
+    /// (`compat.VllmUnusable`: it does not import, is outside the supported
+    /// range, or finds no platform), or an lm-eval task the engine cannot
+    /// run (`LmEvalTaskError`).
     pub fn is_bad_input(&self) -> bool {
-        matches!(self.type_name.as_str(), "FlagError" | "VllmImportError" | "LmEvalTaskError")
+        matches!(self.type_name.as_str(), "FlagError" | "VllmUnusable" | "LmEvalTaskError")
     }
 
     /// Captures `err` (type, message, traceback) while attached to `py`.

@@ -160,12 +160,16 @@ fn load_shim<'py>(py: Python<'py>) -> Result<Bound<'py, PyModule>> {
 }
 
 /// What the interpreter's vLLM is (versions, platform, devices, compatibility
-/// items), without building an engine: the shim's JSON report.
-pub fn doctor() -> Result<String> {
-    Python::attach(|py| {
+/// items), without building an engine: the shim's report.
+///
+/// Errors: the shim failed, or its report does not have the shape of
+/// [`crate::protocol::DoctorReport`] (the shim and this build disagree).
+pub fn doctor() -> Result<crate::protocol::DoctorReport> {
+    let text = Python::attach(|py| {
         let module = load_shim(py)?;
         module.call_method0("doctor").and_then(|r| r.extract::<String>()).py_context(py)
-    })
+    })?;
+    serde_json::from_str(&text).context("reading the shim's doctor report")
 }
 
 /// Checks `vllm serve` arguments with vLLM's own parser, without building an

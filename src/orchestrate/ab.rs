@@ -22,7 +22,7 @@ use anyhow::Result;
 
 use super::plan::{PlannedJob, RunOptions, plan};
 use super::progress::say;
-use super::runner::{ExecChoice, ExecOptions, Folder, Runner, executor_for, output_dir};
+use super::runner::{ExecChoice, ExecOptions, Folder, Runner, executor_for, output_path};
 use crate::report::result::Status;
 use crate::ab::compare::{NoiseFloor, Row, apply_noise};
 use crate::ab::gate::{Needed, Outcome};
@@ -153,7 +153,7 @@ pub fn ab(opts: &RunOptions, how: &ExecOptions, req: &AbRequest) -> Result<ExitS
             python::require_engine_packages(pythons.candidate.as_ref().unwrap_or(&job.python))?;
         }
     }
-    let out_dir = output_dir(how.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
+    let out_dir = output_path(how.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
 
     let noise = if req.calibrate {
         errln!("enginebench ab --calibrate: A/A of {} first ({} repeats) -> {}", req.baseline, req.repeats, out_dir.join("aa").display());

@@ -84,10 +84,50 @@ fn report(path: &Path, recipe: &Recipe, model: &str, configs: &[EngineConfig], c
     errors
 }
 
-/// `VLLM_*` variables vLLM removed, with what replaces them.
-const REMOVED_ENV: [(&str, &str); 2] = [
-    ("VLLM_ATTENTION_BACKEND", "use the flag --attention-backend NAME instead"),
-    ("VLLM_USE_V1", "V1 is vLLM's only engine now; remove the variable"),
+/// `VLLM_*` variables vLLM removed: the name, when ("in 0.33", "before
+/// 0.23") and what replaces it. Read from each release's vllm/envs.py (the names
+/// 0.32 reads and 0.33 / 0.34 do not) and the code that used them.
+pub const REMOVED_ENV: [(&str, &str, &str); 12] = [
+    ("VLLM_ATTENTION_BACKEND", "before 0.23", "use the flag --attention-backend NAME instead"),
+    ("VLLM_USE_V1", "before 0.23", "V1 is vLLM's only engine now; remove the variable"),
+    (
+        "VLLM_CPU_MOE_PREPACK",
+        "before 0.23 (its last mention, in the compile-hash list, went in 0.34)",
+        "the CPU MoE layer prepacks its weights itself; remove the variable",
+    ),
+    (
+        "VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE",
+        "in 0.33",
+        "Ray's compiled-graph executor was removed: --distributed-executor-backend ray runs RayExecutorV2, which has no such setting",
+    ),
+    (
+        "VLLM_USE_RAY_COMPILED_DAG_OVERLAP_COMM",
+        "in 0.33",
+        "Ray's compiled-graph executor was removed: --distributed-executor-backend ray runs RayExecutorV2, which has no such setting",
+    ),
+    (
+        "VLLM_USE_RAY_WRAPPED_PP_COMM",
+        "in 0.33",
+        "Ray's compiled-graph executor was removed: --distributed-executor-backend ray runs RayExecutorV2, which has no such setting",
+    ),
+    ("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "in 0.33", "RayExecutorV2 is the only Ray executor (--distributed-executor-backend ray); remove the variable"),
+    ("VLLM_ROCM_MONO_DECODE", "in 0.33", "use the flag --monokernel (KernelConfig.monokernel)"),
+    (
+        "VLLM_ROCM_AITER_MLA_DCP_VERIFY",
+        "in 0.33",
+        "chosen per shape: AITER's ASM verify on gfx950 where it applies, else the segmented or Triton path; remove the variable",
+    ),
+    (
+        "VLLM_ROCM_AITER_MEGA_MOE_FUSE_SHARED_EXPERTS",
+        "in 0.33",
+        "with --moe-backend aiter_mega_moe the shared expert is fused per layer where the quantization allows; remove the variable",
+    ),
+    ("VLLM_ROCM_USE_AITER_FP4_ASM_GEMM", "in 0.33", "no setting: the dynamic-quant FP4 GEMM no longer reads one; remove the variable"),
+    (
+        "VLLM_USE_V2_MODEL_RUNNER",
+        "in 0.34",
+        "Model Runner V1 was removed and V2 is the only runner: unset it (0.34 refuses any value but 1 when the engine starts)",
+    ),
 ];
 
 /// An error when `model` is written as a local path (`/x`, `./x`, `../x`,
@@ -121,19 +161,36 @@ pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &Fla
     if let Some(e) = missing_local_model(&recipe.model) {
         f.errors.push(e);
     }
-    for name in &flags.unknown_env {
-        if let Some((_, instead)) = REMOVED_ENV.iter().find(|(n, _)| n == name) {
-            f.warnings.push(format!("{name} was removed from vLLM: {instead}"));
+    let dp_var = config.env.get(crate::recipe::parallel::DP_SIZE_VAR).map(String::as_str);
+    f.errors.extend(crate::recipe::parallel::data_parallel_refusal(&config.args, dp_var));
+    let version = flags.vllm_version.as_deref().unwrap_or("this vLLM");
+    // A CPU recipe without a pinned image runs on this very vLLM: an
+    // unknown name there is a typo, not a newer or GPU-only one.
+    let runs_here = recipe.is_cpu() && recipe.image.is_none();
+    for (name, hint) in &flags.removed_env {
+        f.errors.push(format!("{name}: vLLM {version} lists it as removed and refuses it when the engine starts: {hint}"));
+    }
+    for name in flags.unknown_env.iter().filter(|n| !flags.removed_env.contains_key(*n)) {
+        if let Some((_, when, instead)) = REMOVED_ENV.iter().find(|(n, _, _)| n == name) {
+            let msg = format!("{name} was removed from vLLM: {instead} (removed {when})");
+            // 0.34 refuses any value but 1 at engine start (vllm/platforms/interface.py validate_environ).
+            let refused = *name == "VLLM_USE_V2_MODEL_RUNNER" && config.env.get(name.as_str()).is_some_and(|v| v != "1");
+            if refused || recipe.strict || runs_here { f.errors.push(msg) } else { f.warnings.push(msg) }
         }
+    }
+    if flags.platform.is_none() {
+        f.notes.push(format!(
+            "vLLM {version} found no platform here (no GPU): its parser checked the flags; what needs a device is checked when the engine starts"
+        ));
     }
     if !flags.ignored.is_empty() {
         f.notes.push(format!("ignored in-process (API-server flags): {}", flags.ignored.join(", ")));
     }
-    if !flags.unknown_env.is_empty() {
-        let msg = format!("this vLLM does not know {} (removed or misspelled?)", flags.unknown_env.join(", "));
-        // A CPU recipe without a pinned image runs on this very vLLM: an
-        // unknown flag there is a typo, not a newer or GPU-only flag.
-        let runs_here = recipe.is_cpu() && recipe.image.is_none();
+    let unexplained: Vec<&String> =
+        flags.unknown_env.iter().filter(|n| !flags.removed_env.contains_key(*n) && !REMOVED_ENV.iter().any(|(r, _, _)| r == n)).collect();
+    if !unexplained.is_empty() {
+        let names: Vec<&str> = unexplained.iter().map(|n| n.as_str()).collect();
+        let msg = format!("this vLLM does not know {} (removed or misspelled?)", names.join(", "));
         if recipe.strict || runs_here { f.errors.push(msg) } else { f.warnings.push(msg) }
     } else if flags.known_env_count == 0 {
         f.notes.push("could not read vLLM's list of environment variables".into());
@@ -199,8 +256,69 @@ fn vllm_checks(python: &Interpreter, configs: &[(String, EngineConfig)]) -> Resu
         .collect();
     let task = Task::Check(CheckJob { items });
     errln!("checking flags with vLLM's serve parser (imports vLLM, loads no weights)...");
-    ask_worker(python, &task, "flag check", |msg| match msg {
+    ask_worker(python, &task, "flag check", &Default::default(), |msg| match msg {
         Message::Checked { results } => Some(results),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judge(recipe_toml: &str, flags: FlagCheck) -> Findings {
+        let recipe = Recipe::parse(recipe_toml, "test.toml").unwrap();
+        let config = recipe.listed_configs(None).unwrap().remove(0);
+        let host = Host { hostname: "h".into(), cpu: "c".into(), logical_cpus: 2, gpus: Vec::new() };
+        findings(&recipe, "org/model", &config, &flags, &host)
+    }
+
+    const GPU: &str = "name = \"g\"\nmodel = \"org/model\"\nhardware = \"h200\"\n[engine]\nargs = [\"--max-model-len\", \"4096\"]\n[sweep]\nisl = 64\nosl = 8\nconc = [1]\n";
+
+    fn known(flags: FlagCheck) -> FlagCheck {
+        FlagCheck { known_env_count: 300, vllm_version: Some("0.34.0".into()), platform: Some("cuda".into()), ..flags }
+    }
+
+    #[test]
+    fn removed_variables_are_named_with_their_release_and_replacement() {
+        let recipe = GPU.replace("[engine]", "[env]\nVLLM_USE_RAY_WRAPPED_PP_COMM = \"1\"\nVLLM_ROCM_MONO_DECODE = \"1\"\n[engine]");
+        let flags = known(FlagCheck { unknown_env: vec!["VLLM_ROCM_MONO_DECODE".into(), "VLLM_USE_RAY_WRAPPED_PP_COMM".into()], ..FlagCheck::default() });
+        let f = judge(&recipe, flags);
+        assert!(f.errors.is_empty(), "{:?}", f.errors);
+        assert_eq!(f.warnings.len(), 2, "{:?}", f.warnings);
+        assert!(f.warnings.iter().any(|w| w == "VLLM_ROCM_MONO_DECODE was removed from vLLM: use the flag --monokernel (KernelConfig.monokernel) (removed in 0.33)"));
+        assert!(f.warnings.iter().any(|w| w.starts_with("VLLM_USE_RAY_WRAPPED_PP_COMM was removed from vLLM: Ray's compiled-graph executor")));
+
+        // 0.34 refuses VLLM_USE_V2_MODEL_RUNNER=0 at engine start; =1 is only redundant.
+        for (value, error) in [("0", true), ("1", false)] {
+            let recipe = GPU.replace("[engine]", &format!("[env]\nVLLM_USE_V2_MODEL_RUNNER = \"{value}\"\n[engine]"));
+            let flags = known(FlagCheck { unknown_env: vec!["VLLM_USE_V2_MODEL_RUNNER".into()], ..FlagCheck::default() });
+            let f = judge(&recipe, flags);
+            assert_eq!(f.errors.len(), usize::from(error), "{value}: {:?}", f.errors);
+            assert_eq!(f.warnings.len(), usize::from(!error), "{value}: {:?}", f.warnings);
+        }
+
+        // A name vLLM itself lists as removed: its hint, and an error (it refuses it at start).
+        let recipe = GPU.replace("[engine]", "[env]\nVLLM_MARLIN_INPUT_DTYPE = \"int8\"\n[engine]");
+        let removed = [("VLLM_MARLIN_INPUT_DTYPE".to_string(), "Use --quantization humming.".to_string())].into();
+        let flags = known(FlagCheck { unknown_env: vec!["VLLM_MARLIN_INPUT_DTYPE".into()], removed_env: removed, ..FlagCheck::default() });
+        let f = judge(&recipe, flags);
+        assert_eq!(f.errors, vec!["VLLM_MARLIN_INPUT_DTYPE: vLLM 0.34.0 lists it as removed and refuses it when the engine starts: Use --quantization humming.".to_string()]);
+        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+    }
+
+    #[test]
+    fn data_parallel_by_flag_or_environment_is_an_error_and_no_platform_a_note() {
+        let env = GPU.replace("[engine]", "[env]\nVLLM_DP_SIZE = \"2\"\n[engine]");
+        let f = judge(&env, known(FlagCheck::default()));
+        assert_eq!(f.errors.len(), 1, "{:?}", f.errors);
+        assert!(f.errors[0].starts_with("VLLM_DP_SIZE=2 in the environment: data parallelism (DP size 2) does not run yet"), "{:?}", f.errors);
+        let flag = GPU.replace("\"4096\"]", "\"4096\", \"-dp\", \"4\"]");
+        let f = judge(&flag, known(FlagCheck::default()));
+        assert!(f.errors[0].starts_with("--data-parallel-size 4: data parallelism (DP size 4) does not run yet"), "{:?}", f.errors);
+
+        let f = judge(GPU, FlagCheck { platform: None, ..known(FlagCheck::default()) });
+        assert!(f.errors.is_empty(), "{:?}", f.errors);
+        assert!(f.notes.iter().any(|n| n.starts_with("vLLM 0.34.0 found no platform here (no GPU): its parser checked the flags")), "{:?}", f.notes);
+    }
 }

@@ -15,6 +15,7 @@ pub mod job;
 pub mod outputs;
 pub mod overhead;
 pub mod plan;
+pub mod preflight;
 pub mod private_fd;
 pub mod progress;
 pub mod run;

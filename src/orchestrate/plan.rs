@@ -19,6 +19,7 @@ use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
 use crate::recipe::overrides::{EvalFlags, SweepArgs};
+use crate::recipe::parallel::DP_SIZE_VAR;
 use crate::recipe::{EngineConfig, EvalMaxTokens, EvalSection, Recipe, default_recipe_path};
 use crate::protocol::{RandomDataset, TraceSpec, Workload};
 
@@ -234,6 +235,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         .start_timeout
         .unwrap_or_else(|| Duration::from_secs_f64(recipe.start_timeout_s.unwrap_or(crate::recipe::DEFAULT_START_TIMEOUT_S)));
     let telemetry_interval = opts.telemetry_interval.unwrap_or(Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
+    refuse_data_parallel(&jobs)?;
     locate_trace_datasets(&mut jobs)?;
     check_workload_files(&jobs)?;
     if let Some(p) = &opts.profile {
@@ -254,7 +256,31 @@ pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     if cpu {
         return 0;
     }
-    crate::recipe::parallel::Layout::of(&job.config.args, job.config.tp).gpus()
+    crate::recipe::parallel::Layout::of(&job.config.args, job.config.tp, job.engine_var(DP_SIZE_VAR).as_deref()).gpus()
+}
+
+impl PlannedJob {
+    /// A variable as the engine's process will see it: the job's additions
+    /// over this process's environment, none when the job unsets it.
+    pub fn engine_var(&self, name: &str) -> Option<String> {
+        match self.env.get(name) {
+            Some(v) => Some(v.clone()),
+            None if self.config.env_unset.iter().any(|u| u == name) => None,
+            None => std::env::var(name).ok(),
+        }
+    }
+}
+
+/// Data parallelism, by flag or by `VLLM_DP_SIZE`, does not run in-process
+/// (the engine would wait for peers): bad input before any worker starts.
+fn refuse_data_parallel(jobs: &[PlannedJob]) -> Result<()> {
+    for job in jobs {
+        let dp_var = job.engine_var(DP_SIZE_VAR);
+        if let Some(why) = crate::recipe::parallel::data_parallel_refusal(&job.config.args, dp_var.as_deref()) {
+            return Err(usage(format!("{}: {why}", job.config.label())));
+        }
+    }
+    Ok(())
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.

@@ -88,8 +88,9 @@ pub fn spawn_worker(
 }
 
 
-/// Runs a short task (flag check, doctor) in a worker of `python` and
-/// returns the message `pick` selects. The log is kept only on failure.
+/// Runs a short task (flag check, doctor) in a worker of `python`, with
+/// `env` added to its environment, and returns the message `pick` selects.
+/// The log is kept only on failure.
 ///
 /// Errors: the worker reported an error (usage when it said bad input, e.g.
 /// a vLLM that does not import), or ended without the message.
@@ -97,11 +98,12 @@ pub fn ask_worker<T>(
     python: &Interpreter,
     task: &Task,
     what: &str,
+    env: &BTreeMap<String, String>,
     mut pick: impl FnMut(crate::protocol::Message) -> Option<T>,
 ) -> Result<T> {
     use crate::protocol::Message;
     let log = std::env::temp_dir().join(format!("enginebench-{what}-{}.log", std::process::id()));
-    let mut worker = spawn_worker(python, task, &Default::default(), &[], &log, false, &MultiProgress::new())?;
+    let mut worker = spawn_worker(python, task, env, &[], &log, false, &MultiProgress::new())?;
     let mut found = None;
     let mut error = None;
     for line in BufReader::new(worker.stdout.take().expect("piped")).lines() {

@@ -128,7 +128,7 @@ fn run(channel: &mut Channel) -> Result<()> {
         Task::Check(check) => run_check(&check, channel),
         Task::Doctor => {
             let report = crate::engine::vllm::doctor()?;
-            channel.send(&Message::Doctor { report });
+            channel.send(&Message::Doctor { report: Box::new(report) });
             Ok(())
         }
     }

@@ -9,6 +9,8 @@
 //!   ([`RequestRecord`], [`StepRecord`]) and a replayed request's place in
 //!   its session ([`TurnInfo`]).
 //! - [`engine_info`]: facts about a built engine ([`EngineInfo`]).
+//! - [`doctor`]: what an interpreter's vLLM is, without an engine
+//!   ([`DoctorReport`]), and why it cannot serve ([`CannotServe`]).
 //! - [`point`]: a sweep point and its random dataset ([`Point`],
 //!   [`RandomDataset`], [`LengthConvention`]).
 //! - [`profile`]: a point's profiler window ([`ProfileTarget`], [`ProfileRaw`]).
@@ -16,6 +18,7 @@
 //! - [`wire`]: the messages on the pipe ([`Task`] in, [`Message`] out, one
 //!   JSON document / JSON lines).
 
+pub mod doctor;
 pub mod engine_info;
 pub mod point;
 pub mod profile;
@@ -24,6 +27,7 @@ pub mod step;
 pub mod wire;
 pub mod workload;
 
+pub use doctor::{CannotServe, DoctorReport};
 pub use engine_info::{CompatItem, CompatReport, EngineInfo};
 pub use point::{LengthConvention, Point, RandomDataset};
 pub use profile::{ProfileRaw, ProfileTarget, Window};

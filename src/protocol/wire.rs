@@ -62,6 +62,16 @@ pub struct FlagCheck {
     /// `vllm.__version__` of the checking interpreter.
     #[serde(default)]
     pub vllm_version: Option<String>,
+    /// vLLM's device type in the checking interpreter; `None` when it found
+    /// no platform (e.g. its CUDA build on a machine without a GPU): the
+    /// flags are still checked by its parser.
+    #[serde(default)]
+    pub platform: Option<String>,
+    /// Variables of the configuration that this vLLM lists as removed, with
+    /// its own hint (vLLM 0.34's `envs.removed_environment_variables`: it
+    /// refuses them when the engine starts).
+    #[serde(default)]
+    pub removed_env: std::collections::BTreeMap<String, String>,
 }
 
 /// What a worker is asked to do with its one engine.
@@ -248,8 +258,9 @@ pub struct EvalCompletion {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
-    /// `doctor`'s report: the shim's JSON (see `doctor()` in the shim).
-    Doctor { report: String },
+    /// `doctor`'s report (the shim's `doctor()`), also what every command
+    /// that starts engines asks before its result folder exists.
+    Doctor { report: Box<super::DoctorReport> },
     /// The engine is built.
     Ready { engine: Box<EngineInfo>, engine_start_s: f64 },
     /// `done` of `total` requests of `phase` finished.

@@ -16,6 +16,7 @@
 
 pub mod native;
 pub mod probe;
+pub mod releases;
 
 use std::path::{Path, PathBuf};
 

@@ -36,6 +36,25 @@ pub struct Interpreter {
     /// in that order; see [`require_engine_packages`].
     #[serde(skip)]
     pub missing: Vec<MissingPackage>,
+    /// The file `import` would load for each engine package it finds
+    /// (`vllm` -> `.../vllm/__init__.py`).
+    #[serde(skip)]
+    pub package_files: std::collections::BTreeMap<String, PathBuf>,
+    /// What the interpreter's vLLM said of itself before any engine started
+    /// (the run's check that it can serve); `None` until asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<FoundBuild>,
+}
+
+/// The vLLM build an interpreter has, as its worker reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FoundBuild {
+    /// `vllm.__version__`.
+    pub vllm: Option<String>,
+    /// `torch.__version__`.
+    pub torch: Option<String>,
+    /// The folder vLLM was imported from.
+    pub vllm_path: Option<String>,
 }
 
 /// The packages a worker imports to build a real engine, in the order a
@@ -158,7 +177,14 @@ pub fn inspect(path: &Path, origin: Origin, chosen_by: &str) -> Result<Interpret
             Some(MissingPackage { name: name.to_string(), problem })
         })
         .collect();
+    let package_files = report
+        .packages
+        .iter()
+        .filter_map(|(name, p)| p.found.as_ref().map(|f| (name.clone(), PathBuf::from(f))))
+        .collect();
     Ok(Interpreter {
+        package_files,
+        found: None,
         path: path.to_path_buf(),
         executable: report.executable,
         version: report.version,
@@ -172,7 +198,7 @@ pub fn inspect(path: &Path, origin: Origin, chosen_by: &str) -> Result<Interpret
 
 /// `$ENGINEBENCH_FAKE_ENGINE` selects the stand-in engine (src/engine/fake.rs),
 /// which runs in any CPython 3.10+ without vLLM or torch.
-fn fake_engine_selected() -> bool {
+pub fn fake_engine_selected() -> bool {
     matches!(crate::engine::fake::FakeConfig::from_env(), Ok(Some(_)))
 }
 

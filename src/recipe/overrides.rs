@@ -151,8 +151,8 @@ pub struct EvalFlags {
     /// The thresholds file's `models:` entry that applies (InferenceX's model prefix, e.g. dsv4).
     #[arg(long)]
     pub model_prefix: Option<String>,
-    /// Questions to score (overrides eval.limit).
-    #[arg(long, alias = "limit")]
+    /// Questions to score (overrides eval.limit; also --limit, --gsm8k-limit).
+    #[arg(long, aliases = ["limit", "gsm8k-limit"])]
     pub eval_limit: Option<u32>,
     /// GSM8K data: a jsonl or parquet file (openai/gsm8k format), or a folder with train and test files.
     #[arg(long)]

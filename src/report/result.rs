@@ -123,9 +123,13 @@ pub struct PythonInfo {
     pub version: String,
     /// How it was chosen: flag, env, host, setup-venv, path.
     pub origin: crate::python::Origin,
-    /// vLLM's version (`vllm.__version__`), once the engine reported it.
+    /// vLLM's version (`vllm.__version__`), as the check before the run
+    /// found it and the engine reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vllm: Option<String>,
+    /// torch's version (`torch.__version__`), as the check before the run found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<String>,
     /// The folder vLLM was imported from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vllm_path: Option<String>,
@@ -135,16 +139,19 @@ pub struct PythonInfo {
 }
 
 impl PythonInfo {
-    /// The interpreter part, known before the engine starts.
+    /// What is known before the engine starts: the interpreter, and the
+    /// vLLM build the check before the run found in it.
     pub fn of(python: &crate::python::Interpreter) -> PythonInfo {
+        let found = python.found.clone().unwrap_or_default();
         PythonInfo {
             path: python.path.display().to_string(),
             executable: python.executable.clone(),
             version: python.version.clone(),
             origin: python.origin,
-            vllm: None,
-            vllm_path: None,
-            vllm_git_commit: None,
+            vllm_git_commit: found.vllm_path.as_deref().and_then(crate::python::git_commit),
+            vllm: found.vllm,
+            torch: found.torch,
+            vllm_path: found.vllm_path,
         }
     }
 
@@ -231,8 +238,9 @@ pub struct RecipeInfo {
 /// are those every started engine ran when all ran one build; when jobs ran
 /// different builds (`ab --candidate-python`, variants with their own
 /// `python`) they are null and `builds` lists each build with the labels of
-/// the jobs that ran it, so no one side reads as the whole run's. Null too
-/// before any engine started.
+/// the jobs that ran it, so no one side reads as the whole run's. Before an
+/// engine starts they are what the check before the run found (null for a
+/// result written by a build without that check).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Versions {
     pub enginebench: String,
@@ -263,15 +271,23 @@ pub struct Build {
 }
 
 impl Build {
-    /// The build a job's engine ran, `None` before its engine started. The
-    /// Python version is the interpreter's when the engine did not report one.
+    /// The build a job's engine ran, or, before (or without) its start, the
+    /// build the check before the run found in its interpreter; `None` when
+    /// neither is known. The Python version is the interpreter's when the
+    /// engine did not report one.
     fn of(job: &JobResult) -> Option<Build> {
-        let engine = job.engine.as_ref()?;
         let python = job.python.as_ref();
+        let (vllm, torch, engine_python) = match &job.engine {
+            Some(e) => (e.vllm.clone(), e.torch.clone(), e.python.clone()),
+            None => {
+                let p = python.filter(|p| p.vllm.is_some())?;
+                (p.vllm.clone(), p.torch.clone(), None)
+            }
+        };
         Some(Build {
-            vllm: engine.vllm.clone(),
-            torch: engine.torch.clone(),
-            python: engine.python.clone().or_else(|| python.map(|p| p.version.clone())),
+            vllm,
+            torch,
+            python: engine_python.or_else(|| python.map(|p| p.version.clone())),
             vllm_git_commit: python.and_then(|p| p.vllm_git_commit.clone()),
             jobs: vec![job.label.clone()],
         })

@@ -22,6 +22,7 @@ mod recipes;
 mod run_e2e;
 mod runner_fake;
 mod serve_e2e;
+mod shim_compat;
 mod shim_gpu_paths;
 mod slurm_e2e;
 mod spec_e2e;

@@ -27,8 +27,10 @@ fn doctor_and_run_on_python312_vllm023() {
     assert_eq!(d["python"]["origin"], "flag");
     assert!(d["engine"]["vllm"].as_str().unwrap().starts_with("0.23.0"), "{}", d["engine"]);
     assert_eq!(d["engine"]["platform"], "cpu");
-    // 0.23 keeps make_arg_parser where 0.2x did: the layer must say so.
-    assert_eq!(d["engine"]["compat"]["make_arg_parser"]["found"], "vllm.entrypoints.openai.cli_args:make_arg_parser");
+    // The serve parser as vLLM's own `serve` subcommand builds it (0.23 has
+    // make_arg_parser elsewhere than 0.32; the subcommand finds it in both).
+    assert_eq!(d["engine"]["compat"]["serve_parser"]["found"], "vllm.entrypoints.cli.serve:ServeSubcommand");
+    assert!(d["release"]["text"].as_str().unwrap().starts_with("vLLM 0.23.0 (cpu build) checked "), "{}", d["release"]);
     assert_eq!(d["can_run"], true);
     assert_eq!(d["engine"]["step_path"]["path"], "core", "{}", d["engine"]["step_path"]);
 

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::util::{install, read_json, text, write_recipe};
+use crate::util::{FakeServe, install, text, write_fake_vllm, write_recipe};
 
 /// A CPython 3.10+ to make venvs from (the system's, as the fake-engine tests use).
 fn base_python() -> PathBuf {
@@ -135,7 +135,7 @@ fn doctor_lists_every_missing_package_and_devices_in_words() {
     let got = enginebench(&["doctor", "--python", broken.to_str().unwrap()], &[]);
     let log = text(&got);
     assert_eq!(got.status.code(), Some(2), "{log}");
-    assert!(log.contains("problem: vllm is installed but does not import: ImportError: libcudart.so.12"), "{log}");
+    assert!(log.contains("problem: vLLM is installed in ") && log.contains("but `import vllm` fails (ImportError: libcudart.so.12"), "{log}");
     assert!(log.contains("compatibility not checked: vLLM does not import"), "{log}");
 
     // The set-up venv (vLLM's CPU build): a run can start, on no device.
@@ -143,6 +143,15 @@ fn doctor_lists_every_missing_package_and_devices_in_words() {
     let log = text(&got);
     assert_eq!(got.status.code(), Some(0), "{log}");
     assert!(log.contains("devices     none (CPU platform)"), "{log}");
+}
+
+/// A venv whose `vllm` is a stand-in laid out as `serve` says, with the
+/// platform `platform` (util::write_fake_vllm).
+fn fake_vllm_venv(dir: &Path, version: &str, serve: FakeServe, platform: Option<&str>) -> PathBuf {
+    let python = bare_venv(dir);
+    let site = Command::new(&python).args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).output().unwrap();
+    write_fake_vllm(Path::new(String::from_utf8(site.stdout).unwrap().trim()), version, serve, platform);
+    python
 }
 
 #[test]
@@ -155,14 +164,66 @@ fn a_vllm_that_does_not_import_is_exit_2_naming_it() {
     let log = text(&got);
     assert_eq!(got.status.code(), Some(2), "{log}");
     assert!(!log.contains("outside the supported range"), "{log}");
-    let v = read_json(&out.join("result.json"));
-    let error = &v["jobs"][0]["error"];
-    assert_eq!(error["bad_input"], true, "{v}");
-    let message = error["message"].as_str().unwrap();
-    assert!(message.contains("vLLM is installed in ") && message.contains("but `import vllm` fails (ImportError: libcudart.so.12"), "{message}");
-    assert!(message.contains(dir.path().join("broken").to_str().unwrap()), "names the interpreter: {message}");
+    // Refused before the result folder, naming the interpreter and the cause.
+    assert!(!out.exists(), "{log}");
+    assert!(log.contains("vLLM is installed in ") && log.contains("but `import vllm` fails (ImportError: libcudart.so.12"), "{log}");
+    assert!(log.contains(dir.path().join("broken").to_str().unwrap()), "names the interpreter: {log}");
     // recipe check asks vLLM's parser in a worker: the same exit 2.
     let got = enginebench(&["recipe", "check", "--python", broken.to_str().unwrap(), &r], &[]);
     assert_eq!(got.status.code(), Some(2), "{}", text(&got));
     assert!(text(&got).contains("but `import vllm` fails"), "{}", text(&got));
+}
+
+/// One cause, one exit code: a vLLM that finds no platform (its CUDA build on
+/// this machine without a GPU) or that is outside the supported range is
+/// exit 2 from every command that starts engines, before any result folder,
+/// naming the interpreter, the versions found and why; `doctor` says the
+/// same with every item it checked; `recipe check` still checks the flags
+/// where only the platform is missing.
+#[test]
+fn a_vllm_without_a_platform_or_outside_the_range_is_exit_2_before_any_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let cuda = fake_vllm_venv(&dir.path().join("cuda"), "0.34.0", FakeServe::Subcommand, None);
+    let old = fake_vllm_venv(&dir.path().join("old"), "0.9.0", FakeServe::None, Some("cpu"));
+    let r = recipe(dir.path(), &cuda);
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    for (py, why) in [(&cuda, "found no platform to run on (no GPU platform): this is vLLM's CUDA 13.0 build"), (&old, "this vLLM is outside the supported range")] {
+        let py = py.to_str().unwrap();
+        for args in [
+            vec!["run", "--python", py, &r, "--no-eval", "-o", o],
+            vec!["eval", "--python", py, &r, "--eval-limit", "2", "-o", o],
+            vec!["overhead", "--python", py, &r, "-o", o],
+            vec!["ab", &r, "--candidate-python", py, "--repeats", "1", "--no-eval", "-o", o],
+        ] {
+            let got = enginebench(&args, &[]);
+            let log = text(&got);
+            assert_eq!(got.status.code(), Some(2), "{args:?}: {log}");
+            assert!(log.contains(&format!("the vLLM of Python ")) && log.contains(py) && log.contains(why), "{args:?}: {log}");
+            assert!(log.contains("cannot serve (vLLM 0."), "names the versions found: {log}");
+            assert!(!log.contains("Traceback") && !out.exists(), "{args:?}: {log}");
+        }
+    }
+    // doctor: every item found, and the platform named as the one problem.
+    let got = enginebench(&["doctor", "--python", cuda.to_str().unwrap()], &[]);
+    let log = text(&got);
+    assert_eq!(got.status.code(), Some(2), "{log}");
+    assert!(log.contains("platform    none found (see the problems)"), "{log}");
+    assert!(log.contains("ok       serve_parser               vllm.entrypoints.cli.serve:ServeSubcommand"), "{log}");
+    assert!(!log.contains("MISSING  serve_parser"), "{log}");
+    assert_eq!(log.matches("problem: ").count(), 1, "{log}");
+    assert!(log.contains("problem: vLLM 0.34.0 in ") && log.contains("(no GPU platform)"), "{log}");
+    let got = enginebench(&["doctor", "--python", old.to_str().unwrap(), "--json"], &[]);
+    let d: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&got)));
+    assert_eq!(d["can_run"], false);
+    assert!(d["problems"][0].as_str().unwrap().starts_with("vLLM internal serve_parser missing: vLLM 0.9.0 in "), "{d}");
+    assert!(d["release"]["text"].as_str().unwrap().contains("0.9.0 is older than the oldest release checked"), "{d}");
+    // recipe check needs only the parser: it checks the flags, and says why nothing more.
+    let got = enginebench(&["recipe", "check", "--python", cuda.to_str().unwrap(), &r], &[]);
+    let log = text(&got);
+    assert_eq!(got.status.code(), Some(0), "{log}");
+    assert!(log.contains("vLLM 0.34.0 found no platform here (no GPU)"), "{log}");
+    let got = enginebench(&["recipe", "check", "--python", old.to_str().unwrap(), &r], &[]);
+    assert_eq!(got.status.code(), Some(2), "{}", text(&got));
+    assert!(text(&got).contains("this vLLM is outside the supported range"), "{}", text(&got));
 }

@@ -91,7 +91,7 @@ except e.FlagError as err:
     let want = format!("vllm torch {} ['CPU'] False False", dir.path().join("vllm-profiler").display());
     assert_eq!(first, want, "{out}");
     assert!(out.contains("refused: --profile configures vLLM's --profiler-config itself"), "{out}");
-    assert!(out.contains("dp: --data-parallel-size 2: enginebench runs one in-process engine"), "{out}");
+    assert!(out.contains("dp: --data-parallel-size 2: data parallelism (DP size 2) does not run yet"), "{out}");
 }
 
 /// The engine core's batch queue under async scheduling (vLLM 0.32's

@@ -124,3 +124,93 @@ pub fn write_recipe(dir: &Path, name: &str, body: &str) -> String {
     std::fs::write(&path, body).unwrap();
     path.to_string_lossy().into_owned()
 }
+
+/// Where a fake vLLM tree keeps the `vllm serve` parser, as the releases do.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FakeServe {
+    /// `vllm.entrypoints.openai.cli_args.make_arg_parser` (0.23 and earlier).
+    Openai,
+    /// `vllm.entrypoints.launchers.cli_args.make_arg_parser` (0.32).
+    Launchers,
+    /// `vllm.entrypoints.common.cli_args.make_arg_parser` (0.33, 0.34).
+    Common,
+    /// 0.34's layout with its `serve` subcommand
+    /// (`vllm.entrypoints.cli.serve.ServeSubcommand`).
+    Subcommand,
+    /// A release that moved `make_arg_parser` to a path no candidate names;
+    /// only the `serve` subcommand still finds it.
+    Moved,
+    /// No parser anywhere: a vLLM outside the supported range.
+    None,
+}
+
+/// Writes a stand-in `vllm` package (and a `torch` stub) into `site`: the
+/// shim's required items where `serve` says (each a few lines of our own,
+/// in the shapes vLLM's own have), `__version__ = version`, and a platform
+/// whose device type is `platform` (`None`: vLLM's UnspecifiedPlatform, as
+/// its CUDA build finds on a machine without a GPU). torch reports a CUDA
+/// 13.0 build with no device. Nothing here is vLLM's code.
+pub fn write_fake_vllm(site: &Path, version: &str, serve: FakeServe, platform: Option<&str>) {
+    let parser = "\
+def make_arg_parser(parser):
+    parser.add_argument('model_tag', nargs='?')
+    parser.add_argument('--max-model-len', type=int)
+    parser.add_argument('--tensor-parallel-size', '-tp', type=int, default=1)
+    parser.add_argument('--data-parallel-size', '-dp', type=int, default=1)
+    parser.add_argument('--speculative-config', type=str)
+    return parser
+";
+    let device = platform.map_or("''".to_string(), |p| format!("{p:?}"));
+    let mut files: Vec<(&str, String)> = vec![
+        (
+            "vllm/__init__.py",
+            format!(
+                "__version__ = {version:?}\nimport dataclasses\n@dataclasses.dataclass\nclass EngineArgs:\n    model: str = ''\n    max_model_len: int = 0\n    tensor_parallel_size: int = 1\n    data_parallel_size: int = 1\n\
+                 class LLMEngine: pass\nclass SamplingParams: pass\nclass TokensPrompt(dict): pass\n"
+            ),
+        ),
+        ("vllm/utils/__init__.py", String::new()),
+        ("vllm/utils/argparse_utils.py", "import argparse\nclass FlexibleArgumentParser(argparse.ArgumentParser): pass\n".into()),
+        ("vllm/usage/__init__.py", String::new()),
+        ("vllm/usage/usage_lib.py", "import enum\nclass UsageContext(enum.Enum):\n    OPENAI_API_SERVER = 'openai_api_server'\n".into()),
+        ("vllm/sampling_params.py", "import enum\nclass RequestOutputKind(enum.Enum):\n    DELTA = 1\n    FINAL_ONLY = 2\n".into()),
+        ("vllm/envs.py", "environment_variables = {'VLLM_CPU_KVCACHE_SPACE': None, 'VLLM_DP_SIZE': None}\n".into()),
+        ("vllm/entrypoints/__init__.py", String::new()),
+        (
+            "vllm/platforms/__init__.py",
+            format!("class _Platform:\n    device_type = {device}\n    def is_unspecified(self):\n        return not self.device_type\ncurrent_platform = _Platform()\n"),
+        ),
+        (
+            "torch/__init__.py",
+            "__version__ = '2.14.0+cu130'\nclass version:\n    cuda = '13.0'\n    hip = None\nclass cuda:\n    @staticmethod\n    def is_available():\n        return False\n".into(),
+        ),
+    ];
+    let subcommand = |module: &str| {
+        format!(
+            "from {module} import make_arg_parser\nclass ServeSubcommand:\n    name = 'serve'\n    def subparser_init(self, subparsers):\n        return make_arg_parser(subparsers.add_parser(self.name))\n"
+        )
+    };
+    match serve {
+        FakeServe::Openai => files.extend([("vllm/entrypoints/openai/__init__.py", String::new()), ("vllm/entrypoints/openai/cli_args.py", parser.into())]),
+        FakeServe::Launchers => files.extend([("vllm/entrypoints/launchers/__init__.py", String::new()), ("vllm/entrypoints/launchers/cli_args.py", parser.into())]),
+        FakeServe::Common => files.extend([("vllm/entrypoints/common/__init__.py", String::new()), ("vllm/entrypoints/common/cli_args.py", parser.into())]),
+        FakeServe::Subcommand => files.extend([
+            ("vllm/entrypoints/common/__init__.py", String::new()),
+            ("vllm/entrypoints/common/cli_args.py", parser.into()),
+            ("vllm/entrypoints/cli/__init__.py", String::new()),
+            ("vllm/entrypoints/cli/serve.py", subcommand("vllm.entrypoints.common.cli_args")),
+        ]),
+        FakeServe::Moved => files.extend([
+            ("vllm/entrypoints/serving/__init__.py", String::new()),
+            ("vllm/entrypoints/serving/arguments.py", parser.into()),
+            ("vllm/entrypoints/cli/__init__.py", String::new()),
+            ("vllm/entrypoints/cli/serve.py", subcommand("vllm.entrypoints.serving.arguments")),
+        ]),
+        FakeServe::None => {}
+    }
+    for (path, body) in files {
+        let p = site.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+}

@@ -14,7 +14,7 @@ use crate::report::table;
 
 /// A fresh result document: every job of `plan` pending.
 pub fn new_result(plan: &Plan) -> RunResult {
-    RunResult {
+    let mut r = RunResult {
         schema_version: SCHEMA_VERSION,
         status: Status::Running,
         recipe: RecipeInfo {
@@ -33,7 +33,10 @@ pub fn new_result(plan: &Plan) -> RunResult {
         jobs: plan.jobs.iter().map(|j| pending_job(j, &plan.model_path)).collect(),
         resumes: 0,
         execution: None,
-    }
+    };
+    // The builds the check before the run found, until the engines report.
+    r.versions.refresh(&r.jobs);
+    r
 }
 
 /// The result entry of a job that has not run yet.
@@ -123,6 +126,16 @@ pub fn resume(dir: &Path, plan: &mut Plan, force: bool, step_trace: bool) -> Res
 ///
 /// Errors (usage): it already holds a result.json, or cannot be created.
 pub fn output_dir(given: Option<&Path>, name: &str) -> Result<PathBuf> {
+    let dir = output_path(given, name)?;
+    std::fs::create_dir_all(&dir).map_err(|e| usage(format!("cannot create output folder {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+/// [`output_dir`]'s folder and check, without creating it (a command that
+/// checks more before it writes anything creates it later).
+///
+/// Errors (usage): the folder already holds a result.json.
+pub fn output_path(given: Option<&Path>, name: &str) -> Result<PathBuf> {
     let dir = match given {
         Some(d) => d.to_path_buf(),
         None => PathBuf::from("results").join(format!("{name}-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"))),
@@ -134,7 +147,6 @@ pub fn output_dir(given: Option<&Path>, name: &str) -> Result<PathBuf> {
             dir.display()
         )));
     }
-    std::fs::create_dir_all(&dir).map_err(|e| usage(format!("cannot create output folder {}: {e}", dir.display())))?;
     Ok(dir)
 }
 

@@ -42,7 +42,7 @@ use crate::error::ExitStatus;
 use crate::report::result::{RunResult, Status};
 
 pub use executor::{ExecChoice, ExecOptions, Executor, executor_for};
-pub use folder::{new_result, now_rfc3339, output_dir, pending_job, print_summary};
+pub use folder::{new_result, now_rfc3339, output_dir, output_path, pending_job, print_summary};
 pub use sink::Sink;
 
 /// Exit code after Ctrl-C (128 + SIGINT), as shells report it.
@@ -92,15 +92,21 @@ impl<'a> Run<'a> {
 }
 
 impl Runner {
-    /// Checks that every job's interpreter can import vLLM and torch, then
-    /// opens the run folder and writes the (pending) result.
+    /// Checks that every job's interpreter has vLLM and torch and that its
+    /// vLLM can serve here ([`super::preflight`]: it imports, is in the
+    /// supported range and finds a platform; on a Slurm array the platform
+    /// is the compute nodes' to judge), then opens the run folder and writes
+    /// the (pending) result with the versions found.
     ///
-    /// Errors (usage): an interpreter without vLLM or torch (before the
-    /// folder exists, see [`crate::python::require_engine_packages`]); see
-    /// [`output_dir`] and [`folder::resume`].
+    /// Errors (usage, before the folder exists): an interpreter without vLLM
+    /// or torch ([`crate::python::require_engine_packages`]) or whose vLLM
+    /// cannot serve; see [`output_dir`] and [`folder::resume`].
     pub fn open(mut plan: Plan, opts: &RunOptions, how: &ExecOptions, folder: Folder<'_>) -> Result<Runner> {
         for job in &plan.jobs {
             crate::python::require_engine_packages(&job.python)?;
+        }
+        if !crate::python::probe::fake_engine_selected() && !matches!(folder, Folder::Existing(_)) {
+            super::preflight::check_jobs(&mut plan.jobs, !matches!(how.exec, ExecChoice::Slurm(_)))?;
         }
         let (dir, result, files) = match folder {
             Folder::New { name } => {
