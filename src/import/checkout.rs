@@ -166,8 +166,8 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result
     let mut variants = Vec::new();
     for (i, j) in imported.jobs.iter().enumerate() {
         let name = if i == 0 { "base".to_string() } else { j.name.clone() };
-        match crate::recipe::parallel::data_parallel(&j.engine.args) {
-            Some(dp) => errln!("  left out: {} (vLLM --data-parallel-size {dp}; see the note)", j.name),
+        match j.engine.data_parallel() {
+            Some(dp) => errln!("  left out: {} (vLLM {}; see the note)", j.name, dp.spelled()),
             None => variants.push(name),
         }
     }

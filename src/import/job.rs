@@ -20,6 +20,14 @@ pub struct Engine {
     pub env: BTreeMap<String, String>,
 }
 
+impl Engine {
+    /// Whether this engine asks for data parallelism, by flag or by the
+    /// launcher's `VLLM_DP_SIZE` ([`crate::recipe::parallel::data_parallel`]).
+    pub fn data_parallel(&self) -> Option<crate::recipe::parallel::DataParallel> {
+        crate::recipe::parallel::data_parallel(&self.args, self.env.get(crate::recipe::parallel::DP_SIZE_VAR).map(String::as_str))
+    }
+}
+
 /// What the points of a job send: the fixed-length client's settings or
 /// the agentic replay's.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,11 +121,12 @@ impl Job {
                 s.reason()
             ));
         }
-        if let Some(dp) = crate::recipe::parallel::data_parallel(&self.engine.args) {
+        if let Some(dp) = self.engine.data_parallel() {
             out.push(format!(
-                "job {}: vLLM runs with --data-parallel-size {dp}: not reproducible in-process (vLLM's in-process engine waits for {} peer engine(s) that never start); run and recipe check refuse it, and a run from the checkout leaves it out",
+                "job {}: vLLM runs with {}: not reproducible in-process (vLLM's in-process engine waits for {} peer engine(s) that never start); run and recipe check refuse it, and a run from the checkout leaves it out",
                 self.name,
-                dp - 1
+                dp.spelled(),
+                dp.size - 1
             ));
         }
         match &self.bench {

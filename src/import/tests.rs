@@ -275,7 +275,7 @@ fn agentic_entry_imports_as_trace_replays() {
     let Bench::Agentic(r) = &simple.bench else { panic!("{:?}", simple.bench) };
     assert_eq!((r.dataset.as_str(), r.duration_s, r.warmup_requests_per_lane), ("semianalysisai/cc-traces-weka-062126-256k", 3600, 10));
     let dpa = job(&im, "tp8-ep8-dpa-vllm-simple-agentic-conc16");
-    assert_eq!(super::super::recipe::parallel::data_parallel(&dpa.engine.args), Some(8));
+    assert_eq!(dpa.engine.data_parallel().map(|d| d.size), Some(8));
     let note = |needle: &str| assert!(im.notes.iter().any(|n| n.contains(needle)), "{needle}: {:?}", im.notes);
     note("job tp4-mooncake-agentic-conc4: conc 4: the launcher starts mooncake_master (line 48)");
     note("job tp8-ep8-dpa-vllm-simple-agentic-conc16: conc 16: the launcher starts vllm-router");

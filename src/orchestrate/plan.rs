@@ -15,6 +15,7 @@ use crate::error::usage;
 use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
+use crate::recipe::parallel::DP_SIZE_VAR;
 use crate::recipe::overrides::{EvalFlags, SweepArgs};
 use crate::recipe::{EngineConfig, EvalSection, Recipe, default_recipe_path};
 use crate::protocol::{RandomDataset, TraceSpec, Workload};
@@ -235,7 +236,19 @@ pub fn gpus_of(job: &PlannedJob, cpu: bool) -> u32 {
     if cpu {
         return 0;
     }
-    crate::recipe::parallel::Layout::of(&job.config.args, job.config.tp).gpus()
+    crate::recipe::parallel::Layout::of(&job.config.args, job.config.tp, job.engine_var(DP_SIZE_VAR).as_deref()).gpus()
+}
+
+impl PlannedJob {
+    /// A variable as the engine's process will see it: the job's additions
+    /// over this process's environment, none when the job unsets it.
+    pub fn engine_var(&self, name: &str) -> Option<String> {
+        match self.env.get(name) {
+            Some(v) => Some(v.clone()),
+            None if self.config.env_unset.iter().any(|u| u == name) => None,
+            None => std::env::var(name).ok(),
+        }
+    }
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.

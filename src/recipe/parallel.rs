@@ -1,7 +1,8 @@
 //! The parallel layout a `vllm serve` flag list asks for, read before any
 //! engine starts: tensor, pipeline, data, prefill- and decode-context
 //! parallel sizes, vLLM's world size and the GPUs the engine occupies, and
-//! whether it asks for data parallelism (see [`data_parallel`]).
+//! whether it asks for data parallelism (see [`data_parallel`], the one
+//! place that decides it, for the flag and for vLLM's environment fallback).
 //!
 //! vLLM 0.32's names and rules (config/parallel.py `ParallelConfig`):
 //! `world_size = PP x TP x PCP` (DCP reuses the TP ranks and adds no
@@ -27,13 +28,15 @@ pub struct Layout {
 
 impl Layout {
     /// The sizes `args` give; `sweep_tp` (the sweep's TP for this engine)
-    /// stands for TP when the flags do not set it (the sweep adds the flag).
-    pub fn of(args: &[String], sweep_tp: Option<u32>) -> Layout {
+    /// stands for TP when the flags do not set it (the sweep adds the flag);
+    /// `vllm_dp_size` is `VLLM_DP_SIZE` as the engine would see it, which
+    /// sets DP when the flags do not (see [`data_parallel`]).
+    pub fn of(args: &[String], sweep_tp: Option<u32>, vllm_dp_size: Option<&str>) -> Layout {
         let size = |names: &[&str]| flag_value(args, names).and_then(|v| v.parse::<u32>().ok()).filter(|&n| n > 0);
         Layout {
             tp: size(&TP).or(sweep_tp).unwrap_or(1).max(1),
             pp: size(&PP).unwrap_or(1),
-            dp: size(&DP).unwrap_or(1),
+            dp: data_parallel(args, vllm_dp_size).map_or(1, |d| d.size),
             pcp: size(&PCP).unwrap_or(1),
             dcp: size(&DCP).unwrap_or(1),
         }
@@ -66,16 +69,78 @@ pub fn flag_value(args: &[String], names: &[&str]) -> Option<String> {
     found
 }
 
-/// The DP size when a configuration asks for data parallelism (`-dp N`,
-/// N > 1), which does not run in-process: vLLM's in-process `LLMEngine`
+/// vLLM's environment variable for the DP size, read when the flags set none
+/// (vllm/envs.py `VLLM_DP_SIZE`, default 1).
+pub const DP_SIZE_VAR: &str = "VLLM_DP_SIZE";
+
+/// A configuration that asks for data parallelism, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataParallel {
+    /// The DP size, > 1.
+    pub size: u32,
+    /// Where the size came from.
+    pub source: DpSource,
+}
+
+/// How a configuration asks for data parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DpSource {
+    /// `--data-parallel-size N` / `-dp N`.
+    Flag,
+    /// `VLLM_DP_SIZE=N` in the engine's environment, with no DP flag.
+    Env,
+}
+
+impl DataParallel {
+    /// How the configuration asks, as written: "--data-parallel-size 2" or
+    /// "VLLM_DP_SIZE=2 in the environment".
+    pub fn spelled(&self) -> String {
+        match self.source {
+            DpSource::Flag => format!("--data-parallel-size {}", self.size),
+            DpSource::Env => format!("{DP_SIZE_VAR}={} in the environment", self.size),
+        }
+    }
+}
+
+/// The one decision of whether an engine configuration asks for data
+/// parallelism, and of what size: `-dp N` (N > 1) in the flags, else
+/// `VLLM_DP_SIZE` > 1 in the engine's environment (`vllm_dp_size`: the
+/// value the engine would see), as vLLM reads them (0.32 to 0.34
+/// vllm/config/parallel.py `ParallelConfig.__post_init__`: the flag when it
+/// is > 1, otherwise the environment's `VLLM_DP_SIZE`). `None`: one engine.
+///
+/// Data parallelism does not run in-process: vLLM's in-process `LLMEngine`
 /// joins a DP group in its constructor and waits for peer engines that are
-/// never started. The shim refuses such flags as bad input, at engine start
-/// and in `recipe check` (python-shim engine.py
-/// `_refuse_in_process_data_parallel`); the importer uses this to leave
-/// such jobs out of a default run and say why.
-pub fn data_parallel(args: &[String]) -> Option<u32> {
-    let dp = Layout::of(args, None).dp;
-    (dp > 1).then_some(dp)
+/// never started. The run plan and `recipe check` refuse it (exit 2) through
+/// this function before any worker starts; the importer uses it to leave
+/// such jobs out of a default run and say why; placement counts its GPUs.
+pub fn data_parallel(args: &[String], vllm_dp_size: Option<&str>) -> Option<DataParallel> {
+    let flag = flag_value(args, &DP).and_then(|v| v.parse::<u32>().ok()).filter(|&n| n > 1);
+    if let Some(size) = flag {
+        return Some(DataParallel { size, source: DpSource::Flag });
+    }
+    let env = vllm_dp_size.and_then(|v| v.trim().parse::<u32>().ok()).filter(|&n| n > 1);
+    env.map(|size| DataParallel { size, source: DpSource::Env })
+}
+
+/// Why a configuration cannot run, when it asks for data parallelism
+/// ([`data_parallel`], the one decision, for `-dp N` and `VLLM_DP_SIZE`),
+/// in words naming how it asks and the DP size; `None` when it runs (no DP,
+/// or vLLM's `external_launcher` backend, where each process is its own
+/// rank). The run plan and `recipe check` both refuse with it (exit 2); the
+/// shim's backstop says the same. Data-parallel runs are issue 31's.
+pub fn data_parallel_refusal(args: &[String], vllm_dp_size: Option<&str>) -> Option<String> {
+    let dp = data_parallel(args, vllm_dp_size)?;
+    if flag_value(args, &["--distributed-executor-backend"]).as_deref() == Some("external_launcher") {
+        return None;
+    }
+    Some(format!(
+        "{}: data parallelism (DP size {}) does not run yet (data-parallel runs are issue 31): enginebench runs one \
+         in-process engine, and vLLM's in-process LLMEngine with data parallelism waits for peer engines that never \
+         start; run with -dp 1 and without {DP_SIZE_VAR} (one engine per job) instead",
+        dp.spelled(),
+        dp.size
+    ))
 }
 
 #[cfg(test)]
@@ -88,18 +153,32 @@ mod tests {
 
     #[test]
     fn sizes_world_and_gpus() {
-        let l = Layout::of(&args("--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel"), None);
+        let l = Layout::of(&args("--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel"), None, None);
         assert_eq!((l.tp, l.dp, l.world_size(), l.gpus()), (1, 8, 1, 8));
-        let l = Layout::of(&args("-tp=4 -pp 2 -pcp 2 -dcp 4"), None);
+        let l = Layout::of(&args("-tp=4 -pp 2 -pcp 2 -dcp 4"), None, None);
         assert_eq!((l.tp, l.pp, l.pcp, l.dcp, l.world_size(), l.gpus()), (4, 2, 2, 4, 16, 16));
-        assert_eq!(Layout::of(&[], Some(8)).gpus(), 8, "the sweep's TP when the flags have none");
-        assert_eq!(Layout::of(&args("-tp 2"), Some(8)).tp, 2, "the flag wins");
+        assert_eq!(Layout::of(&[], Some(8), None).gpus(), 8, "the sweep's TP when the flags have none");
+        assert_eq!(Layout::of(&args("-tp 2"), Some(8), None).tp, 2, "the flag wins");
+        assert_eq!(Layout::of(&args("-tp 4"), None, Some("2")).gpus(), 8, "VLLM_DP_SIZE counts as -dp");
     }
 
     #[test]
-    fn data_parallel_is_read_from_the_flags() {
-        assert_eq!(data_parallel(&args("-tp 8 --data-parallel-size 1")), None);
-        assert_eq!(data_parallel(&args("-tp 1 -dp 2")), Some(2));
-        assert_eq!(data_parallel(&args("--data-parallel-size=8")), Some(8));
+    fn data_parallel_is_read_from_the_flags_then_the_environment() {
+        let dp = |a: &str, env: Option<&str>| data_parallel(&args(a), env).map(|d| (d.size, d.source));
+        assert_eq!(dp("-tp 8 --data-parallel-size 1", None), None);
+        assert_eq!(dp("-tp 1 -dp 2", None), Some((2, DpSource::Flag)));
+        assert_eq!(dp("--data-parallel-size=8", None), Some((8, DpSource::Flag)));
+        // vLLM's fallback: the environment when the flag asks for no DP.
+        assert_eq!(dp("-tp 1", Some("2")), Some((2, DpSource::Env)));
+        assert_eq!(dp("-dp 1", Some(" 4 ")), Some((4, DpSource::Env)));
+        assert_eq!(dp("-dp 2", Some("4")), Some((2, DpSource::Flag)), "the flag wins over the environment");
+        assert_eq!(dp("", Some("1")), None);
+        assert_eq!(dp("", Some("two")), None, "vLLM would fail on it at start; not DP here");
+        let env = data_parallel_refusal(&[], Some("2")).unwrap();
+        assert!(env.starts_with("VLLM_DP_SIZE=2 in the environment: data parallelism (DP size 2) does not run yet"), "{env}");
+        let flag = data_parallel_refusal(&args("-dp 2"), None).unwrap();
+        assert!(flag.starts_with("--data-parallel-size 2: data parallelism (DP size 2) does not run yet"), "{flag}");
+        assert_eq!(data_parallel_refusal(&args("-tp 2"), Some("1")), None);
+        assert_eq!(data_parallel_refusal(&args("-dp 2 --distributed-executor-backend external_launcher"), None), None);
     }
 }
