@@ -136,12 +136,6 @@ def check_args(argv, env_names):
     if spec_error:
         out["error"] = spec_error
         return json.dumps(out)
-    try:
-        # The parsed flags carry the same names EngineArgs reads.
-        _refuse_in_process_data_parallel(args)
-    except FlagError as e:
-        out["error"] = str(e)
-        return json.dumps(out)
     mml = getattr(args, "max_model_len", None)
     out["max_model_len"] = mml if isinstance(mml, int) and mml > 0 else None
     out["tensor_parallel_size"] = getattr(args, "tensor_parallel_size", None)
@@ -810,11 +804,24 @@ class Engine:
         id (token requests on the core path, as add_tokens returned them)."""
         self._path.abort(rids, core_ids)
 
-    def has_unfinished(self, local=0):
+    def has_unfinished(self, local=0, pending=False):
         """Whether any request is unfinished (`local`: the caller's count of
-        token requests in flight, which only it knows on the core path); with
-        data parallelism, across the DP group (steppath.CorePath.has_unfinished)."""
-        return self._path.has_unfinished(local)
+        token requests in flight, which only it knows on the core path;
+        `pending`: the caller has more to send); with data parallelism,
+        across the DP group (steppath.CorePath.has_unfinished)."""
+        return self._path.has_unfinished(local, pending)
+
+    @property
+    def dp_lockstep(self):
+        """This engine is a rank of a vLLM DP group (in-process, from
+        VLLM_DP_SIZE/RANK/MASTER_*): its steps must go in lockstep."""
+        return getattr(self.engine, "dp_group", None) is not None
+
+    def sync_ranks(self):
+        """Waits for every rank of the DP group: the group's own all-reduce
+        (vLLM's ParallelConfig.has_unfinished_dp), with nothing to report."""
+        if getattr(self.engine, "dp_group", None) is not None:
+            steppath._dp_all_reduce(self.engine, False)
 
     def shutdown(self):
         core = getattr(self.engine, "engine_core", None)

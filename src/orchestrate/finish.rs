@@ -125,6 +125,7 @@ pub fn finish_point(
         sessions,
         telemetry: None,
         profile: None,
+        ranks: Vec::new(),
     }
 }
 
