@@ -101,7 +101,7 @@ mod tests {
         let json = serde_json::json!({
             "spec": {"point": {"isl": 8, "osl": 2, "conc": 2, "num_prompts": 4, "warmups": 0},
                      "dataset": {"isl": 8, "osl": 2, "convention": "vllm", "range_ratio": 0.0, "prefix_len": 0, "seed": 0},
-                     "request_rate": null, "burstiness": 1.0},
+                     "request_rate": null, "burstiness": 1.0, "ignore_eos": true},
             "records": [], "engine_timings": [], "requested_output_lens": [], "duration_s": 1.0,
             "started_mono_s": start, "steps": []
         });
