@@ -3,6 +3,7 @@
 //! [`StepEngine`] interface the request loops drive.
 
 pub mod fake;
+pub mod fake_dp;
 #[cfg(feature = "python")]
 pub mod pyerror;
 #[cfg(feature = "python")]

@@ -273,7 +273,9 @@ fn run_point(
     };
     let (warmup, measured) = (warmup.as_slice(), measured.as_slice());
 
-    if !warmup.is_empty() {
+    // A lockstep rank runs the warm-up loop even with no warm-up of its own:
+    // every rank of a DP group must run the same loops.
+    if !warmup.is_empty() || (dp.is_some_and(|d| d.lockstep) && p.warmups > 0) {
         // Warm-ups run closed-loop at the point's concurrency, excluded from figures.
         let phase = format!("warm-up conc {}", p.conc);
         let total = warmup.len() as u64;

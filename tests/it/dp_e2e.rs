@@ -171,3 +171,45 @@ fn dense_dp2_on_the_real_engine_counts_both_ranks_once() {
         f(&p2["output_throughput"])
     );
 }
+
+/// A MoE job's ranks in lockstep, on the fake engine's DP group (a blocking
+/// all-reduce in every `keep_stepping`, `sync_ranks` and step, as vLLM's
+/// group does: ranks out of step hang). At conc 1 rank 1 has no request and
+/// drains first: it runs dummy steps beside rank 0, and both ranks take the
+/// same number of steps. With the lockstep off, the same run cannot finish.
+#[test]
+fn moe_ranks_step_in_lockstep_and_out_of_step_they_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("moe-model");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("config.json"), r#"{"architectures": ["MixtralForCausalLM"], "num_local_experts": 4}"#).unwrap();
+    let body = format!(
+        "name = \"fake-moe\"\nmodel = \"{}\"\nhardware = \"cpu\"\n[engine]\nargs = [\"-dp\", \"2\", \"--enable-expert-parallel\"]\n[sweep]\nisl = 16\nosl = 8\nconc = [1, 3]\nnum_prompts = 6\nwarmups = 2\n",
+        model.display()
+    );
+    let r = write_recipe(dir.path(), "fake-moe", &body);
+    let out = dir.path().join("out");
+    let (o, log) = output(&mut fake_command("step_ms=1", &["run", &r, "--no-eval", "--point-timeout", "60", "-o", out.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let v = read_json(&out.join("result.json"));
+    for (p, split) in v["jobs"][0]["points"].as_array().unwrap().iter().zip([[6, 0], [3, 3]]) {
+        assert_eq!(p["completed"], 6, "{p}");
+        let ranks = p["ranks"].as_array().unwrap();
+        let got: Vec<u64> = ranks.iter().map(|r| r["completed"].as_u64().unwrap()).collect();
+        assert_eq!(got, split, "conc {}", p["conc"]);
+        let steps: Vec<u64> = ranks.iter().map(|r| r["step_stats"]["steps"].as_u64().unwrap()).collect();
+        assert_eq!(steps[0], steps[1], "lockstep: every rank steps as often (conc {}): {p}", p["conc"]);
+        assert!(steps[1] > 0);
+    }
+    // Each rank deciding alone when to stop: a rank leaves the loop while
+    // its peer still steps, and the peer's step waits for it. The run
+    // fails, bounded by --point-timeout; it never completes.
+    let out = dir.path().join("out-of-step");
+    let started = Instant::now();
+    let (o, log) = output(&mut fake_command("step_ms=1,no_lockstep=1", &["run", &r, "--no-eval", "--point-timeout", "10", "-o", out.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(1), "{log}");
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    let job = &read_json(&out.join("result.json"))["jobs"][0];
+    let msg = job["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("timeout") || msg.contains("peer rank is gone"), "{job}");
+}

@@ -148,7 +148,14 @@ impl DpPlan {
     pub fn launches(&self, args: &[String], visible: Option<&[u32]>, master_port: u16, cores: &[usize]) -> Vec<RankLaunch> {
         let n = self.size;
         let args = strip_dp_flag(args);
-        let core_sets = split_cores(cores, n as usize);
+        // One core set per worker process of the job, DP-major (vLLM's CPU
+        // binding reads `VLLM_CPU_OMP_THREADS_BIND` as `|`-separated sets in
+        // [DP, PP, TP] order for a DP group, utils/ompmultiprocessing.py).
+        let ws = self.world_size.max(1) as usize;
+        let core_sets = split_cores(cores, n as usize * ws);
+        let text = |sets: &[Vec<usize>]| {
+            sets.iter().map(|set| set.iter().map(usize::to_string).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join("|")
+        };
         (0..n)
             .map(|rank| {
                 let mut env = BTreeMap::new();
@@ -185,10 +192,13 @@ impl DpPlan {
                 }
                 if self.cpu {
                     // Each rank on its own cores (vLLM's CPU worker binds its
-                    // OpenMP threads to VLLM_CPU_OMP_THREADS_BIND).
-                    let set = &core_sets[rank as usize];
-                    env.insert("OMP_NUM_THREADS".into(), set.len().max(1).to_string());
-                    env.insert("VLLM_CPU_OMP_THREADS_BIND".into(), set.iter().map(usize::to_string).collect::<Vec<_>>().join(","));
+                    // OpenMP threads to VLLM_CPU_OMP_THREADS_BIND): a dense
+                    // rank is told its own sets, a group's ranks every set
+                    // (each takes its DP rank's slice).
+                    let mine = &core_sets[rank as usize * ws..(rank as usize + 1) * ws];
+                    let bind = if self.lockstep { text(&core_sets) } else { text(mine) };
+                    env.insert("OMP_NUM_THREADS".into(), mine[0].len().max(1).to_string());
+                    env.insert("VLLM_CPU_OMP_THREADS_BIND".into(), bind);
                 }
                 RankLaunch { rank, args: args.clone(), env, unset, devices }
             })
@@ -319,8 +329,10 @@ mod tests {
         assert_eq!((e["VLLM_DP_SIZE"].as_str(), e["VLLM_DP_RANK"].as_str(), e["VLLM_DP_RANK_LOCAL"].as_str()), ("2", "1", "1"));
         assert_eq!((e["VLLM_DP_MASTER_IP"].as_str(), e["VLLM_DP_MASTER_PORT"].as_str()), ("127.0.0.1", "29555"));
         assert!(!e.contains_key("CUDA_VISIBLE_DEVICES"), "vLLM places MoE ranks itself");
-        let cpu = plan(false, true).launches(&a, None, 0, &[0, 1]);
-        assert_eq!((cpu[1].env["OMP_NUM_THREADS"].as_str(), cpu[1].env["VLLM_CPU_OMP_THREADS_BIND"].as_str()), ("1", "1"));
+        let cpu = plan(false, true).launches(&a, None, 0, &[0, 1, 2, 3]);
+        assert_eq!((cpu[1].env["OMP_NUM_THREADS"].as_str(), cpu[1].env["VLLM_CPU_OMP_THREADS_BIND"].as_str()), ("1", "2|3"));
+        let group = plan(true, true).launches(&a, None, 1, &[0, 1, 2, 3]);
+        assert_eq!(group[1].env["VLLM_CPU_OMP_THREADS_BIND"], "0|1|2|3", "every set: vLLM takes rank 1's slice");
     }
 
     #[test]
