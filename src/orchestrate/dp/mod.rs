@@ -107,8 +107,14 @@ impl DpPlan {
     ) -> Result<Option<DpPlan>> {
         let Some(dp) = dp else { return Ok(None) };
         let world_size = Layout::of(args, sweep_tp, None).world_size();
-        let moe = moe::is_moe(model).map_err(|e| usage(format!("{}: {e}", dp.spelled())))?;
         let ep = EP_FLAGS.iter().find(|f| args.iter().any(|a| a == *f));
+        // Expert parallelism only exists for MoE models: with the flag, a
+        // config not downloaded yet is no reason to refuse.
+        let moe = match moe::is_moe(model) {
+            Ok(moe) => moe,
+            Err(_) if ep.is_some() => true,
+            Err(e) => return Err(usage(format!("{}: {e}", dp.spelled()))),
+        };
         if let (false, Some(flag)) = (moe, ep) {
             return Err(usage(format!(
                 "{flag} with {}: {model} is a dense model (its config names no experts), so expert parallelism does not apply; remove {flag} (dense DP runs one engine per rank)",
@@ -359,6 +365,7 @@ mod tests {
         let remote = |k: &str| (k == DP_MASTER_IP_VAR).then(|| "10.0.0.2".to_string());
         assert!(err(of("-dp 2", &moe, None, &remote)).contains("without VLLM_DP_MASTER_PORT"));
         assert!(err(of("-dp 2", &dir.join("absent"), None, &none)).contains("config.json"));
+        assert!(of("-dp 2 --enable-expert-parallel", &dir.join("absent"), None, &none).unwrap().unwrap().lockstep, "EP: MoE");
         let ok = of("-dp 2 -ep", &moe, Some(&[0, 1]), &none).unwrap().unwrap();
         assert!(ok.lockstep);
         assert!(!of("-dp 2", &dense, None, &none).unwrap().unwrap().lockstep);
