@@ -4,7 +4,7 @@ DP attention, expert parallel). Nothing is downloaded.
 
 Shape: Mixtral (`MixtralForCausalLM`, a family vLLM's CPU build runs as
 MoE through its CPU fused-MoE experts), 2 layers, hidden 64, 4 attention
-heads (2 KV heads), 4 experts with top-2 routing, intermediate 128, the
+heads of 64 (2 KV heads), 4 experts with top-2 routing, intermediate 128, the
 bundled SmolLM2 tokenizer (its vocabulary, 49152 ids), weights in bfloat16
 (~6 MB), tied embeddings. Tensor names are Mixtral's Hugging Face names
 (`block_sparse_moe.gate`, `block_sparse_moe.experts.E.w1/w2/w3`), the ones
@@ -20,6 +20,9 @@ import shutil
 import sys
 
 LAYERS, HIDDEN, HEADS, KV_HEADS, EXPERTS, TOP_K, INTERMEDIATE = 2, 64, 4, 2, 4, 2, 128
+# vLLM's CPU attention kernels take head sizes 32, 64, 80, ... (16 is
+# refused: "Unsupported CPU attention configuration"): 64, set explicitly.
+HEAD_DIM = 64
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
 
@@ -33,7 +36,7 @@ def config(vocab, bos, eos):
         "num_hidden_layers": LAYERS,
         "num_attention_heads": HEADS,
         "num_key_value_heads": KV_HEADS,
-        "head_dim": HIDDEN // HEADS,
+        "head_dim": HEAD_DIM,
         "num_local_experts": EXPERTS,
         "num_experts_per_tok": TOP_K,
         "hidden_act": "silu",
@@ -57,7 +60,7 @@ def weights(vocab):
     def rnd(*shape):
         return (torch.randn(*shape, generator=g) * 0.05).to(torch.bfloat16)
 
-    head = HIDDEN // HEADS
+    head = HEAD_DIM
     w = {"model.embed_tokens.weight": rnd(vocab, HIDDEN), "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16)}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
