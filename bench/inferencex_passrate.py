@@ -8,10 +8,11 @@ and then `enginebench recipe check F`, and prints one line per entry and
 the totals per kind: current fixed-seq-len (the entry's fixed-seq-len
 scenarios, from configs/), current agentic (its agentic-coding configs,
 `--scenario agentic`; an entry with both kinds counts in both rows) and
-deprecated (entries of configs/deprecated/). An entry whose only check
-errors are the refusal of data parallelism (DP-attention jobs that run
-vLLM with -dp > 1) is counted apart (DP): its other jobs run. Nothing of
-the checkout is copied; it is only read.
+deprecated (entries of configs/deprecated/). Data-parallel jobs (vLLM
+-dp > 1, DP attention) run since issue 31 and are checked like any other;
+the "checked but for their -dp jobs" column counts entries whose only
+errors are an older enginebench's refusal of data parallelism (empty with
+this one). Nothing of the checkout is copied; it is only read.
 
 usage: bench/inferencex_passrate.py INFERENCEX_DIR [ENGINEBENCH_BINARY]
 """

@@ -316,17 +316,18 @@ def _refuse_in_process_data_parallel(engine_args, environ=None):
     """An in-process LLMEngine with data_parallel_size > 1 joins a DP group
     at construction and waits for peers that never come (its master port is
     picked in this process: vllm/v1/engine/llm_engine.py:82-95,
-    vllm/config/parallel.py:979-996): refuse it up front as bad input.
+    vllm/config/parallel.py:979-996) unless its peers are started too.
 
-    The run plan and `recipe check` refuse data parallelism before any
-    worker starts (src/recipe/parallel.rs `data_parallel`, the one decision,
-    for `-dp N` and `VLLM_DP_SIZE`); this is the backstop for what only
-    vLLM's parser sees (a `--config` file's `data-parallel-size`) and for a
-    `VLLM_DP_SIZE` in `environ` (the engine's environment: vLLM reads it when
-    the flags ask for no DP), with the same words."""
+    The run plan starts one worker per DP rank when the flags or
+    `VLLM_DP_SIZE` ask for DP (src/orchestrate/dp/), each with the DP flag
+    removed and, for a lockstep group, `VLLM_DP_RANK` set; this is the
+    backstop for what only vLLM's parser sees (a `--config` file's
+    `data-parallel-size`) and for a `VLLM_DP_SIZE` in `environ` (the
+    engine's environment) without a rank: bad input, up front."""
     dp = int(getattr(engine_args, "data_parallel_size", 1) or 1)
     spelled = f"--data-parallel-size {dp}"
-    if dp <= 1 and environ is not None:
+    environ = environ if environ is not None else {}
+    if dp <= 1 and "VLLM_DP_RANK" not in environ:
         try:
             dp = int(str(environ.get("VLLM_DP_SIZE", "1")).strip())
         except ValueError:  # vLLM's own int() fails on it at start, with its message
@@ -334,9 +335,9 @@ def _refuse_in_process_data_parallel(engine_args, environ=None):
         spelled = f"VLLM_DP_SIZE={dp} in the environment"
     if dp > 1 and getattr(engine_args, "distributed_executor_backend", None) != "external_launcher":
         raise FlagError(
-            f"{spelled}: data parallelism (DP size {dp}) does not run yet (data-parallel runs are issue 31): "
-            "enginebench runs one in-process engine, and vLLM's in-process LLMEngine with data parallelism waits "
-            "for peer engines that never start; run with -dp 1 and without VLLM_DP_SIZE (one engine per job) instead")
+            f"{spelled}: data parallelism (DP size {dp}) reached one in-process engine, which would wait for "
+            "peer engines that never start: enginebench starts one worker per DP rank when the recipe's flags "
+            "(-dp N) or its environment (VLLM_DP_SIZE) ask for it; put the DP size there, not in a --config file")
 
 
 def _world_size_of(engine_args):
@@ -876,11 +877,24 @@ class Engine:
         id (token requests on the core path, as add_tokens returned them)."""
         self._path.abort(rids, core_ids)
 
-    def has_unfinished(self, local=0):
+    def has_unfinished(self, local=0, pending=False):
         """Whether any request is unfinished (`local`: the caller's count of
-        token requests in flight, which only it knows on the core path); with
-        data parallelism, across the DP group (steppath.CorePath.has_unfinished)."""
-        return self._path.has_unfinished(local)
+        token requests in flight, which only it knows on the core path;
+        `pending`: the caller has more to send); with data parallelism,
+        across the DP group (steppath.CorePath.has_unfinished)."""
+        return self._path.has_unfinished(local, pending)
+
+    @property
+    def dp_lockstep(self):
+        """This engine is a rank of a vLLM DP group (in-process, from
+        VLLM_DP_SIZE/RANK/MASTER_*): its steps must go in lockstep."""
+        return getattr(self.engine, "dp_group", None) is not None
+
+    def sync_ranks(self):
+        """Waits for every rank of the DP group: the group's own all-reduce
+        (vLLM's ParallelConfig.has_unfinished_dp), with nothing to report."""
+        if getattr(self.engine, "dp_group", None) is not None:
+            steppath._dp_all_reduce(self.engine, False)
 
     def shutdown(self):
         core = getattr(self.engine, "engine_core", None)

@@ -61,6 +61,7 @@ in-process there.
 """
 
 import os
+import sys
 import time
 
 try:  # as a package (the pure-Python loop of bench/, tests)
@@ -178,8 +179,11 @@ class EnginePath:
     def abort(self, rids, core_ids):
         self.engine.abort_request([str(r) for r in rids])
 
-    def has_unfinished(self, local):
-        return self.engine.has_unfinished_requests()
+    def has_unfinished(self, local, pending=False):
+        mine = self.engine.output_processor.has_unfinished_requests() if hasattr(self.engine, "output_processor") else False
+        if getattr(self.engine, "dp_group", None) is None:
+            return self.engine.has_unfinished_requests()
+        return _dp_any(self.engine, mine, pending)
 
 
 class CorePath:
@@ -210,6 +214,28 @@ class CorePath:
         # reference: keep feeding them when the engine speculates.
         self.loggers = parts["logger_manager"] if shim.num_speculative_tokens else None
         self.dp_group = getattr(self.engine, "dp_group", None)
+        self._executed = True
+        core = getattr(self.client, "engine_core", None)
+        if (self.dp_group is not None and not hasattr(self.client, "last_step_model_executed")
+                and hasattr(core, "step_fn") and hasattr(core, "post_step")):
+            # vLLM 0.32/0.33's InprocClient.get_output drops whether the step
+            # ran a forward (0.34 keeps it as `last_step_model_executed`): the
+            # same three calls, keeping it (v1/engine/core_client.py).
+            # The class InprocClient.get_output returns when there is nothing.
+            empty = sys.modules[type(self.client).__module__].EngineCoreOutputs
+
+            def get_output():
+                outputs, executed = core.step_fn()
+                core.post_step(model_executed=executed)
+                self._executed = executed
+                return outputs and outputs.get(0) or empty()
+
+            self.get_output = get_output
+
+    def _model_executed(self):
+        """Whether the last step ran a forward (vLLM 0.34's client flag, else
+        the one kept by this path's get_output)."""
+        return getattr(self.client, "last_step_model_executed", self._executed)
 
     def add_tokens(self, rid, token_ids, params):
         """Returns (vLLM's request id, arrival time on time.time()): outputs
@@ -246,8 +272,9 @@ class CorePath:
             return _NO_OUTPUTS, None, None, stats, None, None, connector, 0.0, 0.0
         outs = self.get_output()
         wall = time.time()
-        if self.dp_group is not None and not getattr(self.client, "last_step_model_executed", True):
-            # vLLM 0.34: a rank whose step ran no forward joins with a dummy batch.
+        if self.dp_group is not None and not self._model_executed():
+            # A rank whose step ran no forward joins its peers' with a dummy
+            # batch (vLLM 0.34 LLMEngine.step(); carried here for 0.32/0.33).
             self.client.execute_dummy_batch()
         raw = outs.outputs
         st = outs.scheduler_stats
@@ -287,13 +314,32 @@ class CorePath:
         if rids:
             self.engine.abort_request([str(r) for r in rids])
 
-    def has_unfinished(self, local):
+    def has_unfinished(self, local, pending=False):
         """Whether any request is unfinished: `local` is the caller's own
         count of token requests in flight (the output processor does not
-        know them); with data parallelism, across the DP group, as
-        LLMEngine.has_unfinished_requests() does (an idle rank then runs a
-        dummy batch in its next step)."""
+        know them; `pending`: it has more to send); with data parallelism,
+        across the DP group, as LLMEngine.has_unfinished_requests() does (an
+        idle rank then runs a dummy batch in its next step)."""
         mine = bool(local) or self.output_processor.has_unfinished_requests()
         if self.dp_group is None:
             return mine
-        return self.engine.has_unfinished_requests_dp(mine)
+        return _dp_any(self.engine, mine, pending)
+
+
+def _dp_any(engine, mine, pending):
+    """vLLM's DP all-reduce (LLMEngine.has_unfinished_requests_dp), with this
+    rank's requests not yet sent counted as work: whether any rank of the
+    group has work; a rank with nothing in the engine while another has work
+    runs a dummy batch in its next step (engine.should_execute_dummy_batch,
+    as vLLM sets it)."""
+    anywhere = _dp_all_reduce(engine, bool(mine or pending))
+    if not mine and anywhere:
+        engine.should_execute_dummy_batch = True
+    return anywhere
+
+
+def _dp_all_reduce(engine, flag):
+    """ParallelConfig.has_unfinished_dp (vllm/config/parallel.py: an
+    all-reduce MAX of one int over the DP group), through the engine's own
+    config class."""
+    return type(engine.vllm_config.parallel_config).has_unfinished_dp(engine.dp_group, flag)

@@ -12,7 +12,14 @@
 //! default 50), `reject_flag=--X` (engine args holding --X are rejected as
 //! vLLM's parser rejects unknown flags: bad input), `fail_at_request=N`
 //! (adding the N-th perf request, from 0, raises: with 4 requests a point,
-//! 4 fails the second point), `answer=TEXT` (every eval completion).
+//! 4 fails the second point), `answer=TEXT` (every eval completion),
+//! `no_lockstep=1` (a DP rank decides alone when to stop stepping: the
+//! out-of-step loop a DP group must not run, to show it hangs).
+//!
+//! With vLLM's DP variables in its environment (a MoE job's ranks), the
+//! fake engine joins a fake DP group ([`super::fake_dp`]) and behaves as a
+//! vLLM DP rank: the group's all-reduce decides whether to step, an idle
+//! rank runs a dummy step, and every step syncs the group.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -33,6 +40,7 @@ pub struct FakeConfig {
     pub reject_flag: Option<String>,
     pub fail_at_request: Option<usize>,
     pub answer: String,
+    pub no_lockstep: bool,
 }
 
 impl FakeConfig {
@@ -48,7 +56,7 @@ impl FakeConfig {
 
     /// Parses `1` or `key=value,...`.
     pub fn parse(text: &str) -> Result<FakeConfig> {
-        let mut c = FakeConfig { step: Duration::from_millis(2), start: Duration::from_millis(50), reject_flag: None, fail_at_request: None, answer: "#### 0".into() };
+        let mut c = FakeConfig { step: Duration::from_millis(2), start: Duration::from_millis(50), reject_flag: None, fail_at_request: None, answer: "#### 0".into(), no_lockstep: false };
         for item in text.split(',').map(str::trim).filter(|i| !i.is_empty() && *i != "1") {
             let (k, v) = item.split_once('=').ok_or_else(|| usage(format!("{FAKE_VAR}: {item:?} is not key=value")))?;
             let num = |v: &str| v.parse::<u64>().map_err(|_| usage(format!("{FAKE_VAR}: {k}={v} is not a number")));
@@ -58,7 +66,8 @@ impl FakeConfig {
                 "reject_flag" => c.reject_flag = Some(v.to_string()),
                 "fail_at_request" => c.fail_at_request = Some(num(v)? as usize),
                 "answer" => c.answer = v.to_string(),
-                _ => return Err(usage(format!("{FAKE_VAR}: unknown setting {k:?} (step_ms, start_ms, reject_flag, fail_at_request, answer)"))),
+                "no_lockstep" => c.no_lockstep = num(v)? != 0,
+                _ => return Err(usage(format!("{FAKE_VAR}: unknown setting {k:?} (step_ms, start_ms, reject_flag, fail_at_request, answer, no_lockstep)"))),
             }
         }
         Ok(c)
@@ -74,6 +83,10 @@ pub struct FakeEngine {
     running: BTreeMap<u64, (u32, u32, bool)>,
     /// Perf requests added so far (`fail_at_request`).
     added: usize,
+    /// A rank of a fake DP group (a MoE job's rank), and whether its next
+    /// step is a dummy one.
+    group: Option<super::fake_dp::FakeDpGroup>,
+    dummy_next: bool,
 }
 
 impl FakeEngine {
@@ -96,7 +109,8 @@ impl FakeEngine {
             fake_engine: true,
             ..EngineInfo::default()
         };
-        Ok(FakeEngine { cfg, info, allowed: (1..1000).collect(), running: BTreeMap::new(), added: 0 })
+        let group = super::fake_dp::FakeDpGroup::from_env(Duration::from_secs(60))?;
+        Ok(FakeEngine { cfg, info, allowed: (1..1000).collect(), running: BTreeMap::new(), added: 0, group, dummy_next: false })
     }
 }
 
@@ -115,9 +129,35 @@ impl StepEngine for FakeEngine {
         Ok(())
     }
 
+    fn keep_stepping(&mut self, in_flight: usize, pending: bool) -> Result<bool> {
+        let lockstep = !self.cfg.no_lockstep;
+        match self.group.as_mut().filter(|_| lockstep) {
+            None => Ok(in_flight > 0),
+            Some(g) => {
+                let any = g.all_reduce_max(u8::from(in_flight > 0 || pending))? > 0;
+                self.dummy_next = any && in_flight == 0;
+                Ok(any)
+            }
+        }
+    }
+
+    fn sync_ranks(&mut self) -> Result<()> {
+        if let Some(g) = self.group.as_mut().filter(|_| !self.cfg.no_lockstep) {
+            g.all_reduce_max(0)?;
+        }
+        Ok(())
+    }
+
     fn step(&mut self, out: &mut StepOutput) -> Result<()> {
         out.clear();
         std::thread::sleep(self.cfg.step);
+        if let Some(g) = self.group.as_mut() {
+            // A MoE forward's DP sync: every rank, every step.
+            g.all_reduce_max(1)?;
+        }
+        if std::mem::take(&mut self.dummy_next) {
+            return Ok(());
+        }
         let mut done = Vec::new();
         for (&rid, st) in self.running.iter_mut() {
             st.1 += 1;

@@ -3,6 +3,7 @@
 //! [`StepEngine`] interface the request loops drive.
 
 pub mod fake;
+pub mod fake_dp;
 #[cfg(feature = "python")]
 pub mod pyerror;
 #[cfg(feature = "python")]
@@ -38,10 +39,22 @@ pub trait StepEngine {
         Ok(())
     }
     /// Whether the loop must step now, with `in_flight` of its own requests
-    /// in the engine: default, while any is. A data-parallel rank also steps
-    /// (a dummy batch) while another rank of its group has work.
-    fn keep_stepping(&mut self, in_flight: usize) -> Result<bool> {
+    /// in the engine and (`pending`) more still to send: default, while any
+    /// is in flight. A rank of a data-parallel group answers for the whole
+    /// group (vLLM's cross-rank all-reduce, `has_unfinished_requests`): it
+    /// steps (a dummy batch when it has nothing in flight) while any rank
+    /// has work in flight or to send, and every rank's loop ends at the
+    /// same iteration. Every rank must call it once per loop iteration.
+    fn keep_stepping(&mut self, in_flight: usize, pending: bool) -> Result<bool> {
+        let _ = pending;
         Ok(in_flight > 0)
+    }
+    /// Called once before a loop's clock starts; a rank of a data-parallel
+    /// group waits there for every rank (the same all-reduce), so each
+    /// phase (warm-up, measured requests, eval) starts at the same
+    /// iteration on every rank. Default: nothing.
+    fn sync_ranks(&mut self) -> Result<()> {
+        Ok(())
     }
     /// Runs one engine step (schedule + execute + update), filling `out`.
     fn step(&mut self, out: &mut StepOutput) -> Result<()>;

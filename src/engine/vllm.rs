@@ -45,6 +45,9 @@ pub struct VllmEngine {
     /// Per-step reads of `EngineCoreOutput`s: interned attribute names.
     names: OutputNames,
     record_ids: bool,
+    /// A rank of a vLLM DP group (MoE data parallel): every loop iteration
+    /// asks the group whether to step ([`StepEngine::keep_stepping`]).
+    lockstep: bool,
 }
 
 /// What a core-path request needs for vLLM's own timings and for an abort.
@@ -117,6 +120,7 @@ impl VllmEngine {
             let allowed_token_ids: Vec<u32> =
                 engine.getattr("allowed_token_ids").and_then(|v| v.extract()).py_context(py)?;
             let info: EngineInfo = serde_json::from_str(&info)?;
+            let lockstep: bool = engine.getattr("dp_lockstep").and_then(|v| v.extract()).py_context(py)?;
             let vocab = info.vocab_size.unwrap_or(0).max(allowed_token_ids.iter().max().map_or(0, |m| m + 1));
             let token_objects: Vec<Py<PyAny>> =
                 (0..vocab).map(|i| PyInt::new(py, i).into_any().unbind()).collect();
@@ -129,6 +133,7 @@ impl VllmEngine {
                 prepared: HashMap::new(),
                 names: OutputNames::new(py),
                 record_ids: false,
+                lockstep,
             })
         })
     }
@@ -260,6 +265,25 @@ impl StepEngine for VllmEngine {
         Python::attach(|py| {
             self.engine.call_method1(py, intern!(py, "abort"), (ours, vllm_ids)).map(drop).py_context(py)
         })
+    }
+
+    fn keep_stepping(&mut self, in_flight: usize, pending: bool) -> Result<bool> {
+        if !self.lockstep {
+            return Ok(in_flight > 0);
+        }
+        Python::attach(|py| {
+            self.engine
+                .call_method1(py, intern!(py, "has_unfinished"), (in_flight, pending))
+                .and_then(|v| v.extract::<bool>(py))
+                .py_context(py)
+        })
+    }
+
+    fn sync_ranks(&mut self) -> Result<()> {
+        if !self.lockstep {
+            return Ok(());
+        }
+        Python::attach(|py| self.engine.call_method0(py, intern!(py, "sync_ranks")).map(drop).py_context(py))
     }
 
     fn step(&mut self, out: &mut StepOutput) -> Result<()> {

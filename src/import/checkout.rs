@@ -126,8 +126,7 @@ pub struct Prepared {
     /// The recipe file (under the system temp folder; `import` writes a
     /// permanent one).
     pub recipe: PathBuf,
-    /// The jobs to run unless some are picked: `base` and the variants,
-    /// without those refused in-process (data parallelism).
+    /// The jobs to run unless some are picked: `base` and the variants.
     pub variants: Vec<String>,
 }
 
@@ -164,18 +163,7 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result
         errln!("  note: {n}");
     }
     errln!("  recipe: {}", file.display());
-    let mut variants = Vec::new();
-    for (i, j) in imported.jobs.iter().enumerate() {
-        let name = if i == 0 { "base".to_string() } else { j.name.clone() };
-        match j.engine.data_parallel() {
-            Some(dp) => errln!("  left out: {} (vLLM {}; see the note)", j.name, dp.spelled()),
-            None => variants.push(name),
-        }
-    }
-    if variants.is_empty() {
-        return Err(crate::error::usage(format!(
-            "entry {key}: every job runs vLLM with data parallelism (-dp > 1), which does not run in-process (see the notes above)"
-        )));
-    }
+    // Every job runs, data-parallel ones too (one worker per DP rank).
+    let variants = imported.jobs.iter().enumerate().map(|(i, j)| if i == 0 { "base".to_string() } else { j.name.clone() }).collect();
     Ok(Prepared { recipe: file, variants })
 }

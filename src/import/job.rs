@@ -127,10 +127,10 @@ impl Job {
         }
         if let Some(dp) = self.engine.data_parallel() {
             out.push(format!(
-                "job {}: vLLM runs with {}: not reproducible in-process (vLLM's in-process engine waits for {} peer engine(s) that never start); run and recipe check refuse it, and a run from the checkout leaves it out",
+                "job {}: vLLM runs with {}: enginebench runs {} DP ranks, one worker process each (a MoE model's ranks as one vLLM DP group in lockstep, a dense model's as independent engines; see docs/data-parallel.md)",
                 self.name,
                 dp.spelled(),
-                dp.size - 1
+                dp.size
             ));
         }
         match &self.bench {

@@ -2,8 +2,7 @@
 //! loads. The recipe's TOML and schema, placeholders and `--hf-overrides` JSON
 //! are checked in Rust when the recipe is read; the flag lists go through
 //! vLLM's own serve parser in one worker process (no engine is built, no
-//! weights are read; the shim's parser check also refuses data parallelism,
-//! which hangs in-process); then ISL + OSL against `--max-model-len` and TP
+//! weights are read); then ISL + OSL against `--max-model-len` and TP
 //! against the visible GPUs.
 
 use std::path::{Path, PathBuf};
@@ -161,8 +160,6 @@ pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &Fla
     if let Some(e) = missing_local_model(&recipe.model) {
         f.errors.push(e);
     }
-    let dp_var = config.env.get(crate::recipe::parallel::DP_SIZE_VAR).map(String::as_str);
-    f.errors.extend(crate::recipe::parallel::data_parallel_refusal(&config.args, dp_var));
     let version = flags.vllm_version.as_deref().unwrap_or("this vLLM");
     // A CPU recipe without a pinned image runs on this very vLLM: an
     // unknown name there is a typo, not a newer or GPU-only one.

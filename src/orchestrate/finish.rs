@@ -190,6 +190,7 @@ pub fn finish_point(
         sessions,
         telemetry: None,
         profile: None,
+        ranks: Vec::new(),
     }
 }
 

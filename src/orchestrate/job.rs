@@ -87,23 +87,31 @@ pub fn run_job(
         gpu_count_hint: None,
     });
     telemetry.mark("engine load");
-    let mut worker = spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?;
-    telemetry.set_engine_pid(worker.child.id());
-    result.jobs[index].worker_pid = Some(worker.child.id());
+    let mut workers = match &job.dp {
+        None => vec![spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?],
+        Some(dp) => spawn_ranks(job, dp, request, visible.as_deref(), &files.dir, &suffix, session)?,
+    };
+    telemetry.set_engine_pid(workers[0].child.id());
+    result.jobs[index].worker_pid = Some(workers[0].child.id());
     files.write_result(result)?;
 
-    let mut end = WorkerWatch::new(plan, index, session, &telemetry, visible).follow(&mut worker, result, files)?;
-    let status = worker.child.wait()?;
+    let world_size = job.dp.as_ref().map_or(1, |d| d.world_size);
+    let mut end = WorkerWatch::new(plan, index, session, &telemetry, visible).follow(&mut workers, world_size, result, files)?;
+    let mut statuses = Vec::new();
+    for w in &mut workers {
+        statuses.push(w.child.wait()?);
+    }
     let report = telemetry.stop();
     report.write_jsonl(&files.dir.join(&series_file))?;
-    if end.failure.is_none() && !end.interrupted && (!end.got_done || !status.success()) {
-        end.failure = Some(RunError {
-            message: format!("the engine worker ended unexpectedly ({})", describe_exit(status)),
-            ..RunError::default()
-        });
+    let bad_exit = statuses.iter().enumerate().find(|(_, s)| !s.success());
+    if end.failure.is_none() && !end.interrupted && (!end.got_done || bad_exit.is_some()) {
+        let (rank, status) = bad_exit.map_or((0, statuses[0]), |(r, s)| (r, *s));
+        let who = if workers.len() > 1 { format!("data-parallel rank {rank}'s engine worker") } else { "the engine worker".to_string() };
+        end.failure = Some(RunError { message: format!("{who} ended unexpectedly ({})", describe_exit(status)), ..RunError::default() });
     }
     if let Some(f) = end.failure.as_mut() {
-        f.log_tail = worker.log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
+        let failed = end.failed_rank.unwrap_or(0).min(workers.len() - 1);
+        f.log_tail = workers[failed].log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
     }
 
     let j = &mut result.jobs[index];
@@ -116,6 +124,53 @@ pub fn run_job(
     j.error = end.failure;
     files.write_result(result)?;
     Ok(outcome)
+}
+
+/// Starts one worker per DP rank of `job` (orchestrate/dp): rank r gets
+/// `request` with its rank, its flags and environment
+/// ([`super::dp::DpPlan::launches`]), and logs to `worker{suffix}.rank{r}.log`.
+/// A lockstep group meets on the recipe's `VLLM_DP_MASTER_PORT`, else a free
+/// local port.
+fn spawn_ranks(
+    job: &super::plan::PlannedJob,
+    dp: &super::dp::DpPlan,
+    request: Job,
+    visible: Option<&[u32]>,
+    dir: &std::path::Path,
+    suffix: &str,
+    session: &Session<'_>,
+) -> Result<Vec<Worker>> {
+    let port = match dp.master_port {
+        Some(p) => p,
+        None => super::dp::free_port()?,
+    };
+    let model = request.engine_argv[0].clone();
+    let mut workers = Vec::new();
+    for launch in dp.launches(&job.config.args, visible, port, &super::dp::allowed_cores()) {
+        let mut rank_job = request.clone();
+        rank_job.engine_argv = std::iter::once(model.clone()).chain(launch.args).collect();
+        rank_job.dp = Some(crate::protocol::DpRank { rank: launch.rank, size: dp.size, lockstep: dp.lockstep });
+        let mut env = job.env.clone();
+        env.extend(launch.env);
+        for k in &launch.unset {
+            env.remove(k);
+        }
+        let mut unset = job.config.env_unset.clone();
+        unset.extend(launch.unset);
+        let log = dir.join(format!("worker{suffix}.rank{}.log", launch.rank));
+        match spawn_worker(&job.python, &Task::Run(rank_job), &env, &unset, &log, session.verbose, session.ui) {
+            Ok(w) => workers.push(w),
+            Err(e) => {
+                // Ranks start together or not at all.
+                for w in &mut workers {
+                    kill_group(w.child.id());
+                    let _ = w.child.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(workers)
 }
 
 /// What the worker of job `index` is asked to do: its engine, its points,
@@ -139,6 +194,7 @@ fn worker_request(plan: &Plan, index: usize, result: &RunResult, files: &OutputF
         }),
         record_token_ids: job.record_token_ids,
         profile,
+        dp: None,
     })
 }
 
@@ -158,6 +214,8 @@ struct WorkerEnd {
     timed_out: bool,
     /// Ctrl-C asked the worker to stop.
     interrupted: bool,
+    /// Data parallel: the rank whose failure ended the job.
+    failed_rank: Option<usize>,
 }
 
 impl WorkerEnd {
@@ -240,6 +298,18 @@ struct WorkerWatch<'a> {
     seen_interrupts: usize,
     killed: bool,
     end: WorkerEnd,
+    /// Data parallel: what the ranks sent that waits for the other ranks.
+    ranks: RankMessages,
+}
+
+/// Messages of a data-parallel job's ranks that only count once every rank
+/// sent its own: readiness, each point, the end.
+#[derive(Default)]
+struct RankMessages {
+    ready: Vec<Option<(crate::protocol::EngineInfo, f64)>>,
+    points: Vec<std::collections::VecDeque<crate::protocol::RawPoint>>,
+    done: Vec<bool>,
+    world_size: u32,
 }
 
 impl<'a> WorkerWatch<'a> {
@@ -258,31 +328,51 @@ impl<'a> WorkerWatch<'a> {
             seen_interrupts: session.interrupts.count(),
             killed: false,
             end: WorkerEnd::default(),
+            ranks: RankMessages::default(),
         }
     }
 
-    /// Follows the worker's messages until its output closes.
-    fn follow(mut self, worker: &mut Worker, result: &mut RunResult, files: &mut OutputFiles) -> Result<WorkerEnd> {
-        // Messages arrive on a thread so the loop can watch the clock and Ctrl-C.
-        let (tx, rx) = mpsc::channel();
-        let stdout = worker.stdout.take().expect("piped");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
+    /// Follows the workers' messages (one, or one per DP rank) until every
+    /// output closes. A rank that fails or ends early ends every rank: the
+    /// others would wait for it (a lockstep group) or measure without it.
+    fn follow(mut self, workers: &mut [Worker], world_size: u32, result: &mut RunResult, files: &mut OutputFiles) -> Result<WorkerEnd> {
+        // Messages arrive on threads so the loop can watch the clock and Ctrl-C.
+        let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
+        for (rank, worker) in workers.iter_mut().enumerate() {
+            let stdout = worker.stdout.take().expect("piped");
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send((rank, Some(line))).is_err() {
+                        return;
+                    }
                 }
-            }
-        });
-        let pid = worker.child.id();
-        self.bar.spinner("starting engine (import vLLM, load weights)");
-        loop {
-            let line = match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok(line) => Some(line),
-                Err(RecvTimeoutError::Timeout) => None,
+                let _ = tx.send((rank, None));
+            });
+        }
+        drop(tx);
+        let n = workers.len();
+        if n > 1 {
+            self.ranks = RankMessages { ready: vec![None; n], points: vec![Default::default(); n], done: vec![false; n], world_size };
+        }
+        let pids: Vec<u32> = workers.iter().map(|w| w.child.id()).collect();
+        let mut open = n;
+        self.bar.spinner(if n > 1 { "starting engines (one per data-parallel rank)" } else { "starting engine (import vLLM, load weights)" });
+        while open > 0 {
+            let (rank, line) = match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok((rank, Some(line))) => (rank, Some(line)),
+                Ok((rank, None)) => {
+                    open -= 1;
+                    if n > 1 && !self.ranks.done[rank] && !self.end.interrupted {
+                        self.fail_rank(rank, format!("data-parallel rank {rank} ended before finishing; every rank was stopped"), &pids);
+                    }
+                    (rank, None)
+                }
+                Err(RecvTimeoutError::Timeout) => (0, None),
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            self.stop_if_asked(pid);
+            self.stop_if_asked(&pids);
             let Some(line) = line else { continue };
             let Ok(msg) = serde_json::from_str::<Message>(&line) else {
                 tracing::debug!("worker said: {line}");
@@ -291,7 +381,11 @@ impl<'a> WorkerWatch<'a> {
             // Progress changes nothing in result.json: rewriting (and syncing) it
             // per finished request took CPU from the engine on small machines.
             let changes_result = !matches!(msg, Message::Progress { .. });
-            self.on_message(msg, result, files)?;
+            if n > 1 {
+                self.on_rank_message(rank, msg, &pids, result, files)?;
+            } else {
+                self.on_message(msg, result, files)?;
+            }
             if changes_result {
                 files.write_result(result)?;
             }
@@ -302,19 +396,21 @@ impl<'a> WorkerWatch<'a> {
 
     /// Ctrl-C: the first asks the worker to stop gracefully, the second kills
     /// it; a point that outlives `--point-timeout` kills it too.
-    fn stop_if_asked(&mut self, pid: u32) {
+    fn stop_if_asked(&mut self, pids: &[u32]) {
         let pressed = self.interrupts.count() - self.seen_interrupts;
         if pressed >= 1 && !self.end.interrupted {
             self.end.interrupted = true;
             self.bar.clear();
             say(self.ui, "interrupted: aborting the requests in flight and keeping the partial point (Ctrl-C again to kill the engine)");
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(pid as i32, STOP_SIGNAL) };
+            for &pid in pids {
+                // SAFETY: kill(2) on our own child's pid.
+                unsafe { libc::kill(pid as i32, STOP_SIGNAL) };
+            }
         }
         if pressed >= 2 && !self.killed {
             self.killed = true;
             say(self.ui, "interrupted again: killing the engine worker");
-            kill_group(pid);
+            pids.iter().for_each(|&pid| kill_group(pid));
         }
         if self.deadline.is_some_and(|d| Instant::now() > d) && !self.end.timed_out {
             self.end.timed_out = true;
@@ -328,8 +424,93 @@ impl<'a> WorkerWatch<'a> {
                 )
             };
             self.end.failure = Some(RunError { message, ..RunError::default() });
-            kill_group(pid);
+            self.killed = true;
+            pids.iter().for_each(|&pid| kill_group(pid));
         }
+    }
+
+    /// Records rank `rank`'s failure (the first one only) and kills every rank.
+    fn fail_rank(&mut self, rank: usize, message: String, pids: &[u32]) {
+        if self.end.failure.is_none() {
+            self.end.failure = Some(RunError { message, ..RunError::default() });
+            self.end.failed_rank = Some(rank);
+        }
+        if !self.killed {
+            self.killed = true;
+            pids.iter().for_each(|&p| kill_group(p));
+        }
+    }
+
+    /// One message of a data-parallel rank: readiness, points and the end
+    /// count once all ranks sent theirs (the point merged over the ranks);
+    /// progress and the eval come from rank 0; an error ends every rank.
+    fn on_rank_message(&mut self, rank: usize, msg: Message, pids: &[u32], result: &mut RunResult, files: &mut OutputFiles) -> Result<()> {
+        match msg {
+            Message::Ready { engine, engine_start_s } => {
+                self.ranks.ready[rank] = Some((*engine, engine_start_s));
+                if self.ranks.ready.iter().all(Option::is_some) {
+                    let ready: Vec<_> = self.ranks.ready.iter().flatten().cloned().collect();
+                    let infos: Vec<_> = ready.iter().map(|(e, _)| e.clone()).collect();
+                    let engine = super::dp::merge::merge_engine_info(&infos, self.ranks.world_size);
+                    let start = ready.iter().map(|(_, s)| *s).fold(0.0, f64::max);
+                    self.on_message(Message::Ready { engine: Box::new(engine), engine_start_s: start }, result, files)?;
+                }
+            }
+            Message::Point { raw } => {
+                self.ranks.points[rank].push_back(*raw);
+                if self.ranks.points.iter().all(|q| !q.is_empty()) {
+                    let raws: Vec<_> = self.ranks.points.iter_mut().filter_map(|q| q.pop_front()).collect();
+                    self.on_point(&super::dp::merge::merge_ranks(&raws), &raws, result, files)?;
+                }
+            }
+            Message::Done => {
+                self.ranks.done[rank] = true;
+                self.end.got_done = self.ranks.done.iter().all(|d| *d);
+            }
+            Message::Error { message, traceback, bad_input } => {
+                let message = format!("data-parallel rank {rank}: {message}");
+                if self.end.failure.is_none() {
+                    self.end.bad_input = bad_input;
+                }
+                self.fail_rank(rank, message.clone(), pids);
+                if let Some(f) = self.end.failure.as_mut().filter(|f| f.message == message) {
+                    f.traceback = traceback;
+                    f.bad_input = bad_input;
+                }
+            }
+            Message::Progress { .. } | Message::Eval { .. } if rank != 0 => {}
+            other => self.on_message(other, result, files)?,
+        }
+        Ok(())
+    }
+
+    /// A finished point (`ranks`: a data-parallel job's raw points per
+    /// rank, `raw` their merge; empty for one engine): its figures, its
+    /// telemetry window, the files.
+    fn on_point(&mut self, raw: &crate::protocol::RawPoint, ranks: &[crate::protocol::RawPoint], result: &mut RunResult, files: &mut OutputFiles) -> Result<()> {
+        let (plan, telemetry) = (self.plan, self.telemetry);
+        let j = &mut result.jobs[self.index];
+        let k = j.engine.as_ref().and_then(|e| e.num_speculative_tokens);
+        let in_process = super::plan::in_process(&j.env);
+        let mut point = finish_point(raw, &j.sweep, self.gpus, in_process, k);
+        point.ranks = ranks
+            .iter()
+            .enumerate()
+            .map(|(r, rank_raw)| {
+                let p = finish_point(rank_raw, &j.sweep, self.gpus, in_process, k);
+                super::dp::merge::rank_point(r as u32, &p.figures, p.step_stats)
+            })
+            .collect();
+        let f = &point.figures;
+        let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
+        let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);
+        point.telemetry = Some(window);
+        self.bar.finish(point_line(&point));
+        files.append_point(self.index, j, j.points.len(), &point, raw)?;
+        j.points.push(point);
+        self.end.points_done += 1;
+        self.deadline = plan.point_timeout.map(|t| Instant::now() + t);
+        Ok(())
     }
 
     /// Records one message of the worker into the job's result and files.
@@ -369,19 +550,7 @@ impl<'a> WorkerWatch<'a> {
                 }
                 bar.progress(&phase, done, total)
             }
-            Message::Point { raw } => {
-                let k = j.engine.as_ref().and_then(|e| e.num_speculative_tokens);
-                let mut point = finish_point(&raw, &j.sweep, self.gpus, super::plan::in_process(&j.env), k);
-                let f = &point.figures;
-                let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
-                let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);
-                point.telemetry = Some(window);
-                bar.finish(point_line(&point));
-                files.append_point(self.index, j, j.points.len(), &point, &raw)?;
-                j.points.push(point);
-                self.end.points_done += 1;
-                self.deadline = plan.point_timeout.map(|t| Instant::now() + t);
-            }
+            Message::Point { raw } => self.on_point(&raw, &[], result, files)?,
             Message::Profile { raw } => {
                 // --profile: read the trace back, the top-kernels table into the point.
                 let point = job.specs.get(raw.point).map(|s| s.point);

@@ -9,6 +9,7 @@
 pub mod ab;
 pub mod check;
 pub mod doctor;
+pub mod dp;
 pub mod finish;
 pub mod interrupt;
 pub mod job;

@@ -65,6 +65,7 @@ pub fn overhead(opts: &RunOptions, how: &ExecOptions) -> Result<crate::error::Ex
         run_eval: false,
         record_token_ids: false,
         label: Some(TIERS[1].into()),
+        dp: base.dp.clone(),
     };
     mp.env.insert(MP_VAR.into(), "1".into());
     plan.jobs = vec![PlannedJob { label: Some(TIERS[0].into()), ..base }, mp];

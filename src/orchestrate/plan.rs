@@ -18,8 +18,8 @@ use crate::eval::thresholds::{GateRules, Thresholds};
 use crate::eval::{TaskDef, TaskOverrides, build_requests, load_data, load_task};
 use crate::install::{Install, resolve_model};
 use crate::python::{self, Interpreter};
-use crate::recipe::overrides::{EvalFlags, SweepArgs};
 use crate::recipe::parallel::DP_SIZE_VAR;
+use crate::recipe::overrides::{EvalFlags, SweepArgs};
 use crate::recipe::{EngineConfig, EvalMaxTokens, EvalSection, Recipe, default_recipe_path};
 use crate::protocol::{RandomDataset, TraceSpec, Workload};
 
@@ -122,6 +122,9 @@ pub struct PlannedJob {
     /// Record each perf request's generated token ids (the lossless check
     /// of `ab`); off for `run`.
     pub record_token_ids: bool,
+    /// Data parallel: one worker per rank (`None`: one engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dp: Option<super::dp::DpPlan>,
 }
 
 /// Everything a run needs, checked.
@@ -226,6 +229,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
                 run_eval,
                 record_token_ids: false,
                 label: None,
+                dp: None,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -235,7 +239,8 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         .start_timeout
         .unwrap_or_else(|| Duration::from_secs_f64(recipe.start_timeout_s.unwrap_or(crate::recipe::DEFAULT_START_TIMEOUT_S)));
     let telemetry_interval = opts.telemetry_interval.unwrap_or(Duration::from_millis(DEFAULT_TELEMETRY_INTERVAL_MS));
-    refuse_data_parallel(&jobs)?;
+    let lm_eval = eval.as_ref().is_some_and(|e| e.job.lm_eval.is_some());
+    plan_data_parallel(&mut jobs, &model_path, recipe.is_cpu(), opts.profile.is_some(), lm_eval)?;
     locate_trace_datasets(&mut jobs)?;
     check_workload_files(&jobs)?;
     if let Some(p) = &opts.profile {
@@ -271,14 +276,43 @@ impl PlannedJob {
     }
 }
 
-/// Data parallelism, by flag or by `VLLM_DP_SIZE`, does not run in-process
-/// (the engine would wait for peers): bad input before any worker starts.
-fn refuse_data_parallel(jobs: &[PlannedJob]) -> Result<()> {
-    for job in jobs {
-        let dp_var = job.engine_var(DP_SIZE_VAR);
-        if let Some(why) = crate::recipe::parallel::data_parallel_refusal(&job.config.args, dp_var.as_deref()) {
-            return Err(usage(format!("{}: {why}", job.config.label())));
+/// Each job's data-parallel ranks ([`super::dp::DpPlan`]), from the one
+/// DP decision ([`crate::recipe::parallel::data_parallel`]). vLLM's
+/// `external_launcher` backend is left alone (each process is its own rank,
+/// started by the user's launcher).
+///
+/// Errors (usage, exit 2, before any engine starts): see `DpPlan::of`;
+/// session workloads and `--profile` on a data-parallel job, lm-eval tasks
+/// on a lockstep (MoE) group (not supported yet: rank 0 runs lm-eval, and
+/// the other ranks of a group would have to step beside it).
+fn plan_data_parallel(jobs: &mut [PlannedJob], model_path: &str, cpu: bool, profile: bool, lm_eval: bool) -> Result<()> {
+    for job in jobs.iter_mut() {
+        if crate::recipe::parallel::flag_value(&job.config.args, &["--distributed-executor-backend"]).as_deref() == Some("external_launcher") {
+            continue;
         }
+        let dp = crate::recipe::parallel::data_parallel(&job.config.args, job.engine_var(DP_SIZE_VAR).as_deref());
+        let visible = crate::telemetry::visible_gpus_for_engine(&job.env, &job.config.env_unset);
+        let label = job.config.label();
+        let planned = super::dp::DpPlan::of(dp, &job.config.args, job.config.tp, model_path, visible.as_deref(), cpu, &|k| job.engine_var(k))
+            .map_err(|e| usage(format!("{label}: {e:#}")))?;
+        if let Some(p) = &planned {
+            if job.specs.iter().any(|s| s.workload.is_sessions()) {
+                return Err(usage(format!(
+                    "{label}: {}: session workloads (trace, conversation) do not run data parallel yet; use a random workload or -dp 1",
+                    p.spelled
+                )));
+            }
+            if profile {
+                return Err(usage(format!("{label}: {}: --profile does not run data parallel yet; profile a -dp 1 variant", p.spelled)));
+            }
+            if lm_eval && p.lockstep {
+                return Err(usage(format!(
+                    "{label}: {}: lm-eval tasks do not run on a lockstep (MoE) data-parallel group yet; use the built-in gsm8k task, --no-eval, or a -dp 1 variant",
+                    p.spelled
+                )));
+            }
+        }
+        job.dp = planned;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::protocol::{CheckJob, EvalCompletion, EvalJob, FlagCheck, Job, LmEvalJob, MaxTokensPolicy, Message, PointSpec, RawPoint, Task, Workload};
+use crate::protocol::{CheckJob, DpRank, EvalCompletion, EvalJob, FlagCheck, Job, LmEvalJob, MaxTokensPolicy, Message, PointSpec, RawPoint, Task, Workload};
 use crate::eval::lmeval::{bridge, load_by_task};
 use crate::engine::pyerror::PythonError;
 use crate::engine::vllm::VllmEngine;
@@ -174,7 +174,7 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
     let mut files = SessionFiles::default();
     for (index, spec) in job.points.iter().enumerate() {
         let p = &spec.point;
-        let raw = run_point(&mut engine, spec, &mut ids, &mut files, channel)
+        let raw = run_point(&mut engine, spec, job.dp, &mut ids, &mut files, channel)
             .with_context(|| format!("point isl={} osl={} conc={}", p.isl, p.osl, p.conc))?;
         let partial = raw.partial;
         channel.send(&Message::Point { raw: Box::new(raw) });
@@ -192,15 +192,24 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
         }
     }
     let stopped = STOP.load(Ordering::Relaxed);
-    if let Some(eval) = job.eval.as_ref().filter(|_| !stopped) {
+    // Data parallel: rank 0 runs the eval; the other ranks of a lockstep
+    // group step beside it with no questions (dummy batches), dense ranks
+    // have nothing to do.
+    let eval_share = match job.dp {
+        Some(d) if d.rank > 0 => d.lockstep.then_some(0),
+        _ => Some(usize::MAX),
+    };
+    if let Some((eval, share)) = job.eval.as_ref().filter(|_| !stopped).zip(eval_share) {
         if job.record_token_ids {
             engine.record_token_ids(false)?; // eval completions carry their ids anyway
         }
         let max_len = engine.info().max_model_len;
         if !eval.prompts.is_empty() {
-            run_eval(&mut engine, max_len, eval, &mut ids, channel).context("running the eval")?;
+            run_eval(&mut engine, max_len, eval, share, &mut ids, channel).context("running the eval")?;
         }
-        if let Some(lm) = eval.lm_eval.as_ref().filter(|_| !STOP.load(Ordering::Relaxed)) {
+        // lm-eval runs on rank 0 only (plan refuses lm-eval tasks on a
+        // lockstep group, whose other ranks would have to step beside it).
+        if let Some(lm) = eval.lm_eval.as_ref().filter(|_| share > 0 && !STOP.load(Ordering::Relaxed)) {
             run_lm_eval(&mut engine, max_len, eval.concurrency, lm, &mut ids, channel).context("running the lm-eval tasks")?;
         }
     }
@@ -230,6 +239,7 @@ fn check_lengths(points: &[PointSpec], max_model_len: Option<u64>) -> Result<()>
 fn run_point(
     engine: &mut impl WorkerEngine,
     spec: &PointSpec,
+    dp: Option<DpRank>,
     ids: &mut RequestIds,
     files: &mut SessionFiles,
     channel: &mut Channel,
@@ -252,9 +262,28 @@ fn run_point(
         .map(|(prompt, &max_tokens)| Request::Tokens { prompt, max_tokens, ignore_eos: spec.ignore_eos })
         .collect();
     let (warmup, measured) = requests.split_at(p.warmups as usize);
-    let conc = p.conc as usize;
+    let mut output_lens = workload.output_lens[p.warmups as usize..].to_vec();
+    let mut arrivals = spec
+        .request_rate
+        .map(|rate| arrival_times(measured.len(), rate, spec.burstiness, spec.dataset.seed));
+    // Data parallel: this rank's share of the point (every rank draws the
+    // same prompts and keeps its own).
+    let (warmup, measured, conc) = match dp {
+        Some(d) => {
+            let mine = |list: &[Request<'_>]| -> Vec<usize> { (0..list.len()).filter(|&i| d.owns(i, p.conc)).collect() };
+            let (w, m) = (mine(warmup), mine(measured));
+            output_lens = m.iter().map(|&i| output_lens[i]).collect();
+            arrivals = arrivals.map(|a| m.iter().map(|&i| a[i]).collect());
+            let (w, m): (Vec<Request<'_>>, Vec<Request<'_>>) = (w.iter().map(|&i| warmup[i]).collect(), m.iter().map(|&i| measured[i]).collect());
+            (w, m, d.conc(p.conc) as usize)
+        }
+        None => (warmup.to_vec(), measured.to_vec(), p.conc as usize),
+    };
+    let (warmup, measured) = (warmup.as_slice(), measured.as_slice());
 
-    if !warmup.is_empty() {
+    // A lockstep rank runs the warm-up loop even with no warm-up of its own:
+    // every rank of a DP group must run the same loops.
+    if !warmup.is_empty() || (dp.is_some_and(|d| d.lockstep) && p.warmups > 0) {
         // Warm-ups run closed-loop at the point's concurrency, excluded from figures.
         let phase = format!("warm-up conc {}", p.conc);
         let total = warmup.len() as u64;
@@ -262,9 +291,6 @@ fn run_point(
         let mut progress = Progress::new(phase, total);
         drive(engine, warmup, pacing, ids, &mut |done| progress.on_done(channel, done))?;
     }
-    let arrivals = spec
-        .request_rate
-        .map(|rate| arrival_times(measured.len(), rate, spec.burstiness, spec.dataset.seed));
     let pacing = Pacing { max_in_flight: conc, arrivals: arrivals.as_deref(), stop: Some(&STOP) };
     let phase = format!("{}/{} conc {}", p.isl, p.osl, p.conc);
     let total = measured.len() as u64;
@@ -278,7 +304,7 @@ fn run_point(
         spec: spec.clone(),
         records: outcome.records,
         engine_timings: outcome.engine_timings,
-        requested_output_lens: workload.output_lens[p.warmups as usize..].to_vec(),
+        requested_output_lens: output_lens,
         duration_s: outcome.duration_s,
         started_mono_s,
         steps: outcome.steps,
@@ -419,6 +445,7 @@ fn run_eval(
     engine: &mut impl StepEngine,
     engine_max_len: Option<u64>,
     eval: &EvalJob,
+    share: usize,
     ids: &mut RequestIds,
     channel: &mut Channel,
 ) -> Result<()> {
@@ -427,14 +454,16 @@ fn run_eval(
     let requests: Vec<Request> = eval
         .prompts
         .iter()
+        .take(share)
         .map(|p| Request::Text { prompt: p, max_tokens, stop: &eval.stop })
         .collect();
     let total = requests.len() as u64;
     let pacing = Pacing { max_in_flight: eval.concurrency as usize, arrivals: None, stop: Some(&STOP) };
     let mut progress = Progress::new("gsm8k".into(), total);
     let outcome = drive(engine, &requests, pacing, ids, &mut |done| progress.on_done(channel, done))?;
-    if outcome.stopped {
-        // Interrupted: an eval on part of the questions is not a score.
+    if outcome.stopped || share == 0 {
+        // Interrupted: an eval on part of the questions is not a score. A
+        // lockstep rank without questions has nothing to report.
         return Ok(());
     }
     let completions = outcome

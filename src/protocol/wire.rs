@@ -88,6 +88,46 @@ pub struct Job {
     /// Points to profile after they are measured (`--profile`, the profile pass).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub profile: Vec<ProfileTarget>,
+    /// A data-parallel job's rank this worker is (`None`: one engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dp: Option<DpRank>,
+}
+
+/// A data-parallel worker's place in its job: its rank, the DP size, and
+/// whether the ranks form one vLLM DP group that steps in lockstep (MoE) or
+/// are independent engines (dense). Which requests of a point it sends and
+/// how many it keeps in flight: vLLM's server balancer for equal requests
+/// (orchestrate/dp's module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DpRank {
+    pub rank: u32,
+    pub size: u32,
+    pub lockstep: bool,
+}
+
+impl DpRank {
+    /// Ranks that get requests at concurrency `conc`: all, or `conc` of them
+    /// when the concurrency is below the DP size.
+    pub fn active(&self, conc: u32) -> u32 {
+        self.size.min(conc.max(1))
+    }
+
+    /// This rank's concurrency: `conc / active` (the first `conc mod active`
+    /// ranks one more); 0 for a rank with no share.
+    pub fn conc(&self, conc: u32) -> u32 {
+        let active = self.active(conc);
+        if self.rank >= active {
+            return 0;
+        }
+        conc / active + u32::from(self.rank < conc % active)
+    }
+
+    /// Whether request `i` of a point (warm-ups and measured requests
+    /// numbered apart) at concurrency `conc` is this rank's.
+    pub fn owns(&self, i: usize, conc: u32) -> bool {
+        let active = self.active(conc) as usize;
+        (self.rank as usize) < active && i % active == self.rank as usize
+    }
 }
 
 /// One sweep point and how to run it.

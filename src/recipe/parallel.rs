@@ -109,11 +109,9 @@ impl DataParallel {
 /// vllm/config/parallel.py `ParallelConfig.__post_init__`: the flag when it
 /// is > 1, otherwise the environment's `VLLM_DP_SIZE`). `None`: one engine.
 ///
-/// Data parallelism does not run in-process: vLLM's in-process `LLMEngine`
-/// joins a DP group in its constructor and waits for peer engines that are
-/// never started. The run plan and `recipe check` refuse it (exit 2) through
-/// this function before any worker starts; the importer uses it to leave
-/// such jobs out of a default run and say why; placement counts its GPUs.
+/// The run plan starts one worker per DP rank from it
+/// (src/orchestrate/dp/), the importer names it in a job's notes and
+/// placement counts its GPUs.
 pub fn data_parallel(args: &[String], vllm_dp_size: Option<&str>) -> Option<DataParallel> {
     let flag = flag_value(args, &DP).and_then(|v| v.parse::<u32>().ok()).filter(|&n| n > 1);
     if let Some(size) = flag {
@@ -121,26 +119,6 @@ pub fn data_parallel(args: &[String], vllm_dp_size: Option<&str>) -> Option<Data
     }
     let env = vllm_dp_size.and_then(|v| v.trim().parse::<u32>().ok()).filter(|&n| n > 1);
     env.map(|size| DataParallel { size, source: DpSource::Env })
-}
-
-/// Why a configuration cannot run, when it asks for data parallelism
-/// ([`data_parallel`], the one decision, for `-dp N` and `VLLM_DP_SIZE`),
-/// in words naming how it asks and the DP size; `None` when it runs (no DP,
-/// or vLLM's `external_launcher` backend, where each process is its own
-/// rank). The run plan and `recipe check` both refuse with it (exit 2); the
-/// shim's backstop says the same. Data-parallel runs are issue 31's.
-pub fn data_parallel_refusal(args: &[String], vllm_dp_size: Option<&str>) -> Option<String> {
-    let dp = data_parallel(args, vllm_dp_size)?;
-    if flag_value(args, &["--distributed-executor-backend"]).as_deref() == Some("external_launcher") {
-        return None;
-    }
-    Some(format!(
-        "{}: data parallelism (DP size {}) does not run yet (data-parallel runs are issue 31): enginebench runs one \
-         in-process engine, and vLLM's in-process LLMEngine with data parallelism waits for peer engines that never \
-         start; run with -dp 1 and without {DP_SIZE_VAR} (one engine per job) instead",
-        dp.spelled(),
-        dp.size
-    ))
 }
 
 #[cfg(test)]
@@ -174,11 +152,5 @@ mod tests {
         assert_eq!(dp("-dp 2", Some("4")), Some((2, DpSource::Flag)), "the flag wins over the environment");
         assert_eq!(dp("", Some("1")), None);
         assert_eq!(dp("", Some("two")), None, "vLLM would fail on it at start; not DP here");
-        let env = data_parallel_refusal(&[], Some("2")).unwrap();
-        assert!(env.starts_with("VLLM_DP_SIZE=2 in the environment: data parallelism (DP size 2) does not run yet"), "{env}");
-        let flag = data_parallel_refusal(&args("-dp 2"), None).unwrap();
-        assert!(flag.starts_with("--data-parallel-size 2: data parallelism (DP size 2) does not run yet"), "{flag}");
-        assert_eq!(data_parallel_refusal(&args("-tp 2"), Some("1")), None);
-        assert_eq!(data_parallel_refusal(&args("-dp 2 --distributed-executor-backend external_launcher"), None), None);
     }
 }

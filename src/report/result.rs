@@ -383,6 +383,27 @@ pub struct PointResult {
     /// top-kernels table, profiler overhead; absent when not profiled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<super::kernels::PointProfile>,
+    /// Data-parallel jobs: each rank's part of the point (the figures above
+    /// are over every rank's requests); empty for one engine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankPoint>,
+}
+
+/// One DP rank's part of a point: its own requests and steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankPoint {
+    /// The DP rank (vLLM's `VLLM_DP_RANK` for a MoE group; the engine's
+    /// index for dense ranks).
+    pub rank: u32,
+    /// Requests this rank ran, completed and failed.
+    pub completed: u32,
+    pub failed: u32,
+    pub total_output_tokens: u64,
+    /// This rank's measured window, s, and its output tok/s over it.
+    pub duration_s: f64,
+    pub output_throughput: f64,
+    /// The rank's own steps (dummy batches of an idle lockstep rank included).
+    pub step_stats: StepSummary,
 }
 
 impl PointResult {
@@ -421,6 +442,7 @@ impl PointResult {
             sessions: None,
             telemetry: None,
             profile: None,
+            ranks: Vec::new(),
         }
     }
 }

@@ -263,6 +263,7 @@ pub fn drive_stepwise<E: StepEngine>(
 ) -> Result<LoopOutcome> {
     let mut out = LoopOutcome::default();
     let base = ids.next;
+    engine.sync_ranks()?;
     let origin = Instant::now();
     let mut in_flight = 0usize;
     let mut finished = 0usize;
@@ -322,7 +323,7 @@ pub fn drive_stepwise<E: StepEngine>(
             };
             schedule.poll(now, running, &mut send)?;
         }
-        if !engine.keep_stepping(in_flight)? {
+        if !engine.keep_stepping(in_flight, !schedule.done())? {
             if schedule.done() {
                 break;
             }

@@ -12,6 +12,7 @@ mod util;
 mod ab_e2e;
 mod agentic_e2e;
 mod cli_errors;
+mod dp_e2e;
 mod faults;
 mod inferencex_import;
 mod lm_eval_tasks;

@@ -1,0 +1,141 @@
+//! One point from its DP ranks' raw points: every rank's requests counted
+//! once, on one clock, so the usual figures come out over all of them
+//! (throughput over the union window, latency percentiles over every
+//! request), and each rank's own part kept beside them ([`RankPoint`]).
+
+use crate::protocol::{EngineInfo, RawPoint};
+use crate::report::result::RankPoint;
+
+/// The ranks' raw points of one point (rank order) as one: records, timings
+/// and requested lengths concatenated; times moved onto the clock of the
+/// rank that started first (each rank's records count from its own start,
+/// `started_mono_s` on the shared monotonic clock); the window from the
+/// first start to the last end; steps of every rank, in time order;
+/// speculative counters summed; partial if any rank was cut short.
+///
+/// Panics: `ranks` is empty.
+pub fn merge_ranks(ranks: &[RawPoint]) -> RawPoint {
+    // The window of the ranks that ran requests (a rank with no share of a
+    // low concurrency ran none).
+    let busy: Vec<&RawPoint> = ranks.iter().filter(|r| !r.records.is_empty()).collect();
+    let busy = if busy.is_empty() { ranks.iter().collect() } else { busy };
+    let t0 = busy.iter().map(|r| r.started_mono_s).fold(f64::INFINITY, f64::min);
+    let end = busy.iter().map(|r| r.started_mono_s + r.duration_s).fold(f64::NEG_INFINITY, f64::max);
+    let mut out = RawPoint { records: Vec::new(), engine_timings: Vec::new(), requested_output_lens: Vec::new(), steps: Vec::new(), token_ids: Vec::new(), ..ranks[0].clone() };
+    out.started_mono_s = t0;
+    out.duration_s = (end - t0).max(0.0);
+    out.vllm_spec = None;
+    for r in ranks {
+        let shift = r.started_mono_s - t0;
+        out.records.extend(r.records.iter().map(|rec| {
+            let mut rec = rec.clone();
+            rec.send_s += shift;
+            rec.first_token_s = rec.first_token_s.map(|t| t + shift);
+            rec.last_token_s = rec.last_token_s.map(|t| t + shift);
+            rec
+        }));
+        out.engine_timings.extend(r.engine_timings.iter().cloned());
+        out.requested_output_lens.extend(&r.requested_output_lens);
+        out.steps.extend(r.steps.iter().map(|s| {
+            let mut s = s.clone();
+            s.t_s += shift;
+            s
+        }));
+        if !r.token_ids.is_empty() {
+            out.token_ids.resize(out.records.len() - r.records.len(), Vec::new());
+            out.token_ids.extend(r.token_ids.iter().cloned());
+        }
+        out.vllm_spec = match (out.vllm_spec.take(), &r.vllm_spec) {
+            (None, s) => s.clone(),
+            (Some(mut a), Some(b)) => {
+                a.add(b);
+                Some(a)
+            }
+            (a, None) => a,
+        };
+        out.partial |= r.partial;
+    }
+    out.steps.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    out
+}
+
+/// The job's engine from its ranks' (rank order): rank 0's facts, the DP
+/// size, and the devices of every rank as ordinals into the job's visible
+/// list: rank r's k-th device is `r x world_size + k` there (dense ranks see
+/// their slice of the list from its start, vLLM places MoE rank r's workers
+/// at `local_rank + r x world_size`: v1/engine/utils.py, worker/gpu_worker.py).
+pub fn merge_engine_info(ranks: &[EngineInfo], world_size: u32) -> EngineInfo {
+    let mut info = ranks[0].clone();
+    info.data_parallel_size = Some(ranks.len() as u32);
+    if info.device.as_deref() != Some("cpu") {
+        let ids = ranks
+            .iter()
+            .enumerate()
+            .flat_map(|(r, e)| e.device_ordinals().into_iter().map(move |k| r as u32 * world_size + k % world_size.max(1)))
+            .collect();
+        info.device_ids = Some(ids);
+    }
+    info
+}
+
+/// Rank `rank`'s part: its figures from its own records and steps
+/// (`figures` and `steps` as the point's finishing computed them for it).
+pub fn rank_point(rank: u32, figures: &crate::metrics::PointFigures, step_stats: crate::metrics::steps::StepSummary) -> RankPoint {
+    RankPoint {
+        rank,
+        completed: figures.completed,
+        failed: figures.failed,
+        total_output_tokens: figures.total_output_tokens,
+        duration_s: figures.duration_s,
+        output_throughput: figures.output_throughput,
+        step_stats,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{RequestRecord, StepRecord};
+
+    fn raw(start: f64, sends: &[f64]) -> RawPoint {
+        let json = serde_json::json!({
+            "spec": {"point": {"isl": 8, "osl": 2, "conc": 2, "num_prompts": 4, "warmups": 0},
+                     "dataset": {"isl": 8, "osl": 2, "convention": "vllm", "range_ratio": 0.0, "prefix_len": 0, "seed": 0},
+                     "request_rate": null, "burstiness": 1.0, "ignore_eos": true},
+            "records": [], "engine_timings": [], "requested_output_lens": [], "duration_s": 1.0,
+            "started_mono_s": start, "steps": []
+        });
+        let mut r: RawPoint = serde_json::from_value(json).expect("a raw point");
+        for &s in sends {
+            r.records.push(RequestRecord { input_tokens: 8, output_tokens: 2, send_s: s, first_token_s: Some(s + 0.1), last_token_s: Some(s + 0.2), ..RequestRecord::default() });
+            r.engine_timings.push(None);
+            r.requested_output_lens.push(2);
+            r.steps.push(StepRecord { t_s: s, dur_ms: 1.0, ..StepRecord::default() });
+        }
+        r
+    }
+
+    #[test]
+    fn ranks_merge_onto_one_clock_and_count_once() {
+        let m = merge_ranks(&[raw(100.0, &[0.0, 0.5]), raw(100.25, &[0.0])]);
+        assert_eq!(m.records.len(), 3, "every rank's requests, once");
+        assert_eq!(m.started_mono_s, 100.0);
+        assert_eq!(m.duration_s, 1.25, "first start to last end");
+        assert_eq!(m.records[2].send_s, 0.25, "rank 1 moved onto rank 0's clock");
+        assert_eq!(m.records[2].last_token_s, Some(0.45));
+        let t: Vec<f64> = m.steps.iter().map(|s| s.t_s).collect();
+        assert_eq!(t, vec![0.0, 0.25, 0.5], "steps in time order");
+        assert_eq!(m.requested_output_lens.len(), 3);
+        let idle = merge_ranks(&[raw(100.0, &[0.0]), raw(50.0, &[])]);
+        assert_eq!((idle.started_mono_s, idle.records.len()), (100.0, 1), "an idle rank does not stretch the window");
+    }
+
+    #[test]
+    fn the_job_engine_spans_every_ranks_devices() {
+        let rank = EngineInfo { tensor_parallel_size: Some(2), device_ids: Some(vec![0, 1]), ..EngineInfo::default() };
+        let m = merge_engine_info(&[rank.clone(), rank], 2);
+        assert_eq!((m.data_parallel_size, m.device_ids.clone()), (Some(2), Some(vec![0, 1, 2, 3])));
+        assert_eq!(m.inferencex_gpus(None), 4);
+        assert_eq!(m.inferencex_gpus(Some(8)), 8, "InferenceX's count: the recipe's TP");
+    }
+}

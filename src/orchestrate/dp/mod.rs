@@ -1,0 +1,376 @@
+//! Data-parallel jobs (`-dp N` / `--data-parallel-size N`, or `VLLM_DP_SIZE`
+//! in the engine's environment): one worker process per DP rank, started
+//! together, ended together, their figures merged into one point.
+//!
+//! Two kinds, as vLLM runs them (0.32-0.34):
+//! - **Dense models**: N independent engines, each with 1/N of the
+//!   requests. vLLM's server runs dense DP ranks as separate engines
+//!   (v1/engine/core.py: only MoE ranks form a `DPEngineCoreProc` group), and
+//!   an in-process engine refuses a DP group for a dense model
+//!   (config/parallel.py `__post_init__`: "Offline data parallel mode is not
+//!   supported/useful for dense models"). Each rank runs without the DP
+//!   flag, on its own devices: `CUDA_VISIBLE_DEVICES` = its `world_size`
+//!   slice of the visible list (what vLLM's engine-core launcher sets per
+//!   local rank, v1/engine/utils.py), or on the CPU backend its own cores.
+//! - **MoE models (DP attention, expert parallel)**: N ranks of one vLLM DP
+//!   group ("lockstep"). Each rank is its own process with `VLLM_DP_SIZE`,
+//!   `VLLM_DP_RANK`, `VLLM_DP_RANK_LOCAL`, `VLLM_DP_MASTER_IP` and one shared
+//!   `VLLM_DP_MASTER_PORT` (vLLM's offline SPMD mode,
+//!   examples/offline_inference/data_parallel.py); every rank sees the whole
+//!   visible device list and vLLM places rank r's workers on
+//!   `local_rank + r x world_size`. The driver keeps every rank stepping
+//!   while any rank has work ([`crate::engine::StepEngine::keep_stepping`]).
+//!
+//! The load split follows vLLM's server balancer for equal requests: its
+//! internal load balancer sends each request to the engine with the lowest
+//! `4 x waiting + running` (v1/engine/core_client.py
+//! `DPLBAsyncMPClient.get_core_engine_for_request`), which for a closed
+//! loop of equal requests keeps the in-flight requests even across ranks.
+//! Here: request i of a point goes to rank `i mod N` (of the ranks with a
+//! share of the concurrency), and rank r keeps `conc / N` in flight (the
+//! first `conc mod N` ranks one more). See [`crate::protocol::DpRank`].
+
+pub mod merge;
+pub mod moe;
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use crate::error::usage;
+use crate::recipe::parallel::{DataParallel, Layout, flag_value};
+
+/// vLLM's DP rendezvous variables (vllm/envs.py).
+pub const DP_RANK_VAR: &str = "VLLM_DP_RANK";
+pub const DP_RANK_LOCAL_VAR: &str = "VLLM_DP_RANK_LOCAL";
+pub const DP_MASTER_IP_VAR: &str = "VLLM_DP_MASTER_IP";
+pub const DP_MASTER_PORT_VAR: &str = "VLLM_DP_MASTER_PORT";
+
+/// Flags that ask for expert parallelism (vLLM's serve parser).
+const EP_FLAGS: [&str; 2] = ["--enable-expert-parallel", "-ep"];
+
+/// How a job runs data parallel, decided at plan time.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DpPlan {
+    /// The DP size, > 1.
+    pub size: u32,
+    /// How the recipe asked for it, as written ([`DataParallel::spelled`]).
+    pub spelled: String,
+    /// MoE: the ranks form one vLLM DP group and step in lockstep; dense:
+    /// independent engines.
+    pub lockstep: bool,
+    /// vLLM's world size per rank (TP x PP x PCP).
+    pub world_size: u32,
+    /// Lockstep: the master address and port every rank names (`None`: a
+    /// free local port is taken when the ranks start).
+    pub master_ip: String,
+    pub master_port: Option<u16>,
+    /// The engine runs on the CPU backend (ranks split the cores).
+    pub cpu: bool,
+}
+
+/// What one rank's worker is started with, beyond the job's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankLaunch {
+    pub rank: u32,
+    /// The engine flags (the DP flag removed: each rank is one engine, or one
+    /// member of the group named by the environment).
+    pub args: Vec<String>,
+    /// Variables set for this rank (over the job's environment).
+    pub env: BTreeMap<String, String>,
+    /// Variables removed for this rank.
+    pub unset: Vec<String>,
+    /// The source indices of the devices this rank's engine may use
+    /// (`None`: the job's whole visible list, or the CPU).
+    pub devices: Option<Vec<u32>>,
+}
+
+impl DpPlan {
+    /// The plan of a job's DP ranks, `None` when the job is one engine.
+    /// `model_config`: the folder or hub id vLLM is given (read for whether
+    /// the model is MoE); `visible`: the device list the job's environment
+    /// leaves visible (`None`: all); `env_var`: a variable as the engine
+    /// would see it.
+    ///
+    /// Errors (usage, exit 2, before any engine starts): a DP size that does
+    /// not divide the devices given, a dense model with expert-parallel
+    /// flags, a master address without a master port, a model whose config
+    /// cannot be read to tell dense from MoE.
+    pub fn of(
+        dp: Option<DataParallel>,
+        args: &[String],
+        sweep_tp: Option<u32>,
+        model: &str,
+        visible: Option<&[u32]>,
+        cpu: bool,
+        env_var: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<DpPlan>> {
+        let Some(dp) = dp else { return Ok(None) };
+        let world_size = Layout::of(args, sweep_tp, None).world_size();
+        let ep = EP_FLAGS.iter().find(|f| args.iter().any(|a| a == *f));
+        // Expert parallelism only exists for MoE models: with the flag, a
+        // config not downloaded yet is no reason to refuse.
+        let moe = match moe::is_moe(model) {
+            Ok(moe) => moe,
+            Err(_) if ep.is_some() => true,
+            Err(e) => return Err(usage(format!("{}: {e}", dp.spelled()))),
+        };
+        if let (false, Some(flag)) = (moe, ep) {
+            return Err(usage(format!(
+                "{flag} with {}: {model} is a dense model (its config names no experts), so expert parallelism does not apply; remove {flag} (dense DP runs one engine per rank)",
+                dp.spelled()
+            )));
+        }
+        if let Some(list) = visible.filter(|_| !cpu) {
+            let need = world_size * dp.size;
+            if list.len() as u32 % dp.size != 0 || (list.len() as u32) < need {
+                return Err(usage(format!(
+                    "{}: DP size {} x world size {world_size} needs {need} GPUs, split evenly across ranks, but {} are visible ({list:?}); give a multiple of {need} GPUs or change -dp",
+                    dp.spelled(),
+                    dp.size,
+                    list.len()
+                )));
+            }
+        }
+        let master_ip = env_var(DP_MASTER_IP_VAR).unwrap_or_else(|| "127.0.0.1".into());
+        let master_port = match env_var(DP_MASTER_PORT_VAR) {
+            Some(p) => Some(p.trim().parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| {
+                usage(format!("{DP_MASTER_PORT_VAR}={p}: not a port number (1-65535); every rank of the DP group names this one port"))
+            })?),
+            None => None,
+        };
+        let local = ["127.0.0.1", "localhost", "::1"].contains(&master_ip.as_str());
+        if moe && master_port.is_none() && !local {
+            return Err(usage(format!(
+                "{DP_MASTER_IP_VAR}={master_ip} without {DP_MASTER_PORT_VAR}: every rank of a DP group meets at one master port; set {DP_MASTER_PORT_VAR} in the recipe's env (or drop {DP_MASTER_IP_VAR}: the ranks then meet on a free local port)"
+            )));
+        }
+        Ok(Some(DpPlan { size: dp.size, spelled: dp.spelled(), lockstep: moe, world_size, master_ip, master_port, cpu }))
+    }
+
+    /// Every rank's launch. `visible`: the job's visible devices (`None`:
+    /// all, ordinals from 0); `master_port`: the port the group meets on
+    /// (lockstep); `cores`: the CPUs this process may run on (CPU backend).
+    pub fn launches(&self, args: &[String], visible: Option<&[u32]>, master_port: u16, cores: &[usize]) -> Vec<RankLaunch> {
+        let n = self.size;
+        let args = strip_dp_flag(args);
+        // One core set per worker process of the job, DP-major (vLLM's CPU
+        // binding reads `VLLM_CPU_OMP_THREADS_BIND` as `|`-separated sets in
+        // [DP, PP, TP] order for a DP group, utils/ompmultiprocessing.py).
+        let ws = self.world_size.max(1) as usize;
+        let core_sets = split_cores(cores, n as usize * ws);
+        let text = |sets: &[Vec<usize>]| {
+            sets.iter().map(|set| set.iter().map(usize::to_string).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join("|")
+        };
+        (0..n)
+            .map(|rank| {
+                let mut env = BTreeMap::new();
+                let mut unset = Vec::new();
+                let mut devices = None;
+                if self.lockstep {
+                    for (k, v) in [
+                        (crate::recipe::parallel::DP_SIZE_VAR, n.to_string()),
+                        (DP_RANK_VAR, rank.to_string()),
+                        (DP_RANK_LOCAL_VAR, rank.to_string()),
+                        (DP_MASTER_IP_VAR, self.master_ip.clone()),
+                        (DP_MASTER_PORT_VAR, master_port.to_string()),
+                    ] {
+                        env.insert(k.to_string(), v);
+                    }
+                } else {
+                    // An independent engine: no DP group in its environment either.
+                    unset.push(crate::recipe::parallel::DP_SIZE_VAR.to_string());
+                    if !self.cpu {
+                        let ws = self.world_size;
+                        let slice: Vec<u32> = match visible {
+                            Some(list) => list.iter().copied().skip((rank * ws) as usize).take(ws as usize).collect(),
+                            None => (rank * ws..(rank + 1) * ws).collect(),
+                        };
+                        let text = slice.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+                        env.insert("CUDA_VISIBLE_DEVICES".into(), text.clone());
+                        if std::env::var_os("HIP_VISIBLE_DEVICES").is_some() {
+                            env.insert("HIP_VISIBLE_DEVICES".into(), text);
+                        }
+                        // Ordinals of this slice are now relative to it.
+                        unset.push("ROCR_VISIBLE_DEVICES".into());
+                        devices = Some(slice);
+                    }
+                }
+                if self.cpu {
+                    // Each rank on its own cores (vLLM's CPU worker binds its
+                    // OpenMP threads to VLLM_CPU_OMP_THREADS_BIND): a dense
+                    // rank is told its own sets, a group's ranks every set
+                    // (each takes its DP rank's slice).
+                    let mine = &core_sets[rank as usize * ws..(rank as usize + 1) * ws];
+                    let bind = if self.lockstep { text(&core_sets) } else { text(mine) };
+                    env.insert("OMP_NUM_THREADS".into(), mine[0].len().max(1).to_string());
+                    env.insert("VLLM_CPU_OMP_THREADS_BIND".into(), bind);
+                }
+                RankLaunch { rank, args: args.clone(), env, unset, devices }
+            })
+            .collect()
+    }
+}
+
+/// `args` without the DP size flag (`-dp N`, `--data-parallel-size N`, `=`
+/// forms): a rank is one engine, or one member of the group its
+/// environment names.
+pub fn strip_dp_flag(args: &[String]) -> Vec<String> {
+    const NAMES: [&str; 2] = ["--data-parallel-size", "-dp"];
+    let mut out = Vec::with_capacity(args.len());
+    let mut skip = false;
+    for a in args {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        if NAMES.contains(&a.as_str()) {
+            skip = true;
+            continue;
+        }
+        if NAMES.iter().any(|n| a.strip_prefix(n).is_some_and(|r| r.starts_with('='))) {
+            continue;
+        }
+        out.push(a.clone());
+    }
+    debug_assert!(flag_value(&out, &NAMES).is_none());
+    out
+}
+
+/// `cores` split into `n` disjoint, contiguous, nearly equal sets (each at
+/// least one core: with fewer cores than ranks, ranks share round-robin).
+pub fn split_cores(cores: &[usize], n: usize) -> Vec<Vec<usize>> {
+    if cores.len() < n {
+        return (0..n).map(|r| vec![*cores.get(r % cores.len().max(1)).unwrap_or(&0)]).collect();
+    }
+    let (per, extra) = (cores.len() / n, cores.len() % n);
+    let mut at = 0;
+    (0..n)
+        .map(|r| {
+            let take = per + usize::from(r < extra);
+            let set = cores[at..at + take].to_vec();
+            at += take;
+            set
+        })
+        .collect()
+}
+
+/// The CPUs this process may run on (sched_getaffinity), in order.
+pub fn allowed_cores() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t filled by sched_getaffinity for this process.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// A free TCP port on this host for the group's rendezvous (bound, then
+/// released for vLLM to bind).
+pub fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::DpRank;
+    use crate::recipe::parallel::DpSource;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn shares_split_requests_and_concurrency_like_the_balancer() {
+        let r = |rank| DpRank { rank, size: 2, lockstep: false };
+        assert_eq!((r(0).conc(5), r(1).conc(5)), (3, 2));
+        let owned: Vec<usize> = (0..6).filter(|&i| r(1).owns(i, 4)).collect();
+        assert_eq!(owned, vec![1, 3, 5]);
+        // Concurrency 1 on 2 ranks: rank 0 takes every request.
+        assert_eq!((r(0).conc(1), r(1).conc(1)), (1, 0));
+        assert!((0..4).all(|i| r(0).owns(i, 1) && !r(1).owns(i, 1)));
+        let three: Vec<u32> = (0..3).map(|rank| DpRank { rank, size: 3, lockstep: false }.conc(7)).collect();
+        assert_eq!(three, vec![3, 2, 2]);
+    }
+
+    #[test]
+    fn the_dp_flag_is_removed_in_every_spelling() {
+        assert_eq!(strip_dp_flag(&args("-tp 2 -dp 4 --x")), args("-tp 2 --x"));
+        assert_eq!(strip_dp_flag(&args("--data-parallel-size=8 --enable-expert-parallel")), args("--enable-expert-parallel"));
+        assert_eq!(strip_dp_flag(&args("--data-parallel-size 2 --data-parallel-size-local 1")), args("--data-parallel-size-local 1"));
+    }
+
+    #[test]
+    fn cores_are_split_disjoint() {
+        assert_eq!(split_cores(&[0, 1], 2), vec![vec![0], vec![1]]);
+        assert_eq!(split_cores(&[0, 1, 2, 3, 4], 2), vec![vec![0, 1, 2], vec![3, 4]]);
+        assert_eq!(split_cores(&[0], 2), vec![vec![0], vec![0]]);
+    }
+
+    fn plan(lockstep: bool, cpu: bool) -> DpPlan {
+        DpPlan {
+            size: 2,
+            spelled: "-dp 2".into(),
+            lockstep,
+            world_size: 2,
+            master_ip: "127.0.0.1".into(),
+            master_port: None,
+            cpu,
+        }
+    }
+
+    #[test]
+    fn dense_ranks_get_their_device_slice_and_lockstep_ranks_the_group() {
+        let a = args("-tp 2 -dp 2");
+        let dense = plan(false, false).launches(&a, Some(&[4, 5, 6, 7]), 0, &[0, 1]);
+        assert_eq!(dense[1].env["CUDA_VISIBLE_DEVICES"], "6,7");
+        assert_eq!(dense[1].devices, Some(vec![6, 7]));
+        assert_eq!(dense[0].args, args("-tp 2"));
+        assert!(dense[0].unset.contains(&"VLLM_DP_SIZE".to_string()));
+        let moe = plan(true, false).launches(&a, None, 29555, &[0, 1]);
+        let e = &moe[1].env;
+        assert_eq!((e["VLLM_DP_SIZE"].as_str(), e["VLLM_DP_RANK"].as_str(), e["VLLM_DP_RANK_LOCAL"].as_str()), ("2", "1", "1"));
+        assert_eq!((e["VLLM_DP_MASTER_IP"].as_str(), e["VLLM_DP_MASTER_PORT"].as_str()), ("127.0.0.1", "29555"));
+        assert!(!e.contains_key("CUDA_VISIBLE_DEVICES"), "vLLM places MoE ranks itself");
+        let cpu = plan(false, true).launches(&a, None, 0, &[0, 1, 2, 3]);
+        assert_eq!((cpu[1].env["OMP_NUM_THREADS"].as_str(), cpu[1].env["VLLM_CPU_OMP_THREADS_BIND"].as_str()), ("1", "2|3"));
+        let group = plan(true, true).launches(&a, None, 1, &[0, 1, 2, 3]);
+        assert_eq!(group[1].env["VLLM_CPU_OMP_THREADS_BIND"], "0|1|2|3", "every set: vLLM takes rank 1's slice");
+    }
+
+    #[test]
+    fn bad_dp_input_is_refused_before_any_engine() {
+        let dir = std::env::temp_dir().join(format!("eb-dp-plan-{}", std::process::id()));
+        let dense = dir.join("dense");
+        let moe = dir.join("moe");
+        std::fs::create_dir_all(&dense).unwrap();
+        std::fs::create_dir_all(&moe).unwrap();
+        std::fs::write(dense.join("config.json"), r#"{"architectures": ["LlamaForCausalLM"]}"#).unwrap();
+        std::fs::write(moe.join("config.json"), r#"{"num_experts": 4}"#).unwrap();
+        let dp = Some(DataParallel { size: 2, source: DpSource::Flag });
+        let none = |_: &str| None;
+        let of = |a: &str, m: &std::path::Path, vis: Option<&[u32]>, env: &dyn Fn(&str) -> Option<String>| {
+            DpPlan::of(dp, &args(a), None, m.to_str().unwrap(), vis, false, env)
+        };
+        let err = |r: Result<Option<DpPlan>>| {
+            let e = r.unwrap_err();
+            assert!(e.downcast_ref::<crate::error::UsageError>().is_some(), "{e:#}");
+            format!("{e:#}")
+        };
+        assert!(err(of("-dp 2 --enable-expert-parallel", &dense, None, &none)).contains("dense model"));
+        assert!(err(of("-dp 2", &dense, Some(&[0, 1, 2]), &none)).contains("3 are visible"));
+        let remote = |k: &str| (k == DP_MASTER_IP_VAR).then(|| "10.0.0.2".to_string());
+        assert!(err(of("-dp 2", &moe, None, &remote)).contains("without VLLM_DP_MASTER_PORT"));
+        assert!(err(of("-dp 2", &dir.join("absent"), None, &none)).contains("config.json"));
+        assert!(of("-dp 2 --enable-expert-parallel", &dir.join("absent"), None, &none).unwrap().unwrap().lockstep, "EP: MoE");
+        let ok = of("-dp 2 -ep", &moe, Some(&[0, 1]), &none).unwrap().unwrap();
+        assert!(ok.lockstep);
+        assert!(!of("-dp 2", &dense, None, &none).unwrap().unwrap().lockstep);
+        assert_eq!(of("-tp 1", &dense, None, &none).map(|p| p.is_some()).ok(), Some(true), "dp given by the caller");
+        assert!(DpPlan::of(None, &args("-tp 1"), None, "x", None, false, &none).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
