@@ -1,4 +1,4 @@
-//! The files of a run folder (see the README's "Output files").
+//! The files of a run folder (see docs/output.md).
 
 use std::path::{Path, PathBuf};
 
@@ -51,7 +51,7 @@ struct RequestLine<'a> {
     turn: Option<&'a TurnInfo>,
 }
 
-/// The files of a run folder (see the README's "Output files").
+/// The files of a run folder (see docs/output.md).
 pub struct OutputFiles {
     /// The run folder: worker logs and telemetry series are written here.
     pub dir: PathBuf,

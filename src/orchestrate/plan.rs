@@ -328,7 +328,7 @@ fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {
 /// OMP_NUM_THREADS for the CPU backend when the recipe leaves it unset: one
 /// thread per logical CPU. Without it a decode step was measured ~30x slower
 /// (DESIGN.md); on the 2-CPU development machine 2 threads gave ~1.45x the
-/// output tok/s of 1 thread (README, "Recipes").
+/// output tok/s of 1 thread (docs/recipes.md, "The recipe file").
 fn default_omp_threads() -> String {
     std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()
 }
