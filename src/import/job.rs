@@ -71,6 +71,11 @@ pub struct Job {
     pub points: Vec<MatrixPoint>,
     /// Helper servers the launcher starts, not reproducible in-process.
     pub services: Vec<Service>,
+    /// `(line, command line)` of machine facts its points read.
+    pub facts_used: Vec<(u32, String)>,
+    /// `(line, download command)` of stubbed downloads whose checkpoint was
+    /// counted as present.
+    pub checkpoints: Vec<(u32, String)>,
 }
 
 impl Job {
