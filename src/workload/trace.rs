@@ -672,7 +672,7 @@ mod tests {
         assert_eq!(sniff_format(&fixture("mooncake_shaped.jsonl")).unwrap(), Ok(TraceFormat::Timed));
         assert_eq!(sniff_format(Path::new("hf://datasets/o/n")), None, "not a file here");
         let err = detect_format(r#"{"prompt": "hi", "max_tokens": 3}"#).unwrap_err();
-        assert!(err.contains("its keys: max_tokens, prompt") && err.contains("`requests`") && err.contains("`timestamp`"), "{err}");
+        assert!(err.contains("its keys: max_tokens, prompt") && err.contains("\"requests\"") && err.contains("\"timestamp\""), "{err}");
         // A format given that the file contradicts names the right one.
         let spec = TraceSpec {
             path: fixture("mooncake_shaped.jsonl"),

@@ -120,8 +120,9 @@ fn a_mooncake_trace_from_the_command_line() {
     let _guard = engine_lock();
     let dir = tempfile::tempdir().unwrap();
     let trace = crate::util::repo().join("tests/fixtures/traces/mooncake_shaped.jsonl");
-    // The recipe names the workload; the file, its format and unit come from the command line.
-    let body = format!("{}[sweep]\nworkload = \"trace\"\nconc = [4]\nnum_prompts = 4\n", recipe_head("mooncake-e2e"));
+    // A random-workload recipe (its ISL/OSL unused); the trace, its format and
+    // unit come from the command line, as with the default recipe.
+    let body = format!("{}[sweep]\nisl = 64\nosl = 4\nconc = [4]\nnum_prompts = 4\n", recipe_head("mooncake-e2e"));
     let recipe = write_recipe(dir.path(), "mooncake", &body);
     let out = dir.path().join("out");
     let o = enginebench(&["run", &recipe, "--trace-file", trace.to_str().unwrap(), "--no-eval", "-o", out.to_str().unwrap()]);
