@@ -14,7 +14,15 @@ the "checked but for their -dp jobs" column counts entries whose only
 errors are an older enginebench's refusal of data parallelism (empty with
 this one). Nothing of the checkout is copied; it is only read.
 
-usage: bench/inferencex_passrate.py INFERENCEX_DIR [ENGINEBENCH_BINARY]
+usage: bench/inferencex_passrate.py [--only KIND] [--machine-fact 'CMD=OUTPUT' ...]
+                                     INFERENCEX_DIR [ENGINEBENCH_BINARY]
+  --only KIND: only the entries of one row (fixed-seq-len, agentic or
+  deprecated).
+  --machine-fact: passed to every import (repeatable): the output of a
+  command a launcher reads off its machine, e.g. an MI355X node's
+  `rocm-smi --showfw` or a large node's `df -BG --output=avail /dev/shm`,
+  for a pass rate measured away from those machines. Commands without a
+  given fact run on this machine (docs/import.md).
 """
 import glob
 import os
@@ -77,12 +85,24 @@ KINDS = ("fixed-seq-len", "agentic", "deprecated")
 
 
 def main():
-    root = sys.argv[1]
-    exe = sys.argv[2] if len(sys.argv) > 2 else "target/release/enginebench"
+    args = sys.argv[1:]
+    only, facts = None, []
+    while args[:1] in (["--only"], ["--machine-fact"]):
+        if args[0] == "--only":
+            only = args[1]
+            if only not in KINDS:
+                sys.exit(f"--only {only}: give one of {', '.join(KINDS)}")
+        else:
+            facts += ["--machine-fact", args[1]]
+        args = args[2:]
+    root = args[0]
+    exe = args[1] if len(args) > 1 else "target/release/enginebench"
     rows, imported = [], []
     total = {k: 0 for k in KINDS}
     with tempfile.TemporaryDirectory() as tmp:
         for cfg, key, kind, scenario in entries(root):
+            if only and kind != only:
+                continue
             total[kind] += 1
             scenarios = [scenario]
             if scenario == "fixed":
@@ -92,7 +112,7 @@ def main():
             outs, failed = [], None
             for i, sc in enumerate(scenarios):
                 out = os.path.join(tmp, f"{key}-{kind}-{i}.toml")
-                cmd = [exe, "import", "inferencex", "--inferencex-checkout", root, "--key", key, "-o", out]
+                cmd = [exe, "import", "inferencex", "--inferencex-checkout", root, "--key", key, "-o", out, *facts]
                 if sc:
                     cmd[5:5] = ["--scenario", sc]
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

@@ -127,6 +127,12 @@ pub struct CheckoutArgs {
     /// `agentic` (its agentic-coding configs, replayed as traces).
     #[arg(long, requires = "inferencex_checkout")]
     pub scenario: Option<String>,
+    /// The output of a command a launcher reads off the machine
+    /// (`$(rocm-smi --showfw)`), for an import away from that machine:
+    /// 'CMD=OUTPUT', CMD exactly as the launcher runs it; repeatable.
+    /// Without it, read-only machine commands run here.
+    #[arg(long, value_name = "CMD=OUTPUT", requires = "inferencex_checkout")]
+    pub machine_fact: Vec<String>,
 }
 
 /// `run`, `overhead` and the run part of `ab`: the recipe and the variants,
@@ -252,6 +258,12 @@ pub struct ImportArgs {
     /// `agentic` (its agentic-coding configs, replayed as traces).
     #[arg(long)]
     pub scenario: Option<String>,
+    /// The output of a command a launcher reads off the machine
+    /// (`$(rocm-smi --showfw)`), for an import away from that machine:
+    /// 'CMD=OUTPUT', CMD exactly as the launcher runs it; repeatable.
+    /// Without it, read-only machine commands run here.
+    #[arg(long, value_name = "CMD=OUTPUT")]
+    pub machine_fact: Vec<String>,
     /// Write the recipe here (default: stdout).
     #[arg(long, short)]
     pub output: Option<PathBuf>,

@@ -43,7 +43,7 @@ fn side(list: &[(&Repeat, usize)]) -> CacheSide {
     let avg = |v: Vec<f64>| (!v.is_empty()).then(|| mean(&v));
     CacheSide {
         hit_rate: avg(points.iter().filter_map(|p| p.prefix_cache.as_ref()?.hit_rate).collect()),
-        theoretical_hit_rate: avg(points.iter().filter_map(|p| p.prefix_cache.as_ref()?.theoretical_hit_rate).collect()),
+        theoretical_hit_rate: avg(points.iter().filter_map(|p| p.prefix_cache.as_ref()?.theoretical_token_hit_rate).collect()),
         median_ttft_ms: mean(&points.iter().map(|p| p.figures.ms("median_ttft_ms")).collect::<Vec<_>>()),
     }
 }
@@ -96,7 +96,7 @@ fn changes(r: &CacheRow) -> (String, String) {
 /// The Markdown section ("Prefix cache").
 pub fn markdown(rows: &[CacheRow]) -> String {
     let mut t = String::from(
-        "### Prefix cache\n\nHit rate = prompt tokens served from the prefix cache / prompt tokens (vLLM's num_cached_tokens); theoretical = an infinite cache (trace hash ids).\n\n\
+        "### Prefix cache\n\nHit rate = prompt tokens served from the prefix cache / prompt tokens (vLLM's num_cached_tokens); theoretical = an infinite cache's hit tokens / prompt tokens (trace hash ids; the blocks figure is in result.json).\n\n\
          | point | TP | conc | hit rate before → after (delta) | theoretical | median TTFT before → after |\n|---|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {

@@ -105,7 +105,7 @@ pub fn launcher_for(root: &Path, e: &Entry, p: &MatrixPoint) -> Result<PathBuf, 
 /// Imports entry `key` of the checkout at `root`.
 ///
 /// Errors: as [`find_entry`], [`launcher_for`] and the import.
-pub fn import_key(root: &Path, key: &str, scenario: Option<&str>) -> Result<(PathBuf, Imported), String> {
+pub fn import_key(root: &Path, key: &str, scenario: Option<&str>, machine_facts: &[String]) -> Result<(PathBuf, Imported), String> {
     let root = root.canonicalize().map_err(|e| format!("InferenceX checkout {}: {e}", root.display()))?;
     let (master, entry) = find_entry(&root, key)?;
     if entry.framework.as_deref().is_some_and(|f| f != "vllm") {
@@ -116,7 +116,7 @@ pub fn import_key(root: &Path, key: &str, scenario: Option<&str>) -> Result<(Pat
     }
     let hardware = hardware_for(&master, &entry)?;
     let evals = super::render::CheckoutEvals::beside(&master)?;
-    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware, &evals)?;
+    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware, &evals, machine_facts)?;
     Ok((master, imported))
 }
 
@@ -130,13 +130,14 @@ pub struct Prepared {
     pub variants: Vec<String>,
 }
 
-/// `--inferencex-checkout DIR --key KEY [--scenario S]`: imports the entry,
+/// `--inferencex-checkout DIR --key KEY [--scenario S] [--machine-fact
+/// 'CMD=OUTPUT' ...]`: imports the entry,
 /// prints the resolved plan (jobs, launcher lines, points) to stderr and
 /// writes the recipe to a temp file.
 ///
 /// Errors (usage, exit 2): as [`import_key`]; the file cannot be written.
-pub fn prepare(root: &Path, key: &str, scenario: Option<&str>) -> anyhow::Result<Prepared> {
-    let (master, imported) = import_key(root, key, scenario).map_err(crate::error::usage)?;
+pub fn prepare(root: &Path, key: &str, scenario: Option<&str>, machine_facts: &[String]) -> anyhow::Result<Prepared> {
+    let (master, imported) = import_key(root, key, scenario, machine_facts).map_err(crate::error::usage)?;
     let dir = std::env::temp_dir().join("enginebench-inferencex");
     std::fs::create_dir_all(&dir).map_err(|e| crate::error::usage(format!("cannot make {}: {e}", dir.display())))?;
     let file = dir.join(format!("{key}{}.toml", scenario.map(|s| format!("-{s}")).unwrap_or_default()));

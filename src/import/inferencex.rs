@@ -16,6 +16,7 @@ use anyhow::Result;
 
 use super::client;
 use super::job::{Bench, Engine, Job, Service};
+use super::machine::{Facts, Source};
 use super::master_config::Entry;
 use super::sandbox::{self, Call, Script};
 use super::workflow::{self, Hardware, Kind, MatrixPoint};
@@ -59,9 +60,39 @@ fn one_call<'a>(calls: &'a [Call], what: &str, same: impl Fn(&Call, &Call) -> bo
     }
 }
 
-/// One point's evaluation: its engine, workload and helper servers.
-fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint) -> Result<(Engine, Bench, u32, u32, Vec<(u32, String)>, BTreeMap<String, String>), Vec<String>> {
-    let outcome = sandbox::evaluate(&Script { root, rel }, &p.env).map_err(|e| vec![e])?;
+/// One point's evaluation.
+struct PointEval {
+    engine: Engine,
+    bench: Bench,
+    /// Lines of `vllm serve` and of the client or replay call.
+    line: u32,
+    bench_line: u32,
+    /// Helper servers, machine facts read, stubbed checkpoint downloads
+    /// (`(line, what)`, see [`sandbox::Outcome`]).
+    services: Vec<(u32, String)>,
+    facts_used: Vec<(u32, String)>,
+    checkpoints: Vec<(u32, String)>,
+    /// InferenceX's eval settings the launcher exported (`EVAL_*`) that the
+    /// matrix point did not set.
+    eval_env: BTreeMap<String, String>,
+}
+
+/// Why a point could not be evaluated: its problems, and the machine
+/// commands it read that had no fact yet.
+struct PointFailure {
+    problems: Vec<String>,
+    facts_needed: Vec<(u32, String)>,
+}
+
+impl From<String> for PointFailure {
+    fn from(why: String) -> Self {
+        PointFailure { problems: vec![why], facts_needed: vec![] }
+    }
+}
+
+/// One point's evaluation with the machine facts `facts`.
+fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint, facts: &BTreeMap<String, String>) -> Result<PointEval, PointFailure> {
+    let outcome = sandbox::evaluate(&Script { root, rel }, &p.env, facts)?;
     let mut problems: Vec<String> = outcome.problems.iter().map(|(l, w)| at_line(*l, w)).collect();
     let served = one_call(&outcome.serves, "`vllm serve`", |a, b| a.args == b.args && a.env == b.env).map_err(|e| problems.push(e)).ok();
     let bench = match p.kind {
@@ -78,35 +109,93 @@ fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint) -> Result<(Engine, B
     };
     let bench = bench.map_err(|e| problems.push(e)).ok();
     if !problems.is_empty() {
-        return Err(problems);
+        return Err(PointFailure { problems, facts_needed: outcome.facts_needed });
     }
     let (served, (bench, bench_line)) = (served.expect("no problems"), bench.expect("no problems"));
-    let engine = engine_of(served, &p.env).map_err(|why| vec![at_line(served.line, &why)])?;
+    let engine = engine_of(served, &p.env).map_err(|why| at_line(served.line, &why))?;
     let eval_env = served.env.iter().filter(|(k, _)| is_eval_var(k) && !p.env.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
-    Ok((engine, bench, served.line, bench_line, outcome.services, eval_env))
+    Ok(PointEval {
+        engine,
+        bench,
+        line: served.line,
+        bench_line,
+        services: outcome.services,
+        facts_used: outcome.facts_used,
+        checkpoints: outcome.checkpoints,
+        eval_env,
+    })
 }
 
-/// Evaluates the launcher at every point and groups the points into jobs.
+/// Rounds of evaluation: a fact can open a branch that reads another.
+const FACT_ROUNDS: usize = 4;
+
+/// Evaluates the launcher at every point, resolving the machine facts the
+/// points read ([`super::machine`]: given, or run here, then every point
+/// again), and groups the points into jobs.
 ///
-/// Errors: every problem of every point, each as `point: line N: reason`
-/// (the first few points' problems; the count of the rest).
-pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPoint>) -> Result<Vec<Job>, String> {
+/// Errors: a machine fact without a value here (the command, its line and
+/// the flag); otherwise every problem of every point, each as `point: line
+/// N: reason` (the first few points' problems; the count of the rest).
+pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPoint>, facts: &mut Facts) -> Result<Vec<Job>, String> {
+    for round in 1..=FACT_ROUNDS {
+        let known: BTreeMap<String, String> = facts.known.iter().map(|(c, f)| (c.clone(), f.output.clone())).collect();
+        let evaluated: Vec<(MatrixPoint, Result<(std::path::PathBuf, PointEval), PointFailure>)> = points
+            .iter()
+            .map(|p| {
+                let ev = launcher(p).map_err(PointFailure::from).and_then(|rel| evaluate_point(root, &rel, p, &known).map(|ev| (rel, ev)));
+                (p.clone(), ev)
+            })
+            .collect();
+        let mut needed: Vec<(String, u32, String)> = Vec::new();
+        for (p, ev) in &evaluated {
+            if let Err(f) = ev {
+                let rel = launcher(p).map(|r| r.display().to_string()).unwrap_or_default();
+                needed.extend(f.facts_needed.iter().filter(|(_, c)| !known.contains_key(c)).map(|(l, c)| (c.clone(), *l, rel.clone())));
+            }
+        }
+        needed.sort();
+        needed.dedup_by(|a, b| a.0 == b.0);
+        if needed.is_empty() || round == FACT_ROUNDS {
+            return group(e, evaluated);
+        }
+        let missing: Vec<String> = needed
+            .iter()
+            .filter_map(|(cmd, line, rel)| {
+                facts.resolve(cmd).err().map(|why| {
+                    format!(
+                        "{rel} line {line}: the output of `{cmd}` is used, but it depends on the machine it runs on, and here `{cmd}` {why}: import on the machine the recipe is for, or give its output: --machine-fact '{cmd}=OUTPUT'"
+                    )
+                })
+            })
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!("entry {}: {} machine fact(s) unknown:\n  {}", e.key, missing.len(), missing.join("\n  ")));
+        }
+    }
+    unreachable!("the last round returns")
+}
+
+/// Groups evaluated points into jobs (points whose engine and workload
+/// settings agree share one).
+///
+/// Errors: see [`evaluate`].
+fn group(e: &Entry, evaluated: Vec<(MatrixPoint, Result<(std::path::PathBuf, PointEval), PointFailure>)>) -> Result<Vec<Job>, String> {
     let mut jobs: Vec<Job> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     let mut failed_points = 0;
-    for p in points {
-        let label = p.label();
-        let evaluated = launcher(&p).map_err(|why| vec![why]).and_then(|rel| evaluate_point(root, &rel, &p).map(|ev| (rel, ev)));
-        let (rel, (engine, bench, line, bench_line, services, eval_env)) = match evaluated {
+    for (p, ev) in evaluated {
+        let (rel, ev) = match ev {
             Ok(ok) => ok,
-            Err(problems) => {
+            Err(f) => {
                 failed_points += 1;
                 if failed_points <= 3 {
-                    failures.extend(problems.iter().map(|pr| format!("{label}: {pr}")));
+                    let label = p.label();
+                    failures.extend(f.problems.iter().map(|pr| format!("{label}: {pr}")));
                 }
                 continue;
             }
         };
+        let PointEval { engine, bench, line, bench_line, services, facts_used, checkpoints, eval_env } = ev;
         let shared = jobs.iter().enumerate().find_map(|(i, j)| (j.engine == engine).then(|| j.joined(&bench, p.conc).map(|b| (i, b))).flatten());
         let job = match shared {
             Some((i, joined)) => {
@@ -114,7 +203,19 @@ pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPo
                 &mut jobs[i]
             }
             None => {
-                jobs.push(Job { name: String::new(), engine, bench, launcher: rel, line, bench_line, points: vec![], services: vec![], eval_env });
+                jobs.push(Job {
+                    name: String::new(),
+                    engine,
+                    bench,
+                    launcher: rel,
+                    line,
+                    bench_line,
+                    points: vec![],
+                    services: vec![],
+                    facts_used: vec![],
+                    checkpoints: vec![],
+                    eval_env,
+                });
                 jobs.last_mut().expect("just pushed")
             }
         };
@@ -126,6 +227,16 @@ pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPo
             match job.services.iter_mut().find(|s| s.name == name && s.line == sline) {
                 Some(s) => s.concs.push(p.conc),
                 None => job.services.push(Service { name, line: sline, concs: vec![p.conc] }),
+            }
+        }
+        for f in facts_used {
+            if !job.facts_used.contains(&f) {
+                job.facts_used.push(f);
+            }
+        }
+        for c in checkpoints {
+            if !job.checkpoints.contains(&c) {
+                job.checkpoints.push(c);
             }
         }
         job.points.push(p);
@@ -237,7 +348,7 @@ fn name_jobs(jobs: &mut [Job]) {
 /// Evaluates and renders, then parses the recipe back and checks that every
 /// job's flags, environment, points and workload settings are exactly the
 /// recorded ones. `hardware` is the runner's (DRAM budgets of agentic
-/// offload points).
+/// offload points); `machine_facts` are the `--machine-fact` values.
 ///
 /// Errors: any point that cannot be evaluated (with its line), jobs with
 /// different models, or a recipe that does not reproduce the jobs.
@@ -248,9 +359,11 @@ pub fn import_with(
     scenario: Option<&str>,
     hardware: Option<Hardware>,
     evals: &super::render::CheckoutEvals,
+    machine_facts: &[String],
 ) -> Result<Imported, String> {
     let points = workflow::matrix(e, scenario, hardware)?;
-    let jobs = evaluate(root, launcher, e, points)?;
+    let mut facts = Facts::new(machine_facts)?;
+    let jobs = evaluate(root, launcher, e, points, &mut facts)?;
     if let Some(other) = jobs.iter().find(|j| j.engine.model != jobs[0].engine.model) {
         return Err(format!(
             "jobs {} and {} serve different models ({} and {}): one recipe has one model",
@@ -267,16 +380,64 @@ pub fn import_with(
     }) {
         notes.extend(super::render::agentic_notes(r));
     }
+    notes.extend(fact_notes(&jobs, &facts));
     notes.extend(jobs.iter().flat_map(Job::notes));
     let toml = super::render::render(e, &jobs, &notes, evals);
     super::render::verify(&toml, &jobs)?;
     Ok(Imported { toml, jobs, notes })
 }
 
+/// The machine facts the jobs read (command, lines, output, source) and the
+/// checkpoints counted as present, one note each; and `--machine-fact`
+/// values no launcher read.
+fn fact_notes(jobs: &[Job], facts: &Facts) -> Vec<String> {
+    let mut used: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    let mut checkpoints: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for j in jobs {
+        for (line, cmd) in &j.facts_used {
+            used.entry(cmd).or_default().push(*line);
+        }
+        for (line, what) in &j.checkpoints {
+            checkpoints.entry(what).or_default().push(*line);
+        }
+    }
+    let lines = |l: &mut Vec<u32>| {
+        l.sort_unstable();
+        l.dedup();
+        l.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    };
+    let mut out = Vec::new();
+    for (cmd, mut at) in used {
+        let Some(f) = facts.known.get(cmd) else { continue };
+        let source = match f.source {
+            Source::Given => "given with --machine-fact",
+            Source::Ran => "run on the machine that imported",
+        };
+        out.push(format!("machine fact: `{cmd}` (line {}) read as {:?} ({source}): the recipe holds what the launcher made of it", lines(&mut at), f.output.trim_end()));
+    }
+    for (what, mut at) in checkpoints {
+        let dir = what.split_whitespace().skip_while(|w| *w != "--local-dir").nth(1).or_else(|| what.split("--local-dir=").nth(1)).unwrap_or("");
+        out.push(format!(
+            "checkpoint: `{what}` (line {}) is not run in the import: the checkpoint at {dir} is counted as present (the launcher's own completeness check passes on a placeholder config.json; no weights were looked at); it must be there where the recipe runs",
+            lines(&mut at)
+        ));
+    }
+    for g in facts.unused_given() {
+        out.push(format!("--machine-fact {g:?}: no launcher read that command's output"));
+    }
+    out
+}
+
 /// `enginebench import inferencex`: writes the recipe to `output` (or
 /// stdout) and the notes to stderr. Exit 0, or 2 (nothing written) when a
 /// point cannot be evaluated.
-pub fn run_import(launcher: &Path, master: (&Path, &str), scenario: Option<&str>, output: Option<&Path>) -> Result<crate::error::ExitStatus> {
+pub fn run_import(
+    launcher: &Path,
+    master: (&Path, &str),
+    scenario: Option<&str>,
+    machine_facts: &[String],
+    output: Option<&Path>,
+) -> Result<crate::error::ExitStatus> {
     let (path, key) = master;
     let yaml = std::fs::read_to_string(path).map_err(|e| usage(format!("cannot read master config {}: {e}", path.display())))?;
     let entry = super::master_config::read_entry(&yaml, key).map_err(|e| usage(format!("{}: {e}", path.display())))?;
@@ -284,7 +445,7 @@ pub fn run_import(launcher: &Path, master: (&Path, &str), scenario: Option<&str>
     let (root, name) = (abs.parent().unwrap_or(Path::new("/")), abs.file_name().map(Path::new).unwrap_or(Path::new("")));
     let hardware = workflow::hardware_for(path, &entry).map_err(usage)?;
     let evals = super::render::CheckoutEvals::beside(path).map_err(usage)?;
-    let imported = import_with(root, &|_| Ok(name.to_path_buf()), &entry, scenario, hardware, &evals).map_err(usage)?;
+    let imported = import_with(root, &|_| Ok(name.to_path_buf()), &entry, scenario, hardware, &evals, machine_facts).map_err(usage)?;
     write_out(&imported, output)
 }
 

@@ -83,6 +83,11 @@ pub struct Job {
     /// `EVAL_CONCURRENT_REQUESTS`), at its first point: they go to `[eval]`,
     /// not to the engine's environment.
     pub eval_env: BTreeMap<String, String>,
+    /// `(line, command line)` of machine facts its points read.
+    pub facts_used: Vec<(u32, String)>,
+    /// `(line, download command)` of stubbed downloads whose checkpoint was
+    /// counted as present.
+    pub checkpoints: Vec<(u32, String)>,
 }
 
 impl Job {

@@ -30,6 +30,7 @@ pub mod checkout;
 pub mod client;
 pub mod inferencex;
 pub mod job;
+pub mod machine;
 pub mod master_config;
 pub mod render;
 pub mod sandbox;

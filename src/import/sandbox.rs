@@ -20,7 +20,14 @@
 //! A point fails (nothing is guessed) when: a command that has no recorder
 //! runs, a recorder's output is read (`$(nvidia-smi ...)`), bash reports an
 //! error (`script: line N: ...`), the launcher exits non-zero, the time limit
-//! passes, or `vllm serve` never runs. Each problem names its line.
+//! passes, a recorder was cut off before its record was whole, or `vllm
+//! serve` never runs. Each problem names its line.
+//!
+//! Determinism: a record is written into a fresh folder and renamed into
+//! place once whole, the launcher's shell waits for its background
+//! recorders before it exits (prelude.sh overrides `exit`), and calls are
+//! ordered by content, not by which recorder finished first: the same
+//! checkout and point give the same calls, however loaded the machine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,7 +61,8 @@ const REAL_TOOLS: [&str; 45] = [
 
 /// Variables of the recorded environment that are the shell's or ours, not
 /// the launcher's.
-const SHELL_VARS: [&str; 9] = ["PATH", "PWD", "OLDPWD", "SHLVL", "_", "BASH_ENV", "EB_IMPORT_REC", "EB_IMPORT_LIB", "HOME"];
+const SHELL_VARS: [&str; 10] =
+    ["PATH", "PWD", "OLDPWD", "SHLVL", "_", "BASH_ENV", "EB_IMPORT_REC", "EB_IMPORT_LIB", "EB_IMPORT_FACTS", "HOME"];
 
 /// One recorded call: a `vllm serve`, the client (`run_benchmark_serving`),
 /// the agentic replay (`build_replay_cmd`) or the trace choice
@@ -81,6 +89,14 @@ pub struct Outcome {
     pub services: Vec<(u32, String)>,
     /// `(line, text)`: every reason the point cannot be trusted.
     pub problems: Vec<(u32, String)>,
+    /// `(line, command line)` of machine commands whose output was read and
+    /// for which no fact was given ([`super::machine`]).
+    pub facts_needed: Vec<(u32, String)>,
+    /// `(line, command line)` of machine facts the launcher read.
+    pub facts_used: Vec<(u32, String)>,
+    /// `(line, download command)` of stubbed downloads into a folder, whose
+    /// checkpoint was counted as present.
+    pub checkpoints: Vec<(u32, String)>,
 }
 
 /// Where the launcher lives: `root` is bound read-only at `/inferencex` and
@@ -91,16 +107,21 @@ pub struct Script<'a> {
     pub rel: &'a Path,
 }
 
-/// Runs the launcher with exactly `env` (plus `PATH`, `HOME`, `BASH_ENV`).
+/// Runs the launcher with exactly `env` (plus `PATH`, `HOME`, `BASH_ENV`);
+/// `facts` (command line to output) answer the machine commands whose
+/// output the launcher reads.
 ///
 /// Errors: the sandbox could not be made or started (a message naming what
 /// to install or fix). Problems of the launcher itself are in the
 /// [`Outcome`], not errors.
-pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outcome, String> {
+pub fn evaluate(script: &Script, env: &BTreeMap<String, String>, facts: &BTreeMap<String, String>) -> Result<Outcome, String> {
     let dir = TempDir::new()?;
-    let (bin, lib, rec) = (dir.0.join("bin"), dir.0.join("lib"), dir.0.join("rec"));
-    for d in [&bin, &lib, &rec] {
+    let (bin, lib, rec, known) = (dir.0.join("bin"), dir.0.join("lib"), dir.0.join("rec"), dir.0.join("facts"));
+    for d in [&bin, &lib, &rec, &known] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
+    }
+    for (cmd, output) in facts {
+        write(&known.join(super::machine::fact_file_name(cmd)), output)?;
     }
     write(&lib.join("prelude.sh"), PRELUDE)?;
     write(&lib.join("benchmark_lib.sh"), BENCHMARK_LIB)?;
@@ -126,6 +147,7 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outco
     vars.insert("BASH_ENV".into(), "/eb/lib/prelude.sh".into());
     vars.insert("EB_IMPORT_REC".into(), "/eb/rec".into());
     vars.insert("EB_IMPORT_LIB".into(), "/eb/lib".into());
+    vars.insert("EB_IMPORT_FACTS".into(), "/eb/facts".into());
 
     let secs = TIME_LIMIT.as_secs().to_string();
     let mut cmd = Command::new("timeout");
@@ -143,6 +165,10 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outco
     cmd.arg("--ro-bind").arg(&bin).arg("/eb/bin");
     cmd.arg("--ro-bind").arg(&lib).arg("/eb/lib");
     cmd.arg("--bind").arg(&rec).arg("/eb/rec");
+    cmd.arg("--ro-bind").arg(&known).arg("/eb/facts");
+    // What the launchers read of the machine as files (RDMA rails under
+    // /sys/class/infiniband): this machine's, read-only.
+    cmd.args(["--ro-bind-try", "/sys", "/sys"]);
     cmd.arg("--ro-bind").arg(script.root).arg("/inferencex");
     cmd.args(["--chdir", "/workspace"]);
     for (k, v) in &vars {
@@ -174,11 +200,16 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outco
             outcome.services.push((line.parse().unwrap_or(0), name.to_string()));
         }
     }
-    if let Ok(text) = std::fs::read_to_string(rec.join("problems")) {
-        for l in text.lines() {
-            let (line, what) = l.split_once('\t').unwrap_or(("0", l));
-            outcome.problems.push((line.parse().unwrap_or(0), what.to_string()));
-        }
+    outcome.problems = read_lines(&rec, "problems");
+    outcome.facts_needed = read_lines(&rec, "facts_needed");
+    outcome.facts_used = read_lines(&rec, "facts_used");
+    outcome.checkpoints = read_lines(&rec, "checkpoints");
+    let cut = cut_off_records(&rec);
+    if cut > 0 {
+        outcome.problems.push((
+            0,
+            format!("{cut} recorded call(s) were cut off before their environment was written (the launcher ended while a background recorder ran): what it was called with is unknown"),
+        ));
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let diag = regex::Regex::new(r"^(\S+): line (\d+): (.*)$").expect("valid regex");
@@ -196,38 +227,72 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>) -> Result<Outco
         Some(code) => {
             let last = std::fs::read_to_string(rec.join("lasterr")).unwrap_or_default();
             let (line, what) = last.trim_end().split_once('\t').unwrap_or(("0", ""));
+            // What the launcher said last (its own error message; `set -x` traces and bash's diagnostics left out).
+            let said = stderr.lines().rev().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('+') && !diag.is_match(l));
             outcome.problems.push((
                 line.parse().unwrap_or(0),
-                format!("the launcher exited with status {code}{}", if what.is_empty() { String::new() } else { format!(" after `{what}` failed") }),
+                format!(
+                    "the launcher exited with status {code}{}{}",
+                    if what.is_empty() { String::new() } else { format!(" after `{what}` failed") },
+                    said.map(|l| format!(" (it said: {})", l.chars().take(300).collect::<String>())).unwrap_or_default()
+                ),
             ));
         }
     }
     Ok(outcome)
 }
 
-/// The recorded calls of `kind` (`serve`, `client`, ...), in the order of their lines.
+/// The recorded calls of `kind` (`serve`, `client`, ...), ordered by line,
+/// then arguments, then environment: the same launcher gives the same list
+/// whatever order background recorders finished in.
 fn read_calls(rec: &Path, kind: &str) -> Result<Vec<Call>, String> {
     let mut out = Vec::new();
     let entries = std::fs::read_dir(rec).map_err(|e| format!("cannot read {}: {e}", rec.display()))?;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
-        let Some(id) = name.strip_prefix(&format!("{kind}.")).and_then(|n| n.strip_suffix(".line")) else { continue };
-        let read = |ext: &str| std::fs::read(rec.join(format!("{kind}.{id}.{ext}"))).unwrap_or_default();
+        if name.strip_prefix(kind).and_then(|n| n.strip_prefix('.')).is_none() {
+            continue;
+        }
+        let read = |file: &str| std::fs::read(e.path().join(file)).map_err(|err| format!("record {name}/{file}: {err}"));
         let split = |bytes: Vec<u8>| -> Vec<String> {
             bytes.split(|&b| b == 0).map(|s| String::from_utf8_lossy(s).to_string()).collect::<Vec<_>>()
         };
-        let mut args = split(read("args"));
+        let mut args = split(read("args")?);
         args.pop(); // after the last NUL
-        let env = split(read("env"))
+        let env = split(read("env")?)
             .into_iter()
             .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
             .filter(|(k, _)| !SHELL_VARS.contains(&k.as_str()) && !k.starts_with("BASH_FUNC_"))
             .collect();
-        let line = String::from_utf8_lossy(&read("line")).trim().parse().unwrap_or(0);
+        let line = String::from_utf8_lossy(&read("line")?).trim().parse().unwrap_or(0);
         out.push(Call { line, args, env });
     }
-    out.sort_by_key(|s| s.line);
+    out.sort_by(|a, b| (a.line, &a.args, &a.env).cmp(&(b.line, &b.args, &b.env)));
     Ok(out)
+}
+
+/// The `LINE<TAB>TEXT` lines of a recorder file (none when absent), sorted
+/// and without repeats.
+fn read_lines(rec: &Path, file: &str) -> Vec<(u32, String)> {
+    let text = std::fs::read_to_string(rec.join(file)).unwrap_or_default();
+    let mut out: Vec<(u32, String)> = text
+        .lines()
+        .map(|l| {
+            let (line, what) = l.split_once('\t').unwrap_or(("0", l));
+            (line.parse().unwrap_or(0), what.to_string())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Records a recorder began and never finished (`.partial.*` folders): the
+/// sandbox ended while one was writing.
+fn cut_off_records(rec: &Path) -> usize {
+    std::fs::read_dir(rec)
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".partial.")).count())
+        .unwrap_or(0)
 }
 
 fn which(name: &str) -> Option<PathBuf> {

@@ -19,7 +19,7 @@ fn root() -> PathBuf {
 }
 
 fn import(key: &str) -> Imported {
-    import_key(&root(), key, None).unwrap_or_else(|e| panic!("{key}: {e}")).1
+    import_key(&root(), key, None, &[]).unwrap_or_else(|e| panic!("{key}: {e}")).1
 }
 
 fn job<'a>(imported: &'a Imported, name: &str) -> &'a Job {
@@ -190,17 +190,17 @@ fn eval_selection_and_checkout_thresholds_come_along() {
 
 #[test]
 fn scenario_filter_and_unknown_scenario() {
-    let (_, im) = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("8k1k")).unwrap();
+    let (_, im) = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("8k1k"), &[]).unwrap();
     assert_eq!(im.jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["tp8", "tp4-mtp"]);
-    let err = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("1k8k")).unwrap_err();
+    let err = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("1k8k"), &[]).unwrap_err();
     assert!(err.contains("1k1k, 8k1k"), "{err}");
-    let err = import_key(&root(), "no-such-key", None).unwrap_err();
+    let err = import_key(&root(), "no-such-key", None, &[]).unwrap_err();
     assert!(err.contains("no-such-key"), "{err}");
 }
 
 #[test]
 fn machine_dependent_value_fails_with_its_line() {
-    let err = import_key(&root(), "broken-fp8-h200-vllm", None).unwrap_err();
+    let err = import_key(&root(), "broken-fp8-h200-vllm", None, &[]).unwrap_err();
     assert!(err.contains("line 5: the output of `nvidia-smi -L` is used"), "{err}");
 }
 
@@ -210,7 +210,7 @@ fn import_text(script: &str) -> Result<Imported, String> {
     std::fs::write(dir.path().join("l.sh"), script).unwrap();
     let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
     let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
-    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default())
+    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &[])
 }
 
 #[test]
@@ -312,4 +312,53 @@ fn agentic_entry_imports_as_trace_replays() {
     assert_eq!(t.path, Path::new("hf://datasets/semianalysisai/cc-traces-weka-062126-256k"));
     assert_eq!((t.duration_s, t.start_min_ratio, t.start_max_ratio, t.seed), (Some(3600.0), 0.25, 0.75, 42));
     assert!(!c.sweep.request_budget, "the duration ends a replay point");
+}
+
+/// Commands that read the machine: `hostname` runs here and its output is
+/// recorded; `rocm-smi` (absent here) stops the import with the command and
+/// the flag, and a value given with `--machine-fact` picks the branch; a
+/// stubbed download into a folder counts the checkpoint as present.
+#[test]
+fn machine_facts_run_here_or_are_given_and_checkpoints_count_as_present() {
+    let script = r#"set -eo pipefail
+NODE=$(hostname)
+mec=$(rocm-smi --showfw 2>/dev/null | grep MEC | head -n 1 | awk '{print $NF}')
+if [[ "$mec" == "" || ${mec:-0} -lt 177 ]]; then export HSA_NO_SCRATCH_RECLAIM=1; fi
+ckpt_ok() { [[ -d "$1" && -f "$1/config.json" ]]; }
+if ! ckpt_ok /models/tiny; then
+    hf download example/tiny --local-dir /models/tiny
+    ckpt_ok /models/tiny || { echo "incomplete" >&2; exit 1; }
+fi
+export NODE_NAME="$NODE"
+vllm serve /models/tiny
+source "$(dirname "$0")/benchmark_lib.sh"
+run_benchmark_serving --model "$MODEL" --port "$PORT" --backend vllm --result-filename r --result-dir /workspace/ --input-len "$ISL" --output-len "$OSL" --random-range-ratio "$RANDOM_RANGE_RATIO" \
+    --num-prompts "$((CONC * 10))" --max-concurrency "$CONC"
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("l.sh"), script).unwrap();
+    let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
+    let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
+    let with = |facts: &[&str]| {
+        let facts: Vec<String> = facts.iter().map(|f| f.to_string()).collect();
+        import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &facts)
+    };
+    let err = with(&[]).unwrap_err();
+    assert!(err.contains("l.sh line 3: the output of `rocm-smi --showfw` is used"), "{err}");
+    assert!(err.contains("--machine-fact 'rocm-smi --showfw=OUTPUT'"), "{err}");
+    let host = std::process::Command::new("hostname").output().unwrap();
+    let host = String::from_utf8_lossy(&host.stdout).trim().to_string();
+    let old = with(&["rocm-smi --showfw=GPU[0] : MEC firmware version: 170"]).unwrap();
+    let j = &old.jobs[0];
+    assert_eq!(j.engine.env.get("HSA_NO_SCRATCH_RECLAIM").map(String::as_str), Some("1"), "{:?}", j.engine.env);
+    assert_eq!(j.engine.env.get("NODE_NAME"), Some(&host), "hostname ran on this machine");
+    let notes = old.notes.join("\n");
+    assert!(notes.contains("machine fact: `hostname` (line 2)") && notes.contains("run on the machine that imported"), "{notes}");
+    assert!(notes.contains("machine fact: `rocm-smi --showfw` (line 3) read as \"GPU[0] : MEC firmware version: 170\" (given with --machine-fact)"), "{notes}");
+    assert!(notes.contains("the checkpoint at /models/tiny is counted as present"), "{notes}");
+    assert!(old.toml.contains("machine fact: `rocm-smi --showfw`"), "the recipe records the fact");
+    let new = with(&["rocm-smi --showfw=GPU[0] : MEC firmware version: 180"]).unwrap();
+    assert!(!new.jobs[0].engine.env.contains_key("HSA_NO_SCRATCH_RECLAIM"), "{:?}", new.jobs[0].engine.env);
+    let unused = with(&["rocm-smi --showfw=MEC 180", "nvidia-smi -L=GPU 0"]).unwrap();
+    assert!(unused.notes.iter().any(|n| n.contains("\"nvidia-smi -L=GPU 0\": no launcher read")), "{:?}", unused.notes);
 }

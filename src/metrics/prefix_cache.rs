@@ -9,8 +9,15 @@
 //!   connector; vllm/v1/metrics/stats.py), the figures vLLM's
 //!   `vllm:prefix_cache_hits` / `_queries` counters add up;
 //! * for trace workloads, the theoretical hit rate of an infinite cache from
-//!   the trace's hash ids (as AgentX computes it: per request the leading run
-//!   of hash-id blocks seen before in its trace);
+//!   the trace's hash ids, in InferenceX's units (its agentic aggregation
+//!   `utils/agentic`, AIPerf's `theoretical_prefix_cache`): per request the
+//!   leading run of hash-id blocks seen before in its trace, summed, over the
+//!   requests' blocks summed (a partial last block counts as one block):
+//!   `sum(hit_blocks) / sum(blocks)`; and the same in prompt tokens,
+//!   `sum(theoretical_hit_tokens) / sum(prompt tokens)`, comparable with
+//!   the engine's own `hit_rate` (its prompts include the cache-bust marker
+//!   and only whole blocks within the prompt count as hit tokens, so it is
+//!   lower than the block figure);
 //! * a cross-check: the per-request sum against the scheduler's hits over
 //!   the same requests. vLLM counts both once per request, at its first
 //!   admission (re-admissions after a preemption go to separate counters), so
@@ -18,7 +25,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{RequestRecord, StepRecord};
+use crate::protocol::{RequestRecord, StepRecord, TurnInfo};
 
 /// Token counters of one cache over some steps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -75,10 +82,15 @@ pub struct PrefixCacheSummary {
     /// The KV connector's cache (CPU offload); absent without a connector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connector: Option<CacheCounters>,
-    /// The hit rate of an infinite cache, from the trace's hash ids (trace
-    /// workloads only).
+    /// The hit rate of an infinite cache from the trace's hash ids, in
+    /// InferenceX's units: hit blocks / blocks (trace workloads only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub theoretical_hit_rate: Option<f64>,
+    /// The same in tokens: theoretical hit tokens / prompt tokens (whole
+    /// blocks within the prompt; the prompt counts the cache-bust marker),
+    /// the figure comparable with `hit_rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theoretical_token_hit_rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crosscheck: Option<CacheCrossCheck>,
 }
@@ -95,9 +107,9 @@ pub struct CacheInput<'a> {
     /// ... and those of the measured phase (the counters' window): a replay
     /// runs its warm-ups in the same loop, before the measured phase.
     pub measured_steps: &'a [StepRecord],
-    /// Per record, prompt tokens an infinite cache would hold (trace
-    /// workloads), parallel to `records`.
-    pub theoretical_hit_tokens: Option<&'a [u32]>,
+    /// Per record, its place in the trace with its blocks, hit blocks and
+    /// hit tokens of an infinite cache (trace workloads), parallel to `records`.
+    pub turns: Option<&'a [TurnInfo]>,
     pub reset_before_point: bool,
 }
 
@@ -122,10 +134,15 @@ pub fn summarize_prefix_cache(input: &CacheInput<'_>) -> PrefixCacheSummary {
         (local, connector)
     };
     let (scheduler, connector) = counters(input.measured_steps);
-    let theoretical_hit_rate = input.theoretical_hit_tokens.and_then(|t| {
-        let hit: u64 = done.iter().map(|&(i, _)| u64::from(t.get(i).copied().unwrap_or(0))).sum();
-        ratio(hit)
-    });
+    let turn_sum = |f: fn(&TurnInfo) -> u32| -> Option<u64> {
+        let turns = input.turns?;
+        Some(done.iter().filter_map(|&(i, _)| turns.get(i)).map(|t| u64::from(f(t))).sum())
+    };
+    let theoretical_hit_rate = match (turn_sum(|t| t.hit_blocks), turn_sum(|t| t.blocks)) {
+        (Some(hit), Some(blocks)) if blocks > 0 => Some(hit as f64 / blocks as f64),
+        _ => None,
+    };
+    let theoretical_token_hit_rate = turn_sum(|t| t.theoretical_hit_tokens).and_then(ratio);
     let crosscheck = input.records.iter().any(|r| r.cached_tokens.is_some()).then(|| {
         let ours: u64 = input.records.iter().filter_map(|r| r.cached_tokens).map(u64::from).sum();
         let (local, connector) = counters(input.steps);
@@ -150,6 +167,7 @@ pub fn summarize_prefix_cache(input: &CacheInput<'_>) -> PrefixCacheSummary {
         scheduler,
         connector,
         theoretical_hit_rate,
+        theoretical_token_hit_rate,
         crosscheck,
     }
 }
@@ -162,6 +180,21 @@ mod tests {
         let mut r = RequestRecord { input_tokens: input, cached_tokens: cached, ..Default::default() };
         r.on_tokens(0.1, 2);
         r
+    }
+
+    fn turn(blocks: u32, hit_blocks: u32, theoretical_hit_tokens: u32) -> TurnInfo {
+        TurnInfo {
+            trace: 0,
+            session: 0,
+            lane: 0,
+            stream: 0,
+            turn: 0,
+            phase: crate::protocol::ReplayPhase::Measured,
+            max_tokens: 1,
+            blocks,
+            hit_blocks,
+            theoretical_hit_tokens,
+        }
     }
 
     fn step(q: u64, h: u64, conn: Option<(u64, u64)>) -> StepRecord {
@@ -183,14 +216,15 @@ mod tests {
             measured: None,
             steps: &steps,
             measured_steps: &steps,
-            theoretical_hit_tokens: Some(&[0, 64, 48]),
+            turns: Some(&[turn(2, 0, 0), turn(2, 1, 64), turn(1, 1, 48)]),
             reset_before_point: true,
         });
         assert_eq!((s.prompt_tokens, s.cached_tokens, s.computed_tokens), (250, Some(96), Some(154)));
         assert_eq!(s.hit_rate, Some(96.0 / 250.0));
         assert_eq!(s.scheduler, CacheCounters { queries: 250, hits: 96, hit_rate: Some(96.0 / 250.0) });
         assert_eq!(s.connector, None, "no connector, no connector figures");
-        assert_eq!(s.theoretical_hit_rate, Some(112.0 / 250.0));
+        // InferenceX's rule: (0 + 1 + 1) hit blocks of (2 + 2 + 1); in tokens 112 of 250.
+        assert_eq!((s.theoretical_hit_rate, s.theoretical_token_hit_rate), (Some(2.0 / 5.0), Some(112.0 / 250.0)));
         assert!(s.crosscheck.as_ref().unwrap().agree);
         // A per-request sum the scheduler does not back is a disagreement.
         let wrong = [step(250, 90, None)];
@@ -199,7 +233,7 @@ mod tests {
     }
 
     fn input(records: &[RequestRecord]) -> CacheInput<'_> {
-        CacheInput { records, measured: None, steps: &[], measured_steps: &[], theoretical_hit_tokens: None, reset_before_point: false }
+        CacheInput { records, measured: None, steps: &[], measured_steps: &[], turns: None, reset_before_point: false }
     }
 
     #[test]

@@ -148,7 +148,6 @@ pub fn finish_point(
             p.isl, p.osl, p.conc, c.ttft.median_ms, c.e2el.median_ms, c.ttft.tolerance_ms, c.e2el.tolerance_ms
         );
     }
-    let theoretical: Vec<u32> = raw.turns.iter().map(|t| t.theoretical_hit_tokens).collect();
     // Without engine steps (the HTTP tier of `overhead`) there is nothing to say.
     let prefix_cache = (!raw.steps.is_empty()).then(|| {
         summarize_prefix_cache(&CacheInput {
@@ -156,7 +155,7 @@ pub fn finish_point(
             measured: measured_mask.as_deref(),
             steps: &raw.steps,
             measured_steps,
-            theoretical_hit_tokens: (!raw.turns.is_empty()).then_some(theoretical.as_slice()),
+            turns: (!raw.turns.is_empty()).then_some(raw.turns.as_slice()),
             reset_before_point: raw.prefix_cache_reset == Some(true),
         })
     });
@@ -219,8 +218,8 @@ pub fn point_line(p: &PointResult) -> String {
         if let Some(h) = c.hit_rate {
             line.push_str(&format!(", prefix-cache hit {:.1}%", h * 100.0));
         }
-        if let Some(t) = c.theoretical_hit_rate {
-            line.push_str(&format!(" (theoretical {:.1}%)", t * 100.0));
+        if let (Some(tokens), Some(blocks)) = (c.theoretical_token_hit_rate, c.theoretical_hit_rate) {
+            line.push_str(&format!(" (theoretical {:.1}% of tokens, {:.1}% of blocks)", tokens * 100.0, blocks * 100.0));
         }
     }
     if let Some(s) = p.spec_decode.as_ref() {

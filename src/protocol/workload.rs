@@ -62,8 +62,9 @@ pub struct ConversationSpec {
 }
 
 /// Which trace format a file is in.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum TraceFormat {
     /// AgentX (InferenceX's agentic scenario): one session per line, with
     /// `requests` (`t`, `in`, `out`, `hash_ids`, `api_time`, subagents).

@@ -211,6 +211,15 @@ pub struct WorkloadArgs {
     /// downloaded into it); implies --workload trace.
     #[arg(long, value_name = "PATH")]
     pub trace_file: Option<PathBuf>,
+    /// The trace's format: agentx (one session per line, `requests`) or
+    /// timed (one request per line, `timestamp`); default: read off the
+    /// file's first line.
+    #[arg(long, value_enum)]
+    pub trace_format: Option<crate::protocol::TraceFormat>,
+    /// The trace's time unit, s or ms (default: s for AgentX traces, ms for
+    /// timed ones, as Mooncake's; vLLM's timed_trace uses s).
+    #[arg(long, value_enum, value_name = "UNIT")]
+    pub trace_time_unit: Option<crate::recipe::workload::TimeUnit>,
     /// The conversations to replay (ShareGPT-shaped JSON or JSON lines);
     /// implies --workload conversation.
     #[arg(long, value_name = "PATH", conflicts_with = "trace_file")]
@@ -247,8 +256,14 @@ impl WorkloadArgs {
             (_, Some(_)) => Some(WorkloadName::Conversation),
             _ => None,
         };
-        let trace = (self.trace_file.is_some() || self.duration.is_some())
-            .then(|| TraceSettings { file: self.trace_file.clone(), duration_s: self.duration, ..TraceSettings::default() });
+        let trace = (self.trace_file.is_some() || self.duration.is_some() || self.trace_format.is_some() || self.trace_time_unit.is_some())
+            .then(|| TraceSettings {
+                file: self.trace_file.clone(),
+                format: self.trace_format,
+                time_unit: self.trace_time_unit,
+                duration_s: self.duration,
+                ..TraceSettings::default()
+            });
         let conversation =
             self.conversation_file.as_ref().map(|f| ConversationSettings { file: Some(f.clone()), ..ConversationSettings::default() });
         sweep::Sweep {

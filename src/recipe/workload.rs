@@ -11,12 +11,42 @@
 //! per-replay cache-bust marker. AgentX runs 3600 s per point; here the
 //! measured-request budget (`num_prompts` / `prompts_per_conc`) ends a point
 //! unless `duration_s` ends it first.
+//!
+//! Timed traces take Mooncake's conventions (kvcache-ai/Mooncake
+//! `FAST25-release/traces/README.md`): 512-token blocks, timestamps in
+//! milliseconds; and no idle cap, as neither vLLM's `timed_trace` dataset
+//! (vllm/benchmarks/datasets.py `TimedTrace`) nor AIPerf's fixed schedule
+//! has one. vLLM's `timed_trace` defaults differ (seconds,
+//! `--timed-trace-sec-multiplier 1`; 16-token chunks): `time_unit = "s"`,
+//! `block_size = 16`. The format, when not given, is read off the file's
+//! first line ([`crate::workload::trace::sniff_format`]).
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{ConversationSpec, TraceFormat, TraceSpec, Workload};
+
+/// The unit of a trace's timestamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum TimeUnit {
+    /// Seconds (AgentX's `t`, vLLM's `timed_trace` default).
+    S,
+    /// Milliseconds (Mooncake's `timestamp`).
+    Ms,
+}
+
+impl TimeUnit {
+    /// Seconds per unit.
+    pub fn seconds(self) -> f64 {
+        match self {
+            TimeUnit::S => 1.0,
+            TimeUnit::Ms => 0.001,
+        }
+    }
+}
 
 /// The workload's name in a recipe and on the command line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -42,8 +72,14 @@ pub struct TraceSettings {
     /// are relative to the recipe's folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<PathBuf>,
+    /// `agentx` or `timed` (default: read off the file's first line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<TraceFormat>,
+    /// The timestamps' unit, `s` or `ms` (default: `s` for AgentX traces,
+    /// `ms` for timed ones, Mooncake's); `time_scale` instead gives seconds
+    /// per unit as a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_unit: Option<TimeUnit>,
     /// Tokens per hash id (default 64 for AgentX traces, 512 for timed ones,
     /// as Mooncake's traces are cut).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,12 +95,14 @@ pub struct TraceSettings {
     /// Warm-up requests per lane after the primers (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_requests_per_lane: Option<u32>,
-    /// Idle caps, s (defaults 300 per session tree, 10 for the whole replay).
+    /// Idle caps, s (AgentX traces: 300 per session tree, 10 for the whole
+    /// replay; timed traces: none unless given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree_idle_cap_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_idle_cap_s: Option<f64>,
-    /// Timed traces: seconds per timestamp unit (default 1; 0.001 for ms).
+    /// Seconds per timestamp unit (default: that of `time_unit`); below
+    /// the unit's it compresses the replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_scale: Option<f64>,
     /// A per-replay marker before each session (default true).
@@ -99,6 +137,7 @@ impl TraceSettings {
         TraceSettings {
             file: over.file.clone().or_else(|| self.file.clone()),
             format: over.format.or(self.format),
+            time_unit: over.time_unit.or(self.time_unit),
             block_size: over.block_size.or(self.block_size),
             duration_s: over.duration_s.or(self.duration_s),
             start_ratio: over.start_ratio.or(self.start_ratio),
@@ -156,7 +195,13 @@ pub fn resolve(
         WorkloadName::Trace => {
             let t = trace.cloned().unwrap_or_default();
             let path = t.file.ok_or("workload = \"trace\" needs [sweep.trace] file = \"traces.jsonl\" (or --trace-file)")?;
-            let format = t.format.unwrap_or_default();
+            let format = match t.format {
+                Some(f) => f,
+                // A file not here (a dataset address, or one that appears
+                // later) is AgentX's; the loader refuses a mismatch.
+                None => crate::workload::trace::sniff_format(&path).transpose()?.unwrap_or_default(),
+            };
+            let timed = format == TraceFormat::Timed;
             let default_block = if format == TraceFormat::Timed { TIMED_BLOCK_SIZE } else { AGENTX_BLOCK_SIZE };
             let block_size = t.block_size.unwrap_or(default_block);
             if block_size == 0 {
@@ -173,7 +218,13 @@ pub fn resolve(
                 c if c > 0.0 => Ok(Some(c)),
                 c => Err(format!("[sweep.trace] {key} = {c}: give seconds > 0")),
             };
-            let time_scale = t.time_scale.unwrap_or(1.0);
+            let time_scale = match (t.time_scale, t.time_unit) {
+                (Some(s), None) => s,
+                (None, Some(u)) => u.seconds(),
+                (None, None) if timed => TimeUnit::Ms.seconds(),
+                (None, None) => TimeUnit::S.seconds(),
+                (Some(_), Some(_)) => return Err("[sweep.trace] give time_unit (s or ms) or time_scale (seconds per unit), not both".into()),
+            };
             if !(time_scale > 0.0) {
                 return Err(format!("[sweep.trace] time_scale = {time_scale}: give seconds per timestamp unit > 0"));
             }
@@ -188,7 +239,10 @@ pub fn resolve(
                 start_max_ratio: hi,
                 warmup_requests_per_lane: t.warmup_requests_per_lane.unwrap_or(AGENTX_WARMUP_REQUESTS_PER_LANE),
                 tree_idle_cap_s: cap("tree_idle_cap_s", t.tree_idle_cap_s, AGENTX_TREE_IDLE_CAP_S)?,
-                system_idle_cap_s: cap("system_idle_cap_s", t.system_idle_cap_s, AGENTX_SYSTEM_IDLE_CAP_S)?,
+                system_idle_cap_s: match t.system_idle_cap_s {
+                    None if timed => None,
+                    v => cap("system_idle_cap_s", v, AGENTX_SYSTEM_IDLE_CAP_S)?,
+                },
                 time_scale,
                 cache_bust: t.cache_bust.unwrap_or(true),
             }))
@@ -209,7 +263,13 @@ mod tests {
         assert_eq!((spec.seed, spec.cache_bust), (7, true));
         let timed = TraceSettings { format: Some(TraceFormat::Timed), ..t.clone() };
         let Workload::Trace(spec) = resolve(WorkloadName::Trace, Some(&timed), None, 0).unwrap() else { panic!() };
-        assert_eq!(spec.block_size, 512);
+        // Mooncake's conventions, and no idle cap unless asked.
+        assert_eq!((spec.block_size, spec.time_scale, spec.system_idle_cap_s), (512, 0.001, None));
+        let vllm_style = TraceSettings { time_unit: Some(TimeUnit::S), block_size: Some(16), system_idle_cap_s: Some(10.0), ..timed.clone() };
+        let Workload::Trace(spec) = resolve(WorkloadName::Trace, Some(&vllm_style), None, 0).unwrap() else { panic!() };
+        assert_eq!((spec.block_size, spec.time_scale, spec.system_idle_cap_s), (16, 1.0, Some(10.0)));
+        let both = TraceSettings { time_scale: Some(0.5), ..vllm_style };
+        assert!(resolve(WorkloadName::Trace, Some(&both), None, 0).unwrap_err().contains("not both"));
         assert!(resolve(WorkloadName::Trace, None, None, 0).unwrap_err().contains("--trace-file"));
         let bad = TraceSettings { start_ratio: Some([0.8, 0.2]), ..t.clone() };
         assert!(resolve(WorkloadName::Trace, Some(&bad), None, 0).unwrap_err().contains("start_ratio"));

@@ -580,6 +580,30 @@ fn through_the_driver_loop_on_the_real_clock() {
     assert_eq!(out.records.iter().filter(|r| !r.ok()).count(), 2);
 }
 
+/// Mooncake's shape (tests/fixtures/traces/mooncake_shaped.jsonl, 512-token
+/// blocks, ms): a hash id names the partial last block, so a repeated row is
+/// the same prompt to the last token, and a partial block is the prefix of
+/// the full block of its id. The theoretical hit rate by InferenceX's rule,
+/// by hand: hit blocks 0 + 0 + 2 + 2 over blocks 2 + 1 + 2 + 3 = 4 / 8.
+#[test]
+fn mooncake_partial_blocks_are_shared_and_counted_as_blocks() {
+    let (set, _) = load_timed(&fixture("mooncake_shaped.jsonl"), 512).unwrap();
+    let allowed = allowed();
+    let mut r = SessionReplay::new(&set, &allowed, ReplayConfig { time_scale: 0.001, ..base(8) }).unwrap();
+    let reqs = simulate(&mut r, 0.01, &|_| false);
+    let sends: Vec<f64> = reqs.iter().map(|r| r.send_s).collect();
+    for (s, w) in sends.iter().zip([0.0, 0.6, 1.2, 1.8]) {
+        assert!((s - w).abs() < 1e-9, "arrivals as recorded, in seconds: {sends:?}");
+    }
+    assert_eq!(reqs[2].prompt, reqs[0].prompt, "the repeated row, its 188-token partial block included");
+    assert_eq!(common_prefix(&reqs[3].prompt, &reqs[0].prompt), M + 700, "block 9002 partial, then full");
+    let turns = r.turns();
+    let (hit, blocks): (u32, u32) = turns.iter().fold((0, 0), |(h, b), t| (h + t.hit_blocks, b + t.blocks));
+    assert_eq!((hit, blocks), (4, 8));
+    let hit_tokens: Vec<u32> = turns.iter().map(|t| t.theoretical_hit_tokens).collect();
+    assert_eq!(hit_tokens, vec![0, 0, 700, 1024]);
+}
+
 #[test]
 fn timed_trace_through_the_driver_loop() {
     let (set, _) = load_timed(&fixture("timed.jsonl"), 16).unwrap();

@@ -130,6 +130,15 @@ pub struct SessionSet {
     pub turns: Vec<Turn>,
     /// Every turn's new ids, back to back.
     pub ids: Vec<u32>,
+    /// A hash id after a prompt's full blocks names its partial last block
+    /// (Mooncake's traces: equal ids, equal tokens, as far as the shorter
+    /// goes); `false`: the tail is the turn's own (AgentX).
+    pub named_partial_block: bool,
+    /// Timed traces with a session key: per line (session of the set, in
+    /// release order), its conversation and its turn within it, both
+    /// 0-based in first-seen order; empty without a key (each line is its
+    /// own session).
+    pub timed_sessions: Vec<(u32, u32)>,
     /// Theoretical hits: ids seen so far in the current namespace.
     seen: Seen,
     seen_ns: Option<u64>,
@@ -145,6 +154,8 @@ impl SessionSet {
             streams: Vec::new(),
             turns: Vec::new(),
             ids: Vec::new(),
+            named_partial_block: false,
+            timed_sessions: Vec::new(),
             seen: Seen::default(),
             seen_ns: None,
         }

@@ -12,7 +12,13 @@
 //! - A prompt is its first `min(len(hash_ids), in / block_size)` blocks,
 //!   then `in - covered * block_size` tail tokens keyed by (seed, ns,
 //!   session, stream, turn): AgentX's partial-tail rule, so the prompt has
-//!   exactly `in` tokens and a partial last block is never shared.
+//!   exactly `in` tokens and a partial last block is never shared. Where a
+//!   hash id names the partial last block (Mooncake's traces,
+//!   [`SessionSet::named_partial_block`]), the tail is instead the first
+//!   tokens of that id's block: equal ids give equal tails, and a partial
+//!   block is a prefix of the full block of the same id (AIPerf's Mooncake
+//!   path caches the partial block by its id; vLLM's `timed_trace` keys it
+//!   by id and size).
 //! - With cache busting, [`MARKER_TOKENS`] ids keyed by (seed, run id,
 //!   lane, recycle pass, ns) go before every prompt of a session tree: the
 //!   whole tree shares them, a recycled tree gets new ones, and nothing of
@@ -84,7 +90,10 @@ impl<'a> Synth<'a> {
                     self.draw(key(&[BLOCK, self.seed, ns, id.into()]), block_size as usize, out);
                 }
                 let tail = turn.input - covered * block_size;
-                let tail_key = key(&[TAIL, self.seed, ns, session as u64, stream as u64, k as u64]);
+                let tail_key = match scratch.get(covered as usize) {
+                    Some(&id) if set.named_partial_block => key(&[BLOCK, self.seed, ns, id.into()]),
+                    _ => key(&[TAIL, self.seed, ns, session as u64, stream as u64, k as u64]),
+                };
                 self.draw(tail_key, tail as usize, out);
             }
         }
@@ -188,6 +197,27 @@ mod tests {
         assert_eq!(x.len(), 10 + m);
         assert_eq!(x[m..], a[..]);
         assert_ne!(x[..m], y[..m], "a new recycle pass gets a new marker");
+    }
+
+    #[test]
+    fn a_named_partial_block_is_shared_by_its_id() {
+        let allowed: Vec<u32> = (0..1000).collect();
+        let synth = Synth::new(&allowed, 1);
+        // 4-token blocks: 1 full block and a 2-token partial block named 8,
+        // twice; then 8 as a full block.
+        let mut set = set_with(&[(&[7, 8], 6), (&[7, 8], 6), (&[7, 8], 8)], 5, Content::Blocks { block_size: 4 });
+        set.named_partial_block = true;
+        let (mut a, mut b, mut c, mut s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        synth.build(&set, 0, 0, 0, None, &mut a, &mut s);
+        synth.build(&set, 0, 0, 1, None, &mut b, &mut s);
+        synth.build(&set, 0, 0, 2, None, &mut c, &mut s);
+        assert_eq!((a.len(), c.len()), (6, 8));
+        assert_eq!(a, b, "a repeated prompt is the same tokens, its partial block included");
+        assert_eq!(a[..], c[..6], "a partial block is the prefix of the full block of its id");
+        // Unnamed (AgentX): the tails differ.
+        set.named_partial_block = false;
+        synth.build(&set, 0, 0, 1, None, &mut b, &mut s);
+        assert_ne!(a[4..], b[4..]);
     }
 
     #[test]

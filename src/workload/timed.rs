@@ -4,7 +4,9 @@
 //! (absolute offsets, as vLLM's `--self-timed` sends them,
 //! notes/agentx.md 7), in timestamp order; at most `lanes` requests are in
 //! flight (a released request waits for a free slot, as vLLM's
-//! `--max-concurrency` semaphore). No warm-up, no mid-trace start. Stops
+//! `--max-concurrency` semaphore); a line of a trace with a session key is
+//! reported as a turn of its conversation (the arrivals stay the recorded
+//! ones). No warm-up, no mid-trace start. Stops
 //! after `duration_s` or `max_requests`, or at the end of the file. With
 //! `system_idle_cap_s`, when nothing is in flight and the next release is
 //! more than the cap away, the rest of the trace moves up so it is released
@@ -94,17 +96,21 @@ impl<'a> TimedReplay<'a> {
         self.synth.build(set, i, 0, 0, self.marker, &mut self.buf, &mut self.scratch);
         send(Request::Tokens { prompt: &self.buf, max_tokens: turn.max_tokens, ignore_eos: self.cfg.ignore_eos })?;
         let hit_tokens = match set.content {
+            // A hit partial block counts its tokens.
+            Content::Blocks { block_size } if set.named_partial_block => (turn.hit * block_size).min(turn.input),
             Content::Blocks { block_size } => {
                 turn.hit.min(covered_blocks(turn.ids_len(), turn.input, block_size)) * block_size
             }
             Content::Tokens => turn.hit,
         };
+        // A line of a keyed trace is a turn of its conversation.
+        let (session, k) = set.timed_sessions.get(i).copied().unwrap_or((i as u32, 0));
         self.turns.push(TurnInfo {
             trace: i as u32,
-            session: i as u32,
+            session,
             lane: 0,
             stream: 0,
-            turn: 0,
+            turn: k,
             phase: ReplayPhase::Measured,
             max_tokens: turn.max_tokens,
             blocks: turn.ids_len(),

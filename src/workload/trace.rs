@@ -17,7 +17,17 @@
 //! - **Timed** (vLLM's `timed_trace`, Mooncake): one request per line,
 //!   `timestamp`, `input_length`, `output_length`, `hash_ids`; sorted by
 //!   timestamp (stable); hash ids share one namespace over the file and
-//!   are renumbered in first-seen order (only equality matters).
+//!   are renumbered in first-seen order (only equality matters); a hash id
+//!   after the full blocks names the partial last block, as in Mooncake's
+//!   traces. Mooncake's format has no session key: each line is its own
+//!   session; lines with a `session_id` or `chat_id` (Alibaba's Bailian
+//!   traces) are turns of that conversation in the figures, released as
+//!   recorded all the same.
+//!
+//! Without a format given, the first line's keys say which it is
+//! ([`detect_format`]): `requests` makes it AgentX, `timestamp` with
+//! `input_length` a timed trace; a format given that the first line
+//! contradicts is refused with the one that fits.
 //!
 //! Bad input is a usage error naming `file:line`, the request and the
 //! field: malformed JSON, a missing or mistyped field, a negative time, an
@@ -87,10 +97,57 @@ pub fn trace_file(path: &Path) -> Result<PathBuf> {
 /// Errors (usage): see the module overview.
 pub fn load_trace(spec: &TraceSpec) -> Result<(SessionSet, LoadSummary)> {
     let file = trace_file(&spec.path)?;
+    if let Some(found) = sniff_format(&file).transpose().map_err(usage)?.filter(|f| *f != spec.format) {
+        let name = |f: TraceFormat| match f {
+            TraceFormat::Agentx => "agentx",
+            TraceFormat::Timed => "timed",
+        };
+        let shape = if found == TraceFormat::Timed { "`timestamp`, `input_length`: a timed trace" } else { "`requests`: an AgentX trace" };
+        return Err(usage(format!(
+            "{}: its first line has {shape}, but format {} was asked: give --trace-format {} (recipe: [sweep.trace] format = \"{}\"), or leave the format out to have it read off the file",
+            file.display(),
+            name(spec.format),
+            name(found),
+            name(found),
+        )));
+    }
     match spec.format {
         TraceFormat::Agentx => load_agentx(&file, spec.block_size),
         TraceFormat::Timed => load_timed(&file, spec.block_size),
     }
+}
+
+/// The two shapes, as an error message names them.
+const SHAPES: &str = "an AgentX line is one session, `{\"id\", \"block_size\", \"requests\": [{\"t\", \"in\", \"out\", \"hash_ids\", ..}]}` (InferenceX's agentic traces); a timed line is one request, `{\"timestamp\", \"input_length\", \"output_length\", \"hash_ids\"}` (Mooncake's traces, vLLM's timed_trace)";
+
+/// The format of one trace line, by its keys: `requests` is AgentX's,
+/// `timestamp` with `input_length` a timed trace's.
+///
+/// Errors: not a JSON object, or neither shape (the message shows both).
+pub fn detect_format(line: &str) -> std::result::Result<TraceFormat, String> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("not JSON ({e}): {SHAPES}"))?;
+    let Some(o) = v.as_object() else { return Err(format!("not a JSON object: {SHAPES}")) };
+    if o.contains_key("requests") {
+        Ok(TraceFormat::Agentx)
+    } else if o.contains_key("timestamp") && o.contains_key("input_length") {
+        Ok(TraceFormat::Timed)
+    } else {
+        let keys: Vec<&str> = o.keys().map(String::as_str).take(8).collect();
+        Err(format!("neither trace shape (its keys: {}): {SHAPES}", keys.join(", ")))
+    }
+}
+
+/// The format of the trace at `path` (a file, or a folder's
+/// `traces.jsonl`) from its first non-blank line; `None` when there is no
+/// such file here (a dataset address, an empty file).
+///
+/// Errors: `file:line: ` and [`detect_format`]'s.
+pub fn sniff_format(path: &Path) -> Option<std::result::Result<TraceFormat, String>> {
+    use std::io::BufRead;
+    let file = if path.is_dir() { path.join("traces.jsonl") } else { path.to_path_buf() };
+    let reader = std::io::BufReader::new(std::fs::File::open(&file).ok()?);
+    let (n, line) = reader.lines().map_while(|l| l.ok()).enumerate().find(|(_, l)| !l.trim().is_empty())?;
+    Some(detect_format(&line).map_err(|e| format!("{}:{}: {e}", file.display(), n + 1)))
 }
 
 #[derive(Deserialize)]
@@ -307,6 +364,9 @@ struct RawTimed {
     input_length: Option<u64>,
     output_length: Option<u64>,
     hash_ids: Option<Vec<u64>>,
+    /// A conversation key (Alibaba's Bailian traces); Mooncake's have none.
+    session_id: Option<serde_json::Value>,
+    chat_id: Option<serde_json::Value>,
 }
 
 /// Loads a timed trace (one request per line).
@@ -318,7 +378,7 @@ pub fn load_timed(path: &Path, block_size: u32) -> Result<(SessionSet, LoadSumma
     }
     let file = path.display().to_string();
     let mut summary = LoadSummary { block_size, ..LoadSummary::default() };
-    let mut lines: Vec<(f64, u32, u32, Vec<u64>, usize)> = Vec::new();
+    let mut lines: Vec<(f64, u32, u32, Vec<u64>, usize, Option<String>)> = Vec::new();
     for_each_line(path, |line, text| {
         let at = |what: String| usage(format!("{file}:{line}: {what}"));
         let raw: RawTimed = serde_json::from_str(text).map_err(|e| json_error(path, Some(line), &e))?;
@@ -329,7 +389,11 @@ pub fn load_timed(path: &Path, block_size: u32) -> Result<(SessionSet, LoadSumma
         let ids = raw.hash_ids.ok_or_else(|| at("missing field `hash_ids`".into()))?;
         let (input, out) =
             lengths(input, out, ids.len(), block_size, ("input_length", "output_length"), &mut summary).map_err(at)?;
-        lines.push((t, input, out, ids, line));
+        let key = raw.session_id.or(raw.chat_id).filter(|v| !v.is_null()).map(|v| match v {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        });
+        lines.push((t, input, out, ids, line, key));
         Ok(())
     })?;
     if lines.is_empty() {
@@ -337,10 +401,21 @@ pub fn load_timed(path: &Path, block_size: u32) -> Result<(SessionSet, LoadSumma
     }
     lines.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut set = SessionSet::new(Content::Blocks { block_size }, Arrival::Timed);
+    set.named_partial_block = true;
+    let keyed = lines.iter().any(|l| l.5.is_some());
+    let mut conversations: HashMap<String, (u32, u32)> = HashMap::new();
     let mut dense: HashMap<u64, u32> = HashMap::new();
     let mut ids = Vec::new();
     let ns = name_key("timed trace");
-    for (t, input, out, raw_ids, line) in lines {
+    for (t, input, out, raw_ids, line, key) in lines {
+        if keyed {
+            // A line without the key is a conversation of its own.
+            let key = key.unwrap_or_else(|| format!("line {line}"));
+            let next = conversations.len() as u32;
+            let c = conversations.entry(key).or_insert((next, 0));
+            set.timed_sessions.push(*c);
+            c.1 += 1;
+        }
         ids.clear();
         for h in raw_ids {
             let next = dense.len() as u32;
@@ -589,6 +664,47 @@ mod tests {
         assert_eq!(all, vec![vec![0, 1, 2], vec![3], vec![0, 1, 4], vec![0, 1, 4, 5, 6]]);
         let hits: Vec<u32> = set.turns.iter().map(|t| t.hit).collect();
         assert_eq!(hits, vec![0, 0, 2, 3]);
+    }
+
+    #[test]
+    fn the_format_is_read_off_the_first_line() {
+        assert_eq!(sniff_format(&fixture("agentx.jsonl")).unwrap(), Ok(TraceFormat::Agentx));
+        assert_eq!(sniff_format(&fixture("mooncake_shaped.jsonl")).unwrap(), Ok(TraceFormat::Timed));
+        assert_eq!(sniff_format(Path::new("hf://datasets/o/n")), None, "not a file here");
+        let err = detect_format(r#"{"prompt": "hi", "max_tokens": 3}"#).unwrap_err();
+        assert!(err.contains("its keys: max_tokens, prompt") && err.contains("\"requests\"") && err.contains("\"timestamp\""), "{err}");
+        // A format given that the file contradicts names the right one.
+        let spec = TraceSpec {
+            path: fixture("mooncake_shaped.jsonl"),
+            format: TraceFormat::Agentx,
+            block_size: 64,
+            seed: 0,
+            duration_s: None,
+            max_requests: None,
+            start_min_ratio: 0.0,
+            start_max_ratio: 0.0,
+            warmup_requests_per_lane: 0,
+            tree_idle_cap_s: None,
+            system_idle_cap_s: None,
+            time_scale: 1.0,
+            cache_bust: true,
+        };
+        let err = load_trace(&spec).unwrap_err().to_string();
+        assert!(err.contains("a timed trace, but format agentx was asked: give --trace-format timed"), "{err}");
+    }
+
+    #[test]
+    fn a_session_key_groups_timed_lines_into_conversations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bailian.jsonl");
+        let line = |t: u32, key: &str| format!(r#"{{"timestamp": {t}, "input_length": 32, "output_length": 2, "hash_ids": [1, 2]{key}}}"#);
+        let text = [line(30, r#", "chat_id": 7"#), line(0, r#", "chat_id": 7"#), line(10, r#", "session_id": "b""#), line(20, "")].join("\n");
+        std::fs::write(&path, text).unwrap();
+        let (set, _) = load_timed(&path, 16).unwrap();
+        // In release order: chat 7 turn 0, b turn 0, the keyless line alone, chat 7 turn 1.
+        assert_eq!(set.timed_sessions, vec![(0, 0), (1, 0), (2, 0), (0, 1)]);
+        let (mooncake, _) = load_timed(&fixture("mooncake_shaped.jsonl"), 512).unwrap();
+        assert!(mooncake.timed_sessions.is_empty(), "no key: each line its own session");
     }
 
     #[test]

@@ -46,6 +46,60 @@ fn an_unresolvable_launcher_is_exit_2_with_its_line_and_writes_nothing() {
     assert!(text(&out).contains("\"no-such-entry\""), "{}", text(&out));
 }
 
+/// The background-server shape of InferenceX's MiniMax-M3 agentic launchers
+/// (the server started with `&` right after the exports, an EXIT trap that
+/// ends in `exit`) imports to the same bytes every time, with every
+/// variable of the engine's environment, while other processes load the CPUs.
+#[test]
+fn an_agentic_import_is_the_same_bytes_every_time_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let ix = checkout();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 1u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                x
+            })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    // Four imports at a time (each evaluates three points in its own sandboxes).
+    let results: Vec<Result<String, String>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let (dir, ix) = (dir.path(), &ix);
+                s.spawn(move || {
+                    (0..5)
+                        .map(|k| {
+                            let f = dir.join(format!("bg-{w}-{k}.toml"));
+                            let out = enginebench(&[
+                                "import", "inferencex", "--inferencex-checkout", ix, "--key", "bgserve-fp8-mi300x-vllm-agentic-mtp", "-o", f.to_str().unwrap(),
+                            ]);
+                            if out.status.success() { Ok(std::fs::read_to_string(&f).unwrap()) } else { Err(text(&out)) }
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    });
+    let failures: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    let recipes: std::collections::BTreeSet<&String> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.into_iter().for_each(|t| drop(t.join()));
+    eprintln!("20 imports under load: {:.1} s", started.elapsed().as_secs_f64());
+    assert!(failures.is_empty(), "{} of 20 imports failed, e.g.:\n{}", failures.len(), failures[0]);
+    assert_eq!(recipes.len(), 1, "{} different recipes from one checkout and key", recipes.len());
+    let recipe = *recipes.iter().next().unwrap();
+    assert!(recipe.contains("\"VLLM_ROCM_USE_AITER\" = \"1\"") && recipe.contains("\"GPU_MAX_HW_QUEUES\" = \"2\""), "{recipe}");
+    assert!(!recipe.contains("env_unset"), "no point lost its environment:\n{recipe}");
+}
+
 #[test]
 fn recipe_check_names_missing_models_removed_variables_and_unknown_flags() {
     let dir = tempfile::tempdir().unwrap();

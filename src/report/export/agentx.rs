@@ -9,12 +9,23 @@
 //!   error, error categories);
 //! * `request_metrics`: `qps` (completions per 1 s window), `latency`
 //!   (`ttft`, `e2el`, `itl`, `tpot` in seconds, `intvty` = 1 / the ITL
-//!   statistic, `e2e_norm_intvty` over E2EL / output tokens), `tokens`
+//!   statistic, `e2e_norm_intvty` over E2EL / output tokens,
+//!   `full_response_itl` / `full_response_intvty`: AIPerf's ITL over every
+//!   token of the response, reasoning included, which in-process is every
+//!   token, so they repeat `itl` / `intvty`), `tokens`
 //!   (input, output actual and expected), `throughput` (total and per GPU),
-//!   `cache.theoretical_cache_hit_rate`;
+//!   `cache.theoretical_cache_hit_rate` in InferenceX's units: hit blocks
+//!   over blocks summed over the requests (`hit_blocks`, `blocks` of
+//!   requests.jsonl; a partial last block counts as one), as its
+//!   aggregation and AIPerf's `theoretical_prefix_cache` count it;
 //! * `server_metrics`: cache hit rates, prefix-cache counters, KV usage,
 //!   prompt tokens by source, from the engine's own counters in-process
-//!   (where AgentX scrapes vLLM's `/metrics`).
+//!   (where AgentX scrapes vLLM's `/metrics`); `metric_count` is the number
+//!   of engine counters read (prefix-cache queries and hits, KV usage, and
+//!   the connector's queries and hits when there is one), `sources` is empty
+//!   (no scraped endpoints), and what has no in-process source is `null`:
+//!   the frontend and router figures (no HTTP frontend, no router),
+//!   `kv_cache.gpu_total_tokens` (the KV pool's size is not recorded yet).
 //!
 //! Statistics are `{mean, p50, p75, p90, p95, std}` with numpy's linear
 //! percentiles and the population std, as `aggregation_common.py`; AgentX's
@@ -130,8 +141,8 @@ fn request_metrics(kept: &[&Value], gpus: f64) -> Value {
     let sum = |key: &str| tokens(key).iter().sum::<f64>();
     let (input, output) = (sum("input_tokens"), sum("output_tokens"));
     let per_s = |x: f64| if duration > 0.0 { x / duration } else { 0.0 };
-    let theoretical: f64 = tokens("theoretical_hit_tokens").iter().sum();
-    let has_theoretical = kept.iter().any(|r| r.get("theoretical_hit_tokens").is_some_and(|v| !v.is_null()));
+    let (hit_blocks, blocks) = (sum("hit_blocks"), sum("blocks"));
+    let has_theoretical = kept.iter().any(|r| r.get("blocks").is_some_and(|v| !v.is_null()));
     json!({
         "qps": qps(&ends, duration),
         "latency": {
@@ -141,6 +152,8 @@ fn request_metrics(kept: &[&Value], gpus: f64) -> Value {
             "tpot": stats(&itl),
             "intvty": reciprocal_stats(&itl),
             "e2e_norm_intvty": reciprocal_stats(&e2e_norm),
+            "full_response_itl": stats(&itl),
+            "full_response_intvty": reciprocal_stats(&itl),
         },
         "tokens": {
             "input": stats(&tokens("input_tokens")),
@@ -159,7 +172,7 @@ fn request_metrics(kept: &[&Value], gpus: f64) -> Value {
             },
         },
         "cache": {
-            "theoretical_cache_hit_rate": if has_theoretical && input > 0.0 { json!(theoretical / input) } else { Value::Null },
+            "theoretical_cache_hit_rate": if has_theoretical && blocks > 0.0 { json!(hit_blocks / blocks) } else { Value::Null },
         },
     })
 }
@@ -194,9 +207,11 @@ fn server_metrics(p: &PointResult, kept: &[&Value]) -> Value {
     let overall = (c.scheduler.queries > 0)
         .then(|| (c.scheduler.hits + conn_hits.unwrap_or(0)) as f64 / c.scheduler.queries as f64);
     let generation: f64 = kept.iter().filter_map(|r| num(r, "output_tokens")).sum();
+    let metric_count = 3 + if c.connector.is_some() { 2 } else { 0 };
     json!({
         "present": true,
         "adapter": "enginebench-inprocess",
+        "metric_count": metric_count,
         "cache": {
             "gpu_cache_hit_rate": c.scheduler.hit_rate,
             "cpu_cache_hit_rate": c.connector.and_then(|k| k.hit_rate),
@@ -207,6 +222,11 @@ fn server_metrics(p: &PointResult, kept: &[&Value]) -> Value {
             "external_prefix_cache_hits": conn_hits,
             "external_prefix_cache_queries": c.connector.map(|k| k.queries),
             "cached_tokens_by_source": {},
+            "frontend_cache_hit_rate": Value::Null,
+            "router_kv_hit_rate": Value::Null,
+            "router_shared_cache_hit_rate": Value::Null,
+            "frontend_cached_tokens": Value::Null,
+            "frontend_input_tokens": Value::Null,
         },
         "kv_cache": {
             "gpu_usage_pct": p.step_stats.max_kv_cache_usage,
@@ -231,7 +251,9 @@ fn server_metrics(p: &PointResult, kept: &[&Value]) -> Value {
                 "gpu_cache_hit": c.scheduler.hits,
                 "cpu_or_external_cache_hit": conn_hits.unwrap_or(0),
                 "computed": c.computed_tokens,
+                "raw": {},
             },
         },
+        "sources": [],
     })
 }

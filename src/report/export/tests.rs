@@ -140,18 +140,20 @@ fn agentic_aggregate_keys_for_a_session_point() {
         scheduler: CacheCounters { queries: 800, hits: 320, hit_rate: Some(0.4) },
         connector: None,
         theoretical_hit_rate: Some(0.5),
+        theoretical_token_hit_rate: Some(0.5),
         crosscheck: None,
     });
-    let line = |phase: &str, send: f64, ttft: f64, e2el: f64, tpot: f64, input: u32, out: u32, theo: u32, error: Value| {
+    // `blocks` / `hit_blocks`: 64-token blocks, the last one partial (200 = 3 full + 8 tokens).
+    let line = |phase: &str, send: f64, ttft: f64, e2el: f64, tpot: f64, input: u32, out: u32, (blocks, hit): (u32, u32), error: Value| {
         json!({"job": 0, "point": 0, "phase": phase, "send_s": send, "ttft_ms": ttft, "e2el_ms": e2el, "tpot_ms": tpot,
-               "input_tokens": input, "output_tokens": out, "requested_output_tokens": out, "theoretical_hit_tokens": theo,
-               "itl_ms": [], "error": error})
+               "input_tokens": input, "output_tokens": out, "requested_output_tokens": out, "blocks": blocks, "hit_blocks": hit,
+               "theoretical_hit_tokens": hit.min(input / 64) * 64, "itl_ms": [], "error": error})
     };
     let requests = vec![
-        line("warmup", 0.0, 10.0, 100.0, 10.0, 200, 10, 0, Value::Null),
-        line("measured", 1.0, 100.0, 1100.0, 100.0, 200, 11, 64, Value::Null),
-        line("measured", 1.5, 200.0, 2700.0, 250.0, 400, 11, 256, Value::Null),
-        line("measured", 2.0, 0.0, 0.0, 0.0, 300, 0, 0, json!("aborted: engine error")),
+        line("warmup", 0.0, 10.0, 100.0, 10.0, 200, 10, (4, 0), Value::Null),
+        line("measured", 1.0, 100.0, 1100.0, 100.0, 200, 11, (4, 1), Value::Null),
+        line("measured", 1.5, 200.0, 2700.0, 250.0, 400, 11, (7, 4), Value::Null),
+        line("measured", 2.0, 0.0, 0.0, 0.0, 300, 0, (5, 0), json!("aborted: engine error")),
     ];
     let docs = export(&result, &requests, Format::Inferencex);
     let v = &docs[0].1;
@@ -173,7 +175,9 @@ fn agentic_aggregate_keys_for_a_session_point() {
     let d = rm["throughput"]["duration_seconds"].as_f64().unwrap();
     assert!((d - 3.2).abs() < 1e-9, "{d}");
     assert!((rm["throughput"]["per_gpu"]["total_tput_tps"].as_f64().unwrap() - 622.0 / 3.2 / 8.0).abs() < 1e-9);
-    assert!((rm["cache"]["theoretical_cache_hit_rate"].as_f64().unwrap() - 320.0 / 600.0).abs() < 1e-12);
+    // InferenceX's rule by hand: (1 + 4) hit blocks of (4 + 7) blocks, the
+    // warm-up and the failed request left out (in tokens it would be 320 / 600).
+    assert!((rm["cache"]["theoretical_cache_hit_rate"].as_f64().unwrap() - 5.0 / 11.0).abs() < 1e-12);
     assert_eq!(rm["qps"]["window_seconds"], 1.0);
     let sm = &v["server_metrics"];
     assert_eq!(sm["cache"]["gpu_cache_hit_rate"], 0.4);
@@ -182,6 +186,20 @@ fn agentic_aggregate_keys_for_a_session_point() {
     assert_eq!(sm["tokens"]["prompt_by_source"]["computed"], 344);
     assert_eq!(sm["kv_cache"]["gpu_usage_pct"], 0.1);
     assert!(v.get("isl").is_none(), "a session point has no ISL/OSL");
+    // Every key InferenceX's agentic aggregate has (its
+    // test_process_agentic_result.py key sets), null where in-process has no source.
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(sm), ["adapter", "cache", "kv_cache", "kv_offload", "metric_count", "present", "sources", "tokens"]);
+    assert_eq!((sm["metric_count"].as_u64(), sm["sources"].as_array().map(Vec::len)), (Some(3), Some(0)));
+    assert_eq!(keys(&sm["cache"]).len(), 14);
+    assert!(sm["kv_cache"]["gpu_total_tokens"].is_null());
+    assert_eq!(keys(&sm["tokens"]["prompt_by_source"]), ["computed", "cpu_or_external_cache_hit", "gpu_cache_hit", "raw"]);
+    assert_eq!(keys(&rm["latency"]), ["e2e_norm_intvty", "e2el", "full_response_intvty", "full_response_itl", "intvty", "itl", "tpot", "ttft"]);
+    assert_eq!(rm["latency"]["full_response_itl"], rm["latency"]["itl"], "in-process every token is a response token");
 }
 
 /// A DP-attention job as InferenceX runs it (matrix TP 8, vLLM `-tp 1 -dp 8`),

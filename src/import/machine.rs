@@ -1,0 +1,235 @@
+//! Machine facts: the output of commands a launcher reads off the machine it
+//! runs on (`$(hostname)`, `$(rocm-smi --showfw | ...)`, `$(df -BG
+//! --output=avail /dev/shm | ...)`, `$(nvidia-smi -L)`).
+//!
+//! In the sandbox these commands are recorders (sandbox/prelude.sh): when
+//! their output is read, the recorder prints the fact it was given, or notes
+//! the command as needed and fails the point. The importer then resolves each
+//! needed command once ([`Facts::resolve`]):
+//!
+//! 1. a value given on the command line, `--machine-fact 'CMD=OUTPUT'`
+//!    (`CMD` exactly as the launcher wrote it, arguments included; `\n` in
+//!    `OUTPUT` is a line break);
+//! 2. else the command itself, run on this machine outside the sandbox, when
+//!    it only reads ([`reads_only`]: `hostname` without a new name,
+//!    `rocm-smi --show...`, `amd-smi static|metric|list|...`, `nvidia-smi
+//!    -L|-q|--query-...`, `df`, `nproc`, `free`, `lscpu`, `rocminfo`, `ibstat`,
+//!    `ibv_devinfo`, `numactl --hardware`) and answers (exit 0 within
+//!    [`RUN_LIMIT`] with some output: `rocm-smi` on a machine without the
+//!    amdgpu driver exits 0 having printed nothing, which is no answer);
+//! 3. else the import stops (exit 2) naming the command, its line and the
+//!    flag.
+//!
+//! and evaluates the points again with the facts. Every fact a point used is
+//! written into the recipe's notes with the command, its output and where it
+//! came from: a recipe imported on an MI355X node records that node's MEC
+//! firmware, and says so.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a machine command may take.
+pub const RUN_LIMIT: Duration = Duration::from_secs(10);
+
+/// The commands whose output the sandbox treats as a machine fact.
+pub const MACHINE_COMMANDS: [&str; 13] = [
+    "hostname", "nvidia-smi", "amd-smi", "rocm-smi", "rocminfo", "df", "nproc", "free", "lscpu", "ibstat",
+    "ibv_devinfo", "numactl", "ibdev2netdev",
+];
+
+/// Where a fact's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `--machine-fact` on the command line.
+    Given,
+    /// The command ran on this machine.
+    Ran,
+}
+
+/// A resolved fact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fact {
+    pub output: String,
+    pub source: Source,
+}
+
+/// The facts of one import: those given, and those resolved so far.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// `--machine-fact` strings, `CMD=OUTPUT`, as given.
+    given: Vec<String>,
+    /// Resolved facts by command line.
+    pub known: BTreeMap<String, Fact>,
+}
+
+impl Facts {
+    /// Facts from `--machine-fact` values (each `CMD=OUTPUT`).
+    ///
+    /// Errors: a value without `=` (the message shows the right shape).
+    pub fn new(given: &[String]) -> Result<Facts, String> {
+        if let Some(bad) = given.iter().find(|g| !g.contains('=')) {
+            return Err(format!("--machine-fact {bad:?}: give the command and its output, e.g. --machine-fact 'rocm-smi --showfw=MEC firmware version: 177'"));
+        }
+        Ok(Facts { given: given.to_vec(), known: BTreeMap::new() })
+    }
+
+    /// The output of command line `cmd`: given, else run here (see the
+    /// module overview); cached for the rest of the import.
+    ///
+    /// Errors: why it has no value on this machine (not installed, refused
+    /// as not read-only, failed, too slow).
+    pub fn resolve(&mut self, cmd: &str) -> Result<&Fact, String> {
+        if !self.known.contains_key(cmd) {
+            let fact = match self.given_value(cmd) {
+                Some(output) => Fact { output, source: Source::Given },
+                None => Fact { output: run_here(cmd)?, source: Source::Ran },
+            };
+            self.known.insert(cmd.to_string(), fact);
+        }
+        Ok(&self.known[cmd])
+    }
+
+    /// The value given for `cmd`: the first `CMD=OUTPUT` whose `CMD` is
+    /// exactly `cmd` (matched against the command, so a command holding `=`,
+    /// `df --output=avail`, still splits right).
+    fn given_value(&self, cmd: &str) -> Option<String> {
+        self.given
+            .iter()
+            .filter_map(|g| g.strip_prefix(cmd)?.strip_prefix('='))
+            .next()
+            .map(|v| v.replace("\\n", "\n"))
+    }
+
+    /// `--machine-fact` values that matched no command a launcher read.
+    pub fn unused_given(&self) -> Vec<&str> {
+        self.given
+            .iter()
+            .filter(|g| !self.known.iter().any(|(c, f)| f.source == Source::Given && g.starts_with(&format!("{c}="))))
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+/// Whether running `argv` only reads the machine (never sets, resets or
+/// starts anything); commands outside this list are never run.
+pub fn reads_only(argv: &[&str]) -> bool {
+    let Some((&cmd, args)) = argv.split_first() else { return false };
+    let all = |ok: &dyn Fn(&str) -> bool| args.iter().all(|a| ok(a));
+    match cmd {
+        // `hostname NAME` sets the name.
+        "hostname" => all(&|a| {
+            matches!(a, "-s" | "--short" | "-f" | "--fqdn" | "--long" | "-i" | "--ip-address" | "-I" | "--all-ip-addresses" | "-d" | "--domain" | "-A" | "--all-fqdns")
+        }),
+        "df" | "nproc" | "free" | "lscpu" | "rocminfo" | "ibstat" | "ibv_devinfo" | "ibdev2netdev" => true,
+        "numactl" => all(&|a| matches!(a, "-H" | "--hardware" | "-s" | "--show")),
+        "rocm-smi" => all(&|a| a.starts_with("--show") || matches!(a, "--json" | "--csv" | "-i" | "-d" | "--alldevices") || a.chars().all(|c| c.is_ascii_digit())),
+        "amd-smi" => args.first().is_none_or(|sub| {
+            matches!(*sub, "list" | "static" | "metric" | "firmware" | "ucode" | "version" | "process" | "topology" | "xgmi" | "bad-pages")
+        }),
+        "nvidia-smi" => all(&|a| {
+            matches!(a, "-L" | "--list-gpus" | "-q" | "--query" | "topo" | "-m" | "--matrix" | "-i" | "-d")
+                || a.starts_with("--query-")
+                || a.starts_with("--format=")
+                || a.starts_with("--id=")
+                || a.starts_with("--display=")
+                || (!a.starts_with('-') && a.chars().all(|c| c.is_ascii_alphanumeric() || ",_".contains(c)))
+        }),
+        _ => false,
+    }
+}
+
+/// Runs `cmd` here (its words split at spaces: the recorder joined the
+/// launcher's arguments with spaces), read-only commands only; its standard
+/// output.
+fn run_here(cmd: &str) -> Result<String, String> {
+    let argv: Vec<&str> = cmd.split_whitespace().collect();
+    if !MACHINE_COMMANDS.contains(&argv.first().copied().unwrap_or("")) || !reads_only(&argv) {
+        return Err("is not run by the importer (not a read-only machine query)".into());
+    }
+    let mut child = Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { "is not installed".to_string() } else { format!("did not start: {e}") })?;
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() > RUN_LIMIT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("did not answer within {} s", RUN_LIMIT.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("could not be waited for: {e}")),
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| format!("output unreadable: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("failed ({})", out.status));
+    }
+    if out.stdout.iter().all(u8::is_ascii_whitespace) {
+        return Err("printed nothing (no such device here?)".into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The file name of `cmd`'s fact in the sandbox: its bytes in hex (what
+/// prelude.sh computes with `od`).
+pub fn fact_file_name(cmd: &str) -> String {
+    cmd.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_reads_are_run() {
+        for ok in [
+            &["hostname"][..],
+            &["hostname", "-s"],
+            &["rocm-smi", "--showfw"],
+            &["rocm-smi", "--showproductname", "--json"],
+            &["amd-smi", "static", "--gpu", "0"],
+            &["nvidia-smi", "-L"],
+            &["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            &["df", "-BG", "--output=avail", "/dev/shm"],
+            &["numactl", "--hardware"],
+        ] {
+            assert!(reads_only(ok), "{ok:?}");
+        }
+        for bad in [
+            &["hostname", "newname"][..],
+            &["rocm-smi", "--setperfdeterminism", "1900"],
+            &["amd-smi", "reset", "-G"],
+            &["nvidia-smi", "-pm", "1"],
+            &["nvidia-smi", "-r"],
+            &["numactl", "--cpunodebind=0", "true"],
+            &["rm", "-rf", "/"],
+        ] {
+            assert!(!reads_only(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn given_facts_win_and_commands_with_equals_split_right() {
+        let mut f = Facts::new(&["rocm-smi --showfw=MEC firmware version: 177".into(), "df -BG --output=avail /dev/shm=Avail\\n 100G".into()]).unwrap();
+        assert_eq!(f.resolve("rocm-smi --showfw").unwrap().output, "MEC firmware version: 177");
+        let df = f.resolve("df -BG --output=avail /dev/shm").unwrap();
+        assert_eq!((df.output.as_str(), &df.source), ("Avail\n 100G", &Source::Given));
+        assert!(f.unused_given().is_empty());
+        assert!(Facts::new(&["hostname".into()]).unwrap_err().contains("--machine-fact 'rocm-smi --showfw="));
+        // Not a machine query: never run.
+        let mut f = Facts::new(&[]).unwrap();
+        assert!(f.resolve("curl example.com").unwrap_err().contains("not a read-only machine query"));
+        // `nproc` answers on every Linux machine.
+        let n = f.resolve("nproc").unwrap();
+        assert_eq!(n.source, Source::Ran);
+        assert!(n.output.trim().parse::<u32>().unwrap() >= 1);
+        assert_eq!(fact_file_name("df -h"), "6466202d68");
+    }
+}
