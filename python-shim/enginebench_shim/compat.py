@@ -60,15 +60,27 @@ def _attr(path):
     return obj
 
 
+class _BrokenImport(LookupError):
+    """No candidate resolved, and at least one module is there but raised
+    something other than ImportError/AttributeError while importing (an
+    OSError from a native library that does not load, a RuntimeError from a
+    mismatched torch): the environment is broken, not the vLLM too new."""
+
+
 def _first(candidates):
-    """The first importable of [(path, seen-in note)]: (object, path) or raises."""
-    errors = []
+    """The first importable of [(path, seen-in note)]: (object, path) or
+    raises LookupError (_BrokenImport when a module failed to import for
+    another reason than being absent)."""
+    errors, broken = [], False
     for path, _seen in candidates:
         try:
             return _attr(path), path
         except (ImportError, AttributeError) as e:
             errors.append(f"{path}: {type(e).__name__}: {e}")
-    raise LookupError("; ".join(errors))
+        except Exception as e:  # the module is there but its import raised
+            errors.append(f"{path}: {type(e).__name__}: {e}")
+            broken = True
+    raise (_BrokenImport if broken else LookupError)("; ".join(errors))
 
 
 #: What the engine-core step path's items lose when missing.
@@ -157,6 +169,12 @@ def get(name):
             if loses is None:
                 _raise_if_vllm_broken()
                 version = _vllm_version()
+                if isinstance(e, _BrokenImport):
+                    raise VllmUnusable(
+                        "import",
+                        f"vLLM {version} is installed in {sys.executable} but importing what it needs for {name} "
+                        f"fails ({e}): a package of that environment is broken (e.g. a native library built for "
+                        "another torch); repair it, or choose another interpreter with --python") from None
                 raise VllmUnusable(
                     "range",
                     f"vLLM {version} in {sys.executable}: internal {name} not found ({e}): this vLLM is outside "

@@ -54,6 +54,25 @@ fn the_serve_parser_is_found_where_each_release_keeps_it() {
     assert!(out.contains("this vLLM is outside the supported range"), "{out}");
 }
 
+/// A vLLM whose modules are there but raise on import (0.25.1 with a
+/// torchaudio built for another torch: OSError from its native library,
+/// through transformers) is a broken environment, cause "import", never
+/// "outside the supported range" and never a bare traceback.
+#[test]
+fn a_module_that_raises_on_import_is_a_broken_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    write_fake_vllm(dir.path(), "0.25.1", FakeServe::Moved, Some("cpu"));
+    std::fs::write(
+        dir.path().join("vllm/entrypoints/cli/serve.py"),
+        "raise OSError('Could not load this library: /v/torchaudio/lib/libtorchaudio.so')\n",
+    )
+    .unwrap();
+    let out = run_python(Path::new("/usr/bin/python3"), dir.path(), RESOLVE);
+    assert!(out.starts_with("unusable import vLLM 0.25.1 is installed in "), "{out}");
+    assert!(out.contains("vllm.entrypoints.cli.serve:ServeSubcommand: OSError: Could not load this library"), "{out}");
+    assert!(out.contains("a package of that environment is broken"), "{out}");
+}
+
 #[test]
 fn a_vllm_without_a_platform_is_named_in_words() {
     let dir = tempfile::tempdir().unwrap();
