@@ -76,7 +76,8 @@ try:
     e._use_worker_profiler(args, {dir:?})
 except e.FlagError as err:
     print("refused:", err)
-# -dp 2 in-process would wait for peers forever: bad input.
+# -dp 2 reaching one in-process engine (a --config file the plan did not
+# read) would wait for peers forever: bad input.
 args = compat.get("EngineArgs").from_cli_args(e.parse_serve_args([{model:?}, "-dp", "2"]))
 try:
     e._refuse_in_process_data_parallel(args)
@@ -91,7 +92,7 @@ except e.FlagError as err:
     let want = format!("vllm torch {} ['CPU'] False False", dir.path().join("vllm-profiler").display());
     assert_eq!(first, want, "{out}");
     assert!(out.contains("refused: --profile configures vLLM's --profiler-config itself"), "{out}");
-    assert!(out.contains("dp: --data-parallel-size 2: data parallelism (DP size 2) does not run yet"), "{out}");
+    assert!(out.contains("dp: --data-parallel-size 2: data parallelism (DP size 2) reached one in-process engine"), "{out}");
 }
 
 /// The engine core's batch queue under async scheduling (vLLM 0.32's
