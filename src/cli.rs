@@ -420,8 +420,8 @@ pub struct DoctorArgs {
     /// Print the vLLM releases checked with bench/vllm_matrix.sh (a Markdown
     /// table: each check's outcome per release) and check nothing; with a
     /// FILE, the table in that file (what the script just wrote).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", conflicts_with = "json")]
-    pub releases: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", num_args = 0..=1, conflicts_with = "json")]
+    pub releases: Option<Option<PathBuf>>,
 }
 
 #[cfg(test)]
@@ -440,6 +440,16 @@ mod tests {
             let Command::Run(r) = parse(&["run", flag, "5"]) else { panic!("run") };
             assert_eq!(r.options.eval.eval_limit, Some(5), "{flag}");
         }
+    }
+
+    #[test]
+    fn doctor_releases_takes_an_optional_file() {
+        let Command::Doctor(d) = parse(&["doctor", "--releases"]) else { panic!("doctor") };
+        assert_eq!(d.releases, Some(None));
+        let Command::Doctor(d) = parse(&["doctor", "--releases", "t.toml"]) else { panic!("doctor") };
+        assert_eq!(d.releases, Some(Some(PathBuf::from("t.toml"))));
+        let Command::Doctor(d) = parse(&["doctor"]) else { panic!("doctor") };
+        assert_eq!(d.releases, None);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::orchestrate;
 /// prints the table of vLLM releases checked instead.
 pub fn run(a: DoctorArgs, g: &Global) -> Result<ExitStatus> {
     if let Some(file) = &a.releases {
-        return orchestrate::doctor::print_releases((!file.as_os_str().is_empty()).then_some(file.as_path()));
+        return orchestrate::doctor::print_releases(file.as_deref());
     }
     orchestrate::doctor::doctor(a.json, g.python.as_deref())
 }

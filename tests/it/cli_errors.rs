@@ -92,3 +92,20 @@ fn bad_traces_and_unreachable_datasets() {
     assert_eq!(out.status.code(), Some(2), "{log}");
     assert!(log.contains("nobody-here/no-such-traces") && log.contains("hf download") && log.contains("--trace-file DIR"), "{log}");
 }
+
+/// `doctor --releases` prints the compiled-in table of releases checked
+/// (no FILE: the flag's value is optional), and a FILE that is not such a
+/// table is exit 2 naming it.
+#[test]
+fn doctor_releases_prints_the_table_or_names_a_bad_file() {
+    let out = enginebench(&["doctor", "--releases"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("| vLLM | build |") && stdout.contains("| 0.34.0 | cuda |"), "{stdout}");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("not-a-table.toml");
+    std::fs::write(&bad, "checked = 3\n").unwrap();
+    let out = enginebench(&["doctor", "--releases", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("not-a-table.toml"), "{}", text(&out));
+}
