@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::sessions::{Arrival, Content, SessionSet, TurnRecord};
-use super::synth::{Synth, key, name_key};
+use super::synth::{key, name_key};
 
 /// The size of a synthetic trace set.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -199,6 +199,7 @@ mod tests {
     use super::super::replay_config::ReplayConfig;
     use super::super::testkit::simulate;
     use super::super::trace::load_agentx;
+    use super::super::synth::Synth;
     use std::time::Instant;
 
     /// Prompt tokens if every prompt were kept, and ids if stored whole.
