@@ -493,6 +493,26 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name)
     }
 
+    /// A trace spec asking for AgentX at `path`, with no window, warm-ups,
+    /// idle caps or time scaling.
+    fn agentx_spec(path: PathBuf, block_size: u32, seed: u64) -> TraceSpec {
+        TraceSpec {
+            path,
+            format: TraceFormat::Agentx,
+            block_size,
+            seed,
+            duration_s: None,
+            max_requests: None,
+            start_min_ratio: 0.0,
+            start_max_ratio: 0.0,
+            warmup_requests_per_lane: 0,
+            tree_idle_cap_s: None,
+            system_idle_cap_s: None,
+            time_scale: 1.0,
+            cache_bust: true,
+        }
+    }
+
     /// The usage error of loading `text` as an AgentX file (block size 16).
     fn agentx_error(text: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
@@ -567,21 +587,7 @@ mod tests {
     fn folders_and_specs() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::copy(fixture("agentx.jsonl"), dir.path().join("traces.jsonl")).unwrap();
-        let spec = TraceSpec {
-            path: dir.path().to_path_buf(),
-            format: TraceFormat::Agentx,
-            block_size: 16,
-            seed: 1,
-            duration_s: None,
-            max_requests: None,
-            start_min_ratio: 0.0,
-            start_max_ratio: 0.0,
-            warmup_requests_per_lane: 0,
-            tree_idle_cap_s: None,
-            system_idle_cap_s: None,
-            time_scale: 1.0,
-            cache_bust: true,
-            };
+        let spec = agentx_spec(dir.path().to_path_buf(), 16, 1);
         assert_eq!(load_trace(&spec).unwrap().1.sessions, 4);
         let empty = tempfile::tempdir().unwrap();
         let err = load_trace(&TraceSpec { path: empty.path().to_path_buf(), ..spec.clone() }).unwrap_err();
@@ -674,21 +680,7 @@ mod tests {
         let err = detect_format(r#"{"prompt": "hi", "max_tokens": 3}"#).unwrap_err();
         assert!(err.contains("its keys: max_tokens, prompt") && err.contains("\"requests\"") && err.contains("\"timestamp\""), "{err}");
         // A format given that the file contradicts names the right one.
-        let spec = TraceSpec {
-            path: fixture("mooncake_shaped.jsonl"),
-            format: TraceFormat::Agentx,
-            block_size: 64,
-            seed: 0,
-            duration_s: None,
-            max_requests: None,
-            start_min_ratio: 0.0,
-            start_max_ratio: 0.0,
-            warmup_requests_per_lane: 0,
-            tree_idle_cap_s: None,
-            system_idle_cap_s: None,
-            time_scale: 1.0,
-            cache_bust: true,
-        };
+        let spec = agentx_spec(fixture("mooncake_shaped.jsonl"), 64, 0);
         let err = load_trace(&spec).unwrap_err().to_string();
         assert!(err.contains("a timed trace, but format agentx was asked: give --trace-format timed"), "{err}");
     }
