@@ -48,7 +48,7 @@ def _draw(promptgen, allowed, point):
     return json.loads(out)
 
 
-def null_core(core_client):
+def null_core(core_client, device=None):
     """Replaces vLLM's in-process engine core (`InprocClient.get_output`,
     `add_request`, `abort_requests`) by a stand-in with no model: every step
     gives each running request one token as a real `EngineCoreOutput` (with
@@ -63,9 +63,26 @@ def null_core(core_client):
     a GPU step's host thread is busy too, and sleeping overshoots by tens of
     us), or sleeping (=sleep). A loop's time outside the step is then the
     harness's own, at a GPU's step pace (bench/harness_overhead.py
-    --null-engine --null-step-ms). EB_NULL_EVICT_MB=N: the stand-in copies N
-    MiB each step (inside the step), leaving the caches as cold as a real
-    step that streams the weights does."""
+    --null-engine --null-step-ms). Both are a synchronous engine: nothing
+    runs while the harness works, so its gap adds to every step.
+
+    EB_NULL_STEP_MODE=async is vLLM's default on GPUs instead, async
+    scheduling (vllm/config/vllm.py turns it on unless an option rules it
+    out): EngineCore.step_with_batch_queue launches the next batch before
+    it blocks on the oldest of at most two in flight (v1/engine/core.py).
+    Here a "device" runs each launched batch for T ms on its own clock
+    (starting when the previous batch ends, or at the launch when the device
+    was idle); a step launches a batch from the running requests (each
+    scheduled one token ahead, so a request at max_tokens is not scheduled
+    again), returns nothing while the queue fills, and otherwise waits
+    (asleep: the GIL is free, as in Future.result()) for the oldest batch
+    to end and returns its outputs. The harness's gap then overlaps the
+    batch in flight: the device idles only when the gap outlasts it.
+    `device`, when given, gets each batch's (start, end) on time.monotonic.
+
+    EB_NULL_EVICT_MB=N: the stand-in copies N MiB each step (inside the
+    step), leaving the caches as cold as a real step that streams the
+    weights does."""
     from vllm.v1.engine import EngineCoreEvent, EngineCoreEventType, EngineCoreOutput, EngineCoreOutputs, FinishReason
     from vllm.v1.metrics.stats import PrefillStats, SchedulerStats
 
@@ -73,8 +90,11 @@ def null_core(core_client):
     evict_mb = int(os.environ.get("EB_NULL_EVICT_MB", "0"))
     evict = (bytearray(evict_mb << 20), bytearray(evict_mb << 20)) if evict_mb else None
     step_s = float(os.environ.get("EB_NULL_STEP_MS", "0")) / 1e3
-    spin = os.environ.get("EB_NULL_STEP_MODE", "spin") != "sleep"
-    clock = time.perf_counter
+    mode = os.environ.get("EB_NULL_STEP_MODE", "spin")
+    if mode not in ("spin", "sleep", "async"):
+        raise ValueError(f"EB_NULL_STEP_MODE={mode!r}: expected spin, sleep or async")
+    spin = mode == "spin"
+    clock = time.monotonic
     token = int(os.environ.get("EB_NULL_TOKEN", "330"))
     length = FinishReason.LENGTH
 
@@ -90,10 +110,8 @@ def null_core(core_client):
                                              len(request.prompt_token_ids),
                                              EngineCoreEvent.new_event(EngineCoreEventType.QUEUED)]
 
-    def get_output(self):
-        t0 = clock()
-        if evict is not None:
-            evict[0][:] = evict[1]
+    def batch(self):
+        """One token for every running request: (outputs, scheduler stats)."""
         r = running(self)
         outs = []
         done = []
@@ -113,7 +131,15 @@ def null_core(core_client):
                 done.append(rid)
         for rid in done:
             del r[rid]
-        stats = SchedulerStats(num_running_reqs=len(outs)) if outs else None
+        return outs, (SchedulerStats(num_running_reqs=len(outs)) if outs else None)
+
+    def get_output(self):
+        t0 = clock()
+        if evict is not None:
+            evict[0][:] = evict[1]
+        if mode == "async":
+            return async_step(self, t0)
+        outs, stats = batch(self)
         result = EngineCoreOutputs(outputs=outs, scheduler_stats=stats)
         if step_s:
             end = t0 + step_s
@@ -125,6 +151,29 @@ def null_core(core_client):
                 if left > 0:
                     time.sleep(left)
         return result
+
+    def async_step(self, t0):
+        # [(end on the device clock, outputs, stats)], newest first, and
+        # when the device is free: EngineCore.batch_queue of size 2.
+        queue = self.__dict__.setdefault("_null_queue", [])
+        if running(self):
+            outs, stats = batch(self)
+            start = max(t0, self.__dict__.get("_null_free", 0.0))
+            end = self._null_free = start + step_s
+            if device is not None:
+                device.append((start, end))
+            queue.insert(0, (end, outs, stats))
+            if len(queue) < 2:
+                return EngineCoreOutputs()
+        if not queue:
+            return EngineCoreOutputs()
+        end, outs, stats = queue.pop()
+        left = end - clock()
+        if left > 2e-4:
+            time.sleep(left - 2e-4)
+        while clock() < end:
+            pass
+        return EngineCoreOutputs(outputs=outs, scheduler_stats=stats)
 
     def abort_requests(self, request_ids):
         r = running(self)
@@ -160,9 +209,10 @@ class Probe:
         self.t, self.d = [], []      # InprocClient.get_output: engine-core steps
         self.at, self.ad = [], []    # InprocClient.add_request
         self.ht, self.hd = [], []    # shim hooks inside step()
+        self.dev = []                # null engine, async mode: device batches (start, end)
 
     def clear(self):
-        for x in (self.t, self.d, self.at, self.ad, self.ht, self.hd):
+        for x in (self.t, self.d, self.at, self.ad, self.ht, self.hd, self.dev):
             x.clear()
 
     def steps(self):
@@ -175,7 +225,8 @@ class Probe:
         return list(zip(self.ht, self.hd))
 
     def as_json(self):
-        return {"t": self.t, "d": self.d, "at": self.at, "ad": self.ad, "ht": self.ht, "hd": self.hd}
+        return {"t": self.t, "d": self.d, "at": self.at, "ad": self.ad, "ht": self.ht, "hd": self.hd,
+                "dev": self.dev}
 
     def _timed(self, fn, starts, durs):
         mono = time.monotonic
@@ -198,7 +249,7 @@ class Probe:
         from vllm.v1.metrics.loggers import StatLoggerBase
 
         if self.null:
-            null_core(core_client)
+            null_core(core_client, self.dev)
         cls = core_client.InprocClient
         cls.get_output = self._timed(cls.get_output, self.t, self.d)
         cls.add_request = self._timed(cls.add_request, self.at, self.ad)
@@ -330,14 +381,24 @@ def percentile(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def summary(t0, marks, inner, adds, hooks=()):
+def device_busy(device, lo, hi):
+    """The share of [lo, hi] (s) covered by the null device's batches
+    [(start, end)] (they never overlap: each starts when the last ends)."""
+    busy = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in device)
+    return busy / (hi - lo) if hi > lo else 0.0
+
+
+def summary(t0, marks, inner, adds, hooks=(), device=()):
     """Per-step figures of one loop, us: the harness time per step (mean,
     median, p99, max; see harness_per_step), outside-step() time (the step
     call's own overhead left out), crossing (the step call's time outside
     the engine core's step), the shim's hooks inside the core's step, the
     mean add_request() time per request, the engine core's mean step time,
     and the share of the loop's wall time the engine core was not stepping
-    (from the first add_request to the last step's end, on the probe's clock)."""
+    (from the first add_request to the last step's end, on the probe's clock);
+    with the null engine's device batches (async mode, `device`), the share
+    of that window the device was idle, which is what the harness's gap
+    costs there."""
     import statistics
 
     n = len(marks)
@@ -361,6 +422,7 @@ def summary(t0, marks, inner, adds, hooks=()):
         "crossing_median_us": statistics.median(crossing) * 1e6,
         "hooks_us": sum(d for t, d in hooks if inner[0][0] <= t <= inner[-1][0] + inner[-1][1]) / n * 1e6,
         "add_request_us": sum(d for _, d in adds) / len(adds) * 1e6 if adds else 0.0,
+        **({"device_idle": 1.0 - device_busy(device, start, inner[-1][0] + inner[-1][1])} if device else {}),
     }
 
 
@@ -400,7 +462,7 @@ def main(job_path, out_path):
         probe.clear()
         t0, end, tokens, marks = closed_loop(engine, prompts[k:], lens[k:], point["conc"], rid)
         rid += point["num_prompts"]
-        inner, adds, hooks = probe.steps(), probe.adds(), probe.hooks()
+        inner, adds, hooks, device = probe.steps(), probe.adds(), probe.hooks(), list(probe.dev)
         assert len(adds) == point["num_prompts"]
         assert tokens == sum(lens[k:]), f"got {tokens} output tokens, expected {sum(lens[k:])}"
         results.append({
@@ -408,7 +470,7 @@ def main(job_path, out_path):
             "output_tokens": tokens,
             "duration_s": end - t0,
             "output_throughput": tokens / (end - t0),
-            **summary(t0, marks, inner, adds, hooks),
+            **summary(t0, marks, inner, adds, hooks, device),
         })
     engine.shutdown()
     out = {"engine_start_s": engine_start_s, "points": results,
