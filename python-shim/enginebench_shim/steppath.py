@@ -69,6 +69,11 @@ try:  # as a package (the pure-Python loop of bench/, tests)
 except ImportError:  # compiled into the worker module, loaded as a top-level module
     import enginebench_compat as compat
 
+#: ENGINEBENCH_CHECK_SWAP=1 (the tests): every long-prompt request
+#: (`CorePath._token_request`) is also made by process_inputs whole, and
+#: they must be equal.
+_CHECK_SWAP = os.environ.get("ENGINEBENCH_CHECK_SWAP") == "1"
+
 #: A step with no output (an idle DP rank's dummy batch).
 _NO_OUTPUTS = []
 
@@ -210,6 +215,7 @@ class CorePath:
             self.prompt_of = lambda ids: tokens_prompt(prompt_token_ids=ids)
         self.get_output = self.client.get_output
         self.add_request = self.client.add_request
+        self.max_model_len = getattr(getattr(self.engine, "model_config", None), "max_model_len", None)
         # vLLM's Prometheus counters are the spec-decode cross-check's
         # reference: keep feeding them when the engine speculates.
         self.loggers = parts["logger_manager"] if shim.num_speculative_tokens else None
@@ -237,10 +243,47 @@ class CorePath:
         the one kept by this path's get_output)."""
         return getattr(self.client, "last_step_model_executed", self._executed)
 
+    #: Prompts at least this long are processed as their first token, then
+    #: given their ids (`_token_request`).
+    SWAP_MIN_TOKENS = 1024
+
+    def _token_request(self, rid, token_ids, params):
+        """vLLM's EngineCoreRequest of a token prompt sent at its send time
+        (a replay's turn). On a token prompt, the input processor's only work
+        that grows with the prompt is its validation: the length against
+        max_model_len and the out-of-vocabulary check (a max() over the ids,
+        ~11 ms at AgentX's 198k tokens on these CPUs: issue 34's "p99 gap"),
+        while the request it makes holds the ids as given. So a long prompt
+        (SWAP_MIN_TOKENS or more, shorter than max_model_len) is processed
+        as its first token, with everything else the same (SamplingParams
+        cloned and defaulted, id, arrival time), and then given its ids: the
+        same request, made in the time a one-token prompt takes. The ids the
+        harness sends are drawn from the tokenizer's vocabulary
+        (`Engine.allowed_token_ids`), so the check it skips cannot fail. A
+        prompt at or over max_model_len, or a vLLM whose request does not
+        hold the ids as a list, goes through process_inputs whole (its own
+        error message for the first)."""
+        n = len(token_ids)
+        limit = self.max_model_len
+        if n >= self.SWAP_MIN_TOKENS and limit and n < limit:
+            req = self.process_inputs(str(rid), self.prompt_of(token_ids[:1]), params,
+                                      supported_tasks=self.supported_tasks)
+            if type(req.prompt_token_ids) is list:
+                req.prompt_token_ids = token_ids
+                if _CHECK_SWAP:
+                    whole = self.process_inputs(str(rid), self.prompt_of(token_ids), params,
+                                                supported_tasks=self.supported_tasks)
+                    whole.arrival_time = req.arrival_time
+                    if whole != req:
+                        raise AssertionError(f"request {rid}: the long-prompt request differs from "
+                                             f"process_inputs' own:\n{req!r}\n{whole!r}")
+                return req
+        return self.process_inputs(str(rid), self.prompt_of(token_ids), params, supported_tasks=self.supported_tasks)
+
     def add_tokens(self, rid, token_ids, params):
         """Returns (vLLM's request id, arrival time on time.time()): outputs
         carry the first, vLLM's TTFT is measured from the second."""
-        req = self.process_inputs(str(rid), self.prompt_of(token_ids), params, supported_tasks=self.supported_tasks)
+        req = self._token_request(rid, token_ids, params)
         if self.assign_request_id is not None:
             self.assign_request_id(req)
         self.add_request(req)

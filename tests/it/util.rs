@@ -53,7 +53,9 @@ pub fn install() -> PathBuf {
 /// one command builder (tests add their environment or pipes).
 pub fn command(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_enginebench"));
-    c.args(args).current_dir(repo());
+    // Every long replay prompt the shim sends by its shortcut is also made
+    // by vLLM's input processor whole, and must equal it (steppath.py).
+    c.args(args).current_dir(repo()).env("ENGINEBENCH_CHECK_SWAP", "1");
     c
 }
 
