@@ -36,6 +36,7 @@ the core's own output objects, so a step costs as little as possible
 outside vLLM.
 """
 
+import gc
 import json
 import os
 import sys
@@ -895,6 +896,19 @@ class Engine:
         (vLLM's ParallelConfig.has_unfinished_dp), with nothing to report."""
         if getattr(self.engine, "dp_group", None) is not None:
             steppath._dp_all_reduce(self.engine, False)
+
+    def loop_starts(self):
+        """Called once before each request loop's clock starts (Rust's
+        StepEngine::sync_ranks). Freezes the heap made so far, as vLLM's
+        own server does once it has started (vllm.utils.gc_utils
+        .freeze_gc_heap: a full collection, then gc.freeze()): in-process,
+        the engine's and the harness's long-lived objects share one heap,
+        and a full collection in the loop walked all of it (0.5-0.75 s each
+        in an AgentX replay on these CPUs) while the engine did not step.
+        Then, with data parallelism, waits for every rank (sync_ranks)."""
+        gc.collect()
+        gc.freeze()
+        self.sync_ranks()
 
     def shutdown(self):
         core = getattr(self.engine, "engine_core", None)

@@ -52,7 +52,9 @@ pub trait StepEngine {
     /// Called once before a loop's clock starts; a rank of a data-parallel
     /// group waits there for every rank (the same all-reduce), so each
     /// phase (warm-up, measured requests, eval) starts at the same
-    /// iteration on every rank. Default: nothing.
+    /// iteration on every rank. The vLLM engine also freezes its Python
+    /// heap there (the shim's `loop_starts`), so that no full garbage
+    /// collection walks it during the loop. Default: nothing.
     fn sync_ranks(&mut self) -> Result<()> {
         Ok(())
     }

@@ -280,10 +280,9 @@ impl StepEngine for VllmEngine {
     }
 
     fn sync_ranks(&mut self) -> Result<()> {
-        if !self.lockstep {
-            return Ok(());
-        }
-        Python::attach(|py| self.engine.call_method0(py, intern!(py, "sync_ranks")).map(drop).py_context(py))
+        // The shim freezes the heap made so far (its `loop_starts`), then
+        // waits for the DP group's ranks.
+        Python::attach(|py| self.engine.call_method0(py, intern!(py, "loop_starts")).map(drop).py_context(py))
     }
 
     fn step(&mut self, out: &mut StepOutput) -> Result<()> {
