@@ -21,8 +21,10 @@ usage: bench/inferencex_passrate.py [--only KIND] [--machine-fact 'CMD=OUTPUT' .
   --machine-fact: passed to every import (repeatable): the output of a
   command a launcher reads off its machine, e.g. an MI355X node's
   `rocm-smi --showfw` or a large node's `df -BG --output=avail /dev/shm`,
-  for a pass rate measured away from those machines. Commands without a
-  given fact run on this machine (docs/import.md).
+  for a pass rate measured away from those machines; or a machine file's
+  content, '/sys/...=CONTENT' (Kimi-K3 B300's RDMA rail state). Commands
+  without a given fact run on this machine, files are read here
+  (docs/import.md).
 """
 import glob
 import os

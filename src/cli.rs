@@ -129,8 +129,10 @@ pub struct CheckoutArgs {
     pub scenario: Option<String>,
     /// The output of a command a launcher reads off the machine
     /// (`$(rocm-smi --showfw)`), for an import away from that machine:
-    /// 'CMD=OUTPUT', CMD exactly as the launcher runs it; repeatable.
-    /// Without it, read-only machine commands run here.
+    /// 'CMD=OUTPUT', CMD exactly as the launcher runs it; or the content
+    /// of a machine file it reads, 'PATH=CONTENT' (a path under /sys/, e.g.
+    /// /sys/class/infiniband/mlx5_0/ports/1/state); repeatable. Without it,
+    /// read-only machine commands run here and files are read here.
     #[arg(long, value_name = "CMD=OUTPUT", requires = "inferencex_checkout")]
     pub machine_fact: Vec<String>,
 }
@@ -260,8 +262,10 @@ pub struct ImportArgs {
     pub scenario: Option<String>,
     /// The output of a command a launcher reads off the machine
     /// (`$(rocm-smi --showfw)`), for an import away from that machine:
-    /// 'CMD=OUTPUT', CMD exactly as the launcher runs it; repeatable.
-    /// Without it, read-only machine commands run here.
+    /// 'CMD=OUTPUT', CMD exactly as the launcher runs it; or the content
+    /// of a machine file it reads, 'PATH=CONTENT' (a path under /sys/, e.g.
+    /// /sys/class/infiniband/mlx5_0/ports/1/state); repeatable. Without it,
+    /// read-only machine commands run here and files are read here.
     #[arg(long, value_name = "CMD=OUTPUT")]
     pub machine_fact: Vec<String>,
     /// Write the recipe here (default: stdout).

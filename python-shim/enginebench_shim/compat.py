@@ -125,6 +125,12 @@ ITEMS = {
                        "step statistics (running/waiting, KV-cache usage, prefix cache, preemptions)"),
     "compute_iteration_details": ([("vllm.v1.utils:compute_iteration_details", "0.23 to 0.34")],
                                   "the check of the fast prefill/decode count (vLLM's own count)"),
+    # The KV pool's size in tokens where CacheConfig.kv_cache_size_tokens is
+    # not set (vLLM before it stored the figure it logs): vLLM's own formula,
+    # max concurrency at max_model_len x max_model_len.
+    "get_max_concurrency_for_kv_cache_config": (
+        [("vllm.v1.core.kv_cache_utils:get_max_concurrency_for_kv_cache_config", "0.23 to 0.34")],
+        "the KV pool size in tokens (engine.kv_cache_tokens) on a vLLM without CacheConfig.kv_cache_size_tokens"),
     "envs": ([("vllm.envs:environment_variables", "0.23 to 0.34")],
              "the check of VLLM_* variable names"),
     # torch's own profiler, used directly (not vLLM's profiler hooks, which
@@ -291,6 +297,29 @@ def scheduler_of(engine):
     engine.engine_core.engine_core.scheduler."""
     core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
     return getattr(core, "scheduler", None)
+
+
+def kv_cache_tokens(engine):
+    """The KV pool's size in tokens of one engine (one DP rank), the figure
+    vLLM logs at start as "GPU KV cache size: N tokens" (its device's name
+    for GPU on other platforms) and InferenceX's agentic aggregation reads
+    as `gpu_total_tokens`: `CacheConfig.kv_cache_size_tokens` where vLLM
+    stores it (0.32: vllm/config/cache.py, set by update_kv_cache_capacity in
+    v1/core/kv_cache_utils.py), else the same formula it logs from (0.23:
+    `_report_kv_cache_config`): max concurrency at max_model_len times
+    max_model_len, over the in-process scheduler's KV-cache config. Group-
+    aware, unlike num_gpu_blocks x block_size, which miscounts hybrid models.
+    None when neither is reachable (engine core in another process)."""
+    vllm_config = engine.vllm_config
+    stored = getattr(getattr(vllm_config, "cache_config", None), "kv_cache_size_tokens", None)
+    if stored:
+        return int(stored)
+    concurrency = get("get_max_concurrency_for_kv_cache_config")
+    kv_config = getattr(scheduler_of(engine), "kv_cache_config", None)
+    if concurrency is None or kv_config is None:
+        return None
+    max_model_len = int(vllm_config.model_config.max_model_len)
+    return int(concurrency(vllm_config, kv_config) * max_model_len)
 
 
 def kv_cache_usage(stats):

@@ -570,6 +570,7 @@ class Engine:
             "speculative_method": self._spec_method(),
             "enable_prefix_caching": bool(getattr(cc, "enable_prefix_caching", False)),
             "block_size": getattr(cc, "block_size", None),
+            "kv_cache_tokens": compat.kv_cache_tokens(self.engine),
             "kv_connector": getattr(getattr(self.engine.vllm_config, "kv_transfer_config", None), "kv_connector", None),
             "step_path": self.step_path,
             "step_path_reason": self.step_path_reason,

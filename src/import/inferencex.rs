@@ -126,8 +126,10 @@ fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint, facts: &BTreeMap<Str
     })
 }
 
-/// Rounds of evaluation: a fact can open a branch that reads another.
-const FACT_ROUNDS: usize = 4;
+/// Rounds of evaluation: a fact can open a branch that reads another, and
+/// file facts come one per round (the launcher stops at the first unknown
+/// file: the Kimi-K3 B300 launcher tries up to 16 RDMA rails in turn).
+const FACT_ROUNDS: usize = 20;
 
 /// Evaluates the launcher at every point, resolving the machine facts the
 /// points read ([`super::machine`]: given, or run here, then every point
@@ -162,9 +164,15 @@ pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPo
             .iter()
             .filter_map(|(cmd, line, rel)| {
                 facts.resolve(cmd).err().map(|why| {
-                    format!(
-                        "{rel} line {line}: the output of `{cmd}` is used, but it depends on the machine it runs on, and here `{cmd}` {why}: import on the machine the recipe is for, or give its output: --machine-fact '{cmd}=OUTPUT'"
-                    )
+                    if super::machine::is_file_fact(cmd) {
+                        format!(
+                            "{rel} line {line}: the launcher reads the file {cmd}, which depends on the machine it runs on, and here it {why}: import on the machine the recipe is for, or give its content: --machine-fact '{cmd}=CONTENT'"
+                        )
+                    } else {
+                        format!(
+                            "{rel} line {line}: the output of `{cmd}` is used, but it depends on the machine it runs on, and here `{cmd}` {why}: import on the machine the recipe is for, or give its output: --machine-fact '{cmd}=OUTPUT'"
+                        )
+                    }
                 })
             })
             .collect();
@@ -412,6 +420,7 @@ fn fact_notes(jobs: &[Job], facts: &Facts) -> Vec<String> {
         let source = match f.source {
             Source::Given => "given with --machine-fact",
             Source::Ran => "run on the machine that imported",
+            Source::Read => "read on the machine that imported",
         };
         out.push(format!("machine fact: `{cmd}` (line {}) read as {:?} ({source}): the recipe holds what the launcher made of it", lines(&mut at), f.output.trim_end()));
     }
@@ -423,7 +432,7 @@ fn fact_notes(jobs: &[Job], facts: &Facts) -> Vec<String> {
         ));
     }
     for g in facts.unused_given() {
-        out.push(format!("--machine-fact {g:?}: no launcher read that command's output"));
+        out.push(format!("--machine-fact {g:?}: no launcher read that command's output or that file"));
     }
     out
 }

@@ -24,6 +24,20 @@
 //! written into the recipe's notes with the command, its output and where it
 //! came from: a recipe imported on an MI355X node records that node's MEC
 //! firmware, and says so.
+//!
+//! Files are machine facts too: what a launcher reads under a
+//! [`MACHINE_FILE_ROOTS`] folder (the Kimi-K3 B300 agentic launcher picks
+//! its Mooncake RDMA rail with `grep -q ACTIVE
+//! /sys/class/infiniband/mlx5_N/ports/1/state`). The sandbox's `/sys` holds
+//! only the file facts known so far; a text tool (`cat`, `grep`, `head`,
+//! ...) given a path there that is not among them notes the path as needed
+//! and stops the launcher at that read, so the facts are asked for one at a
+//! time in the order the launcher reads them (a loop over rails stops at
+//! the first active one). A file fact is resolved as a command is: the
+//! content given with `--machine-fact 'PATH=CONTENT'`, else the file read
+//! on this machine ([`Source::Read`]), else exit 2 naming the path and the
+//! flag. Globs and `[ -e PATH ]` tests are bash's own and see only the known
+//! facts; a file read must exist (absence is not a fact).
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -38,6 +52,16 @@ pub const MACHINE_COMMANDS: [&str; 13] = [
     "ibv_devinfo", "numactl", "ibdev2netdev",
 ];
 
+/// The folders whose files are machine facts (a path in a launcher that
+/// starts with one of them, as the sandbox's prelude.sh matches it).
+pub const MACHINE_FILE_ROOTS: [&str; 1] = ["/sys/"];
+
+/// Whether the fact `key` is a file (an absolute path under a
+/// [`MACHINE_FILE_ROOTS`] folder) rather than a command line.
+pub fn is_file_fact(key: &str) -> bool {
+    MACHINE_FILE_ROOTS.iter().any(|root| key.starts_with(root))
+}
+
 /// Where a fact's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -45,6 +69,8 @@ pub enum Source {
     Given,
     /// The command ran on this machine.
     Ran,
+    /// The file was read on this machine.
+    Read,
 }
 
 /// A resolved fact.
@@ -69,20 +95,24 @@ impl Facts {
     /// Errors: a value without `=` (the message shows the right shape).
     pub fn new(given: &[String]) -> Result<Facts, String> {
         if let Some(bad) = given.iter().find(|g| !g.contains('=')) {
-            return Err(format!("--machine-fact {bad:?}: give the command and its output, e.g. --machine-fact 'rocm-smi --showfw=MEC firmware version: 177'"));
+            return Err(format!(
+                "--machine-fact {bad:?}: give the command and its output, e.g. --machine-fact 'rocm-smi --showfw=MEC firmware version: 177', or a file and its content, e.g. --machine-fact '/sys/class/infiniband/mlx5_0/ports/1/state=4: ACTIVE'"
+            ));
         }
         Ok(Facts { given: given.to_vec(), known: BTreeMap::new() })
     }
 
-    /// The output of command line `cmd`: given, else run here (see the
-    /// module overview); cached for the rest of the import.
+    /// The output of command line `cmd`, or the content of file `cmd` when
+    /// it is a path ([`is_file_fact`]): given, else run or read here (see
+    /// the module overview); cached for the rest of the import.
     ///
     /// Errors: why it has no value on this machine (not installed, refused
-    /// as not read-only, failed, too slow).
+    /// as not read-only, failed, too slow; a file that is not here).
     pub fn resolve(&mut self, cmd: &str) -> Result<&Fact, String> {
         if !self.known.contains_key(cmd) {
             let fact = match self.given_value(cmd) {
                 Some(output) => Fact { output, source: Source::Given },
+                None if is_file_fact(cmd) => Fact { output: read_here(cmd)?, source: Source::Read },
                 None => Fact { output: run_here(cmd)?, source: Source::Ran },
             };
             self.known.insert(cmd.to_string(), fact);
@@ -177,6 +207,23 @@ fn run_here(cmd: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The content of machine file `path` on this machine.
+///
+/// Errors: not a machine file, absent here, a folder, unreadable.
+fn read_here(path: &str) -> Result<String, String> {
+    if !is_file_fact(path) || path.split('/').any(|c| c == "..") {
+        return Err(format!("is not a machine file (only files under {} are read)", MACHINE_FILE_ROOTS.join(", ")));
+    }
+    let p = std::path::Path::new(path);
+    if p.is_dir() {
+        return Err("is a folder here (only a file's content is a fact)".into());
+    }
+    std::fs::read_to_string(p).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "does not exist on this machine".to_string(),
+        _ => format!("cannot be read here: {e}"),
+    })
+}
+
 /// The file name of `cmd`'s fact in the sandbox: its bytes in hex (what
 /// prelude.sh computes with `od`).
 pub fn fact_file_name(cmd: &str) -> String {
@@ -231,5 +278,23 @@ mod tests {
         assert_eq!(n.source, Source::Ran);
         assert!(n.output.trim().parse::<u32>().unwrap() >= 1);
         assert_eq!(fact_file_name("df -h"), "6466202d68");
+    }
+
+    #[test]
+    fn files_under_sys_are_facts_given_or_read_here() {
+        let state = "/sys/class/infiniband/mlx5_0/ports/1/state";
+        assert!(is_file_fact(state) && !is_file_fact("hostname") && !is_file_fact("/etc/passwd"));
+        let mut f = Facts::new(&[format!("{state}=4: ACTIVE")]).unwrap();
+        let given = f.resolve(state).unwrap();
+        assert_eq!((given.output.as_str(), &given.source), ("4: ACTIVE", &Source::Given));
+        // Read on this machine: a /sys file every Linux machine has.
+        let lo = f.resolve("/sys/class/net/lo/operstate").unwrap();
+        assert_eq!(lo.source, Source::Read);
+        assert_eq!(lo.output, std::fs::read_to_string("/sys/class/net/lo/operstate").unwrap());
+        // Absent here (no RDMA device on a test machine), a folder, a way out of /sys.
+        let missing = "/sys/class/infiniband/mlx5_99/ports/1/state";
+        assert!(f.resolve(missing).unwrap_err().contains("does not exist on this machine"));
+        assert!(f.resolve("/sys/class/net").unwrap_err().contains("is a folder"));
+        assert!(f.resolve("/sys/../etc/hostname").unwrap_err().contains("not a machine file"));
     }
 }

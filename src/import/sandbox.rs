@@ -17,6 +17,10 @@
 //! was rejected: launchers write to absolute paths (`/workspace/server.log`)
 //! that would then be the user's.
 //!
+//! `/sys` in the sandbox holds only the machine facts that are files
+//! ([`super::machine`]); a text tool that reads an unknown path there stops
+//! the launcher (prelude.sh `__eb_files`).
+//!
 //! A point fails (nothing is guessed) when: a command that has no recorder
 //! runs, a recorder's output is read (`$(nvidia-smi ...)`), bash reports an
 //! error (`script: line N: ...`), the launcher exits non-zero, the time limit
@@ -89,10 +93,11 @@ pub struct Outcome {
     pub services: Vec<(u32, String)>,
     /// `(line, text)`: every reason the point cannot be trusted.
     pub problems: Vec<(u32, String)>,
-    /// `(line, command line)` of machine commands whose output was read and
-    /// for which no fact was given ([`super::machine`]).
+    /// `(line, command line or file path)` of machine commands whose output
+    /// was read, and machine files, for which no fact was given
+    /// ([`super::machine`]).
     pub facts_needed: Vec<(u32, String)>,
-    /// `(line, command line)` of machine facts the launcher read.
+    /// `(line, command line or file path)` of machine facts the launcher read.
     pub facts_used: Vec<(u32, String)>,
     /// `(line, download command)` of stubbed downloads into a folder, whose
     /// checkpoint was counted as present.
@@ -116,12 +121,23 @@ pub struct Script<'a> {
 /// [`Outcome`], not errors.
 pub fn evaluate(script: &Script, env: &BTreeMap<String, String>, facts: &BTreeMap<String, String>) -> Result<Outcome, String> {
     let dir = TempDir::new()?;
-    let (bin, lib, rec, known) = (dir.0.join("bin"), dir.0.join("lib"), dir.0.join("rec"), dir.0.join("facts"));
-    for d in [&bin, &lib, &rec, &known] {
+    let (bin, lib, rec, known, sys) = (dir.0.join("bin"), dir.0.join("lib"), dir.0.join("rec"), dir.0.join("facts"), dir.0.join("sys"));
+    for d in [&bin, &lib, &rec, &known, &sys] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
     }
     for (cmd, output) in facts {
-        write(&known.join(super::machine::fact_file_name(cmd)), output)?;
+        // A file fact lies at its own path in the sandbox's /sys; a command's
+        // output in the facts folder, named by the command line's bytes.
+        match cmd.strip_prefix("/sys/") {
+            Some(rel) if !rel.split('/').any(|c| c == ".." || c.is_empty()) => {
+                let p = sys.join(rel);
+                if let Some(parent) = p.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+                }
+                write(&p, output)?;
+            }
+            _ => write(&known.join(super::machine::fact_file_name(cmd)), output)?,
+        }
     }
     write(&lib.join("prelude.sh"), PRELUDE)?;
     write(&lib.join("benchmark_lib.sh"), BENCHMARK_LIB)?;
@@ -167,8 +183,9 @@ pub fn evaluate(script: &Script, env: &BTreeMap<String, String>, facts: &BTreeMa
     cmd.arg("--bind").arg(&rec).arg("/eb/rec");
     cmd.arg("--ro-bind").arg(&known).arg("/eb/facts");
     // What the launchers read of the machine as files (RDMA rails under
-    // /sys/class/infiniband): this machine's, read-only.
-    cmd.args(["--ro-bind-try", "/sys", "/sys"]);
+    // /sys/class/infiniband): only the file facts, given or read here
+    // (super::machine), never this machine's /sys unrecorded.
+    cmd.arg("--ro-bind").arg(&sys).arg("/sys");
     cmd.arg("--ro-bind").arg(script.root).arg("/inferencex");
     cmd.args(["--chdir", "/workspace"]);
     for (k, v) in &vars {

@@ -362,3 +362,58 @@ run_benchmark_serving --model "$MODEL" --port "$PORT" --backend vllm --result-fi
     let unused = with(&["rocm-smi --showfw=MEC 180", "nvidia-smi -L=GPU 0"]).unwrap();
     assert!(unused.notes.iter().any(|n| n.contains("\"nvidia-smi -L=GPU 0\": no launcher read")), "{:?}", unused.notes);
 }
+
+/// Files of the machine are facts too: a launcher that picks its RDMA rail
+/// from `/sys/class/infiniband/DEV/ports/1/state` (the loop shape of the
+/// Kimi-K3 B300 agentic launcher, written here in our words) stops at the
+/// first rail whose state is unknown, naming the path and the flag (this
+/// machine has no /sys/class/infiniband); given states, the loop runs as on
+/// that node, only the files it read are asked for, and the recipe records
+/// each with where it came from.
+#[test]
+fn machine_files_are_given_one_at_a_time_in_the_order_read() {
+    let script = r#"set -eo pipefail
+RAIL=""
+for d in mlx5_0 mlx5_1 mlx5_2 mlx5_3; do
+    if grep -q ACTIVE "/sys/class/infiniband/$d/ports/1/state" 2>/dev/null; then
+        RAIL="$d"
+        break
+    fi
+done
+[ -n "$RAIL" ] || { echo "no active rail on $(hostname)" >&2; exit 1; }
+export RDMA_RAIL="$RAIL"
+vllm serve "$MODEL"
+source "$(dirname "$0")/benchmark_lib.sh"
+run_benchmark_serving --model "$MODEL" --port "$PORT" --backend vllm --result-filename r --result-dir /workspace/ --input-len "$ISL" --output-len "$OSL" --random-range-ratio "$RANDOM_RANGE_RATIO" \
+    --num-prompts "$((CONC * 10))" --max-concurrency "$CONC"
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("l.sh"), script).unwrap();
+    let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
+    let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
+    let with = |facts: &[&str]| {
+        let facts: Vec<String> = facts.iter().map(|f| f.to_string()).collect();
+        import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &facts)
+    };
+    let state = |d: &str| format!("/sys/class/infiniband/{d}/ports/1/state");
+    let err = with(&[]).unwrap_err();
+    assert!(err.contains(&format!("l.sh line 4: the launcher reads the file {}", state("mlx5_0"))), "{err}");
+    assert!(err.contains("does not exist on this machine"), "{err}");
+    assert!(err.contains(&format!("--machine-fact '{}=CONTENT'", state("mlx5_0"))), "{err}");
+    assert!(!err.contains("mlx5_1"), "only the first file the launcher reads is asked for: {err}");
+    // mlx5_0 down: the launcher goes on to mlx5_1, and only that is asked for next.
+    let down = format!("{}=1: DOWN", state("mlx5_0"));
+    let err = with(&[&down]).unwrap_err();
+    assert!(err.contains(&state("mlx5_1")) && !err.contains(&state("mlx5_2")), "{err}");
+    let up = format!("{}=4: ACTIVE", state("mlx5_1"));
+    let unused = format!("{}=4: ACTIVE", state("mlx5_3"));
+    let ok = with(&[&down, &up, &unused]).unwrap();
+    let j = &ok.jobs[0];
+    assert_eq!(j.engine.env.get("RDMA_RAIL").map(String::as_str), Some("mlx5_1"), "{:?}", j.engine.env);
+    let notes = ok.notes.join("\n");
+    assert!(notes.contains(&format!("machine fact: `{}` (line 4) read as \"1: DOWN\" (given with --machine-fact)", state("mlx5_0"))), "{notes}");
+    assert!(notes.contains(&format!("machine fact: `{}` (line 4) read as \"4: ACTIVE\" (given with --machine-fact)", state("mlx5_1"))), "{notes}");
+    assert!(notes.contains(&format!("--machine-fact \"{unused}\": no launcher read")), "{notes}");
+    assert!(ok.toml.contains(&state("mlx5_1")), "the recipe records the file fact");
+}
+

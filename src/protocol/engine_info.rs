@@ -103,6 +103,15 @@ pub struct EngineInfo {
     /// Tokens per KV-cache block (`CacheConfig.block_size`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<u32>,
+    /// The KV pool's size, tokens: what vLLM logs at start as "GPU KV cache
+    /// size: N tokens" (`CacheConfig.kv_cache_size_tokens`, else its formula,
+    /// max concurrency at `max_model_len` x `max_model_len`; the shim's
+    /// `compat.kv_cache_tokens`). One engine's as the shim reports it; the
+    /// job's, summed over its DP ranks, in `result.json` (as InferenceX's
+    /// agentic aggregation sums the DP engines' log lines). `None` from a
+    /// vLLM that keeps neither, the fake engine and older result files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_tokens: Option<u64>,
     /// The KV connector (`KVTransferConfig.kv_connector`, e.g.
     /// `OffloadingConnector`); `None` without KV transfer or offload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,7 +207,7 @@ mod tests {
         let text = r#"{"vllm": "0.32.0", "torch": null, "max_model_len": 2048,
             "tensor_parallel_size": 2, "pipeline_parallel_size": 2, "vocab_size": 5,
             "special_token_ids": [0, 4], "degraded": [], "fake_engine": true,
-            "enable_prefix_caching": true, "block_size": 16, "kv_connector": null, "a_key_of_a_newer_shim": [1],
+            "enable_prefix_caching": true, "block_size": 16, "kv_cache_tokens": 23296, "kv_connector": null, "a_key_of_a_newer_shim": [1],
             "compat": {"make_arg_parser": {"found": "vllm.entrypoints.openai.cli_args.make_arg_parser", "missing": null, "loses": null, "required": true},
                        "stat_logger_base": {"found": null, "missing": "not in vllm.v1.metrics.loggers", "loses": "step_stats", "required": false}}}"#;
         let info: EngineInfo = serde_json::from_str(text).unwrap();
@@ -207,6 +216,9 @@ mod tests {
         assert_eq!(info.gpus(), 4);
         assert_eq!(info.allowed_token_ids(), Some(vec![1, 2, 3]));
         assert_eq!((info.enable_prefix_caching, info.block_size, info.kv_connector.as_deref()), (Some(true), Some(16), None));
+        assert_eq!(info.kv_cache_tokens, Some(23296));
+        let older: EngineInfo = serde_json::from_str(r#"{"vllm": "0.32.0", "block_size": 16}"#).unwrap();
+        assert_eq!(older.kv_cache_tokens, None, "a result file from before the field reads");
         let compat = info.compat.as_ref().unwrap();
         assert!(!compat["make_arg_parser"].blocks_start() && compat["stat_logger_base"].loses.as_deref() == Some("step_stats"));
         assert!(CompatItem { required: true, ..CompatItem::default() }.blocks_start());

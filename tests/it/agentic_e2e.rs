@@ -108,6 +108,13 @@ fn trace_replay_prefix_cache_figures_against_caching_off() {
     assert_eq!(one["request_accounting"]["records_profiled"], 6, "{one}");
     assert!(f(&one["request_metrics"]["latency"]["ttft"]["p90"]) > 0.0, "{one}");
     assert!(f(&one["request_metrics"]["cache"]["theoretical_cache_hit_rate"]) > 0.0, "{one}");
+    // The KV pool the engine reported at start, InferenceX's gpu_total_tokens:
+    // vLLM's own figure (1 GiB of CPU KV cache for this model: whole blocks).
+    let pool = base["engine"]["kv_cache_tokens"].as_u64().expect("the engine's KV pool in result.json");
+    let block = base["engine"]["block_size"].as_u64().unwrap();
+    assert!(pool > 0 && pool % block == 0, "pool {pool} tokens, block {block}");
+    assert_eq!(one["server_metrics"]["kv_cache"]["gpu_total_tokens"].as_u64(), Some(pool), "{one}");
+    assert_eq!(one["kv_cache_pool_tokens"].as_u64(), Some(pool));
 }
 
 /// A Mooncake-shaped trace (tests/fixtures/traces/mooncake_shaped.jsonl:

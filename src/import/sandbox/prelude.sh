@@ -98,6 +98,33 @@ for __eb_tool in hostname nvidia-smi amd-smi rocm-smi rocminfo df nproc free lsc
 done
 unset __eb_tool
 
+# Files of the machine (src/import/machine.rs MACHINE_FILE_ROOTS: /sys/):
+# the sandbox's /sys holds only the file facts known so far. A text tool
+# given such a path notes a known file as used; an unknown one as needed,
+# and the launcher stops at that read (the importer resolves it and runs the
+# point again), so facts are asked for in the order the launcher reads them.
+__eb_files() {
+    local line=$1 tool=$2 a; shift 2
+    for a in "$@"; do
+        case "$a" in
+            /sys/*)
+                if [ -f "$a" ]; then
+                    printf '%s\t%s\n' "$line" "$a" >> "$EB_IMPORT_REC/facts_used"
+                elif [ ! -e "$a" ]; then
+                    printf '%s\t%s\n' "$line" "$a" >> "$EB_IMPORT_REC/facts_needed"
+                    __eb_problem "$line" "\`$tool\` reads $a, a file of the machine it runs on"
+                    # The launcher's shell, also from a $(...) subshell.
+                    [ "$BASHPID" = "$$" ] || builtin kill -TERM "$$"
+                    exit 3
+                fi ;;
+        esac
+    done
+}
+for __eb_tool in cat grep egrep sed awk cut head tail sort uniq wc paste ls stat find readlink realpath cp; do
+    eval "$__eb_tool() { __eb_files \"\${BASH_LINENO[0]}\" $__eb_tool \"\$@\"; command $__eb_tool \"\$@\"; }"
+done
+unset __eb_tool
+
 # A model download: nothing is fetched. With --local-dir DIR the checkpoint
 # is counted as present: DIR gets a placeholder config.json (so the
 # launcher's own "is the checkpoint complete" check, which looks for it and

@@ -63,10 +63,12 @@ pub fn merge_ranks(ranks: &[RawPoint]) -> RawPoint {
 /// size, and the devices of every rank as ordinals into the job's visible
 /// list: rank r's k-th device is `r x world_size + k` there (dense ranks see
 /// their slice of the list from its start, vLLM places MoE rank r's workers
-/// at `local_rank + r x world_size`: v1/engine/utils.py, worker/gpu_worker.py).
+/// at `local_rank + r x world_size`: v1/engine/utils.py, worker/gpu_worker.py),
+/// and the KV pool summed over the ranks (`None` when a rank lacks it).
 pub fn merge_engine_info(ranks: &[EngineInfo], world_size: u32) -> EngineInfo {
     let mut info = ranks[0].clone();
     info.data_parallel_size = Some(ranks.len() as u32);
+    info.kv_cache_tokens = ranks.iter().map(|e| e.kv_cache_tokens).sum();
     if info.device.as_deref() != Some("cpu") {
         let ids = ranks
             .iter()
@@ -132,9 +134,12 @@ mod tests {
 
     #[test]
     fn the_job_engine_spans_every_ranks_devices() {
-        let rank = EngineInfo { tensor_parallel_size: Some(2), device_ids: Some(vec![0, 1]), ..EngineInfo::default() };
-        let m = merge_engine_info(&[rank.clone(), rank], 2);
+        let rank = EngineInfo { tensor_parallel_size: Some(2), device_ids: Some(vec![0, 1]), kv_cache_tokens: Some(1000), ..EngineInfo::default() };
+        let m = merge_engine_info(&[rank.clone(), rank.clone()], 2);
         assert_eq!((m.data_parallel_size, m.device_ids.clone()), (Some(2), Some(vec![0, 1, 2, 3])));
+        assert_eq!(m.kv_cache_tokens, Some(2000), "the job's pool: every rank's");
+        let unknown = EngineInfo { kv_cache_tokens: None, ..rank.clone() };
+        assert_eq!(merge_engine_info(&[rank, unknown], 2).kv_cache_tokens, None, "not a partial sum");
         assert_eq!(m.inferencex_gpus(None), 4);
         assert_eq!(m.inferencex_gpus(Some(8)), 8, "InferenceX's count: the recipe's TP");
     }

@@ -24,8 +24,11 @@
 //!   of engine counters read (prefix-cache queries and hits, KV usage, and
 //!   the connector's queries and hits when there is one), `sources` is empty
 //!   (no scraped endpoints), and what has no in-process source is `null`:
-//!   the frontend and router figures (no HTTP frontend, no router),
-//!   `kv_cache.gpu_total_tokens` (the KV pool's size is not recorded yet).
+//!   the frontend and router figures (no HTTP frontend, no router);
+//!   `kv_cache.gpu_total_tokens` (and its copy `kv_cache_pool_tokens`) is
+//!   the KV pool in tokens the engine reported at start
+//!   (`EngineInfo::kv_cache_tokens`, summed over DP ranks), `null` where a
+//!   result file has none.
 //!
 //! Statistics are `{mean, p50, p75, p90, p95, std}` with numpy's linear
 //! percentiles and the population std, as `aggregation_common.py`; AgentX's
@@ -72,8 +75,9 @@ pub(super) fn aggregate(result: &RunResult, job: &JobResult, p: &PointResult, li
         }),
     );
     m.insert("request_metrics".into(), request_metrics(&kept, gpus(&m)));
-    let server = server_metrics(p, &kept);
-    m.insert("kv_cache_pool_tokens".into(), server["kv_cache"]["gpu_total_tokens"].clone());
+    let pool = job.engine.as_ref().and_then(|e| e.kv_cache_tokens);
+    let server = server_metrics(p, &kept, pool);
+    m.insert("kv_cache_pool_tokens".into(), json!(pool));
     m.insert("server_metrics".into(), server);
     Value::Object(m)
 }
@@ -199,7 +203,11 @@ fn qps(sorted_ends: &[f64], duration: f64) -> Value {
     out
 }
 
-fn server_metrics(p: &PointResult, kept: &[&Value]) -> Value {
+/// `server_metrics` from the point's engine counters; `pool` is the job's
+/// KV pool in tokens (`EngineInfo::kv_cache_tokens`), InferenceX's
+/// `kv_cache.gpu_total_tokens` (its vLLM adapter sums the DP engines'
+/// "GPU KV cache size: N tokens" log lines).
+fn server_metrics(p: &PointResult, kept: &[&Value], pool: Option<u64>) -> Value {
     let Some(c) = p.prefix_cache.as_ref() else {
         return json!({ "present": false, "adapter": "enginebench-inprocess" });
     };
@@ -230,7 +238,7 @@ fn server_metrics(p: &PointResult, kept: &[&Value]) -> Value {
         },
         "kv_cache": {
             "gpu_usage_pct": p.step_stats.max_kv_cache_usage,
-            "gpu_total_tokens": Value::Null,
+            "gpu_total_tokens": pool,
             "cpu_usage_pct": Value::Null,
             "cpu_used_tokens": Value::Null,
             "cpu_total_tokens": Value::Null,

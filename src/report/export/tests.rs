@@ -115,6 +115,8 @@ fn agentic_aggregate_keys_for_a_session_point() {
     use crate::metrics::prefix_cache::{CacheCounters, PrefixCacheSummary};
     use crate::protocol::{TraceFormat, TraceSpec, Workload};
     let mut result = fixture();
+    // The KV pool the engine reported at start (vLLM's "KV cache size: N tokens").
+    result.jobs[0].engine.as_mut().unwrap().kv_cache_tokens = Some(23_296);
     let p = &mut result.jobs[0].points[0];
     p.workload = Workload::Trace(TraceSpec {
         path: "t.jsonl".into(),
@@ -196,10 +198,15 @@ fn agentic_aggregate_keys_for_a_session_point() {
     assert_eq!(keys(sm), ["adapter", "cache", "kv_cache", "kv_offload", "metric_count", "present", "sources", "tokens"]);
     assert_eq!((sm["metric_count"].as_u64(), sm["sources"].as_array().map(Vec::len)), (Some(3), Some(0)));
     assert_eq!(keys(&sm["cache"]).len(), 14);
-    assert!(sm["kv_cache"]["gpu_total_tokens"].is_null());
+    assert_eq!((sm["kv_cache"]["gpu_total_tokens"].as_u64(), v["kv_cache_pool_tokens"].as_u64()), (Some(23_296), Some(23_296)));
     assert_eq!(keys(&sm["tokens"]["prompt_by_source"]), ["computed", "cpu_or_external_cache_hit", "gpu_cache_hit", "raw"]);
     assert_eq!(keys(&rm["latency"]), ["e2e_norm_intvty", "e2el", "full_response_intvty", "full_response_itl", "intvty", "itl", "tpot", "ttft"]);
     assert_eq!(rm["latency"]["full_response_itl"], rm["latency"]["itl"], "in-process every token is a response token");
+    // A result file from before the pool was recorded: null, as InferenceX
+    // writes it when the server log has no size line.
+    result.jobs[0].engine.as_mut().unwrap().kv_cache_tokens = None;
+    let old = &export(&result, &requests, Format::Inferencex)[0].1;
+    assert!(old["server_metrics"]["kv_cache"]["gpu_total_tokens"].is_null() && old["kv_cache_pool_tokens"].is_null());
 }
 
 /// A DP-attention job as InferenceX runs it (matrix TP 8, vLLM `-tp 1 -dp 8`),
