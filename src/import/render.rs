@@ -211,7 +211,7 @@ pub fn agentic_notes(r: &Replay) -> Vec<String> {
             r.loader, r.dataset, dataset_address(r)
         ),
         "replay as InferenceX's (duration, start ratio 0.25-0.75, warm-ups per lane, idle caps 300/10 s, cache-bust marker, seed 42); a point ends at the duration (request_budget = false; --num-prompts brings a budget back)".into(),
-        "differs in-process from InferenceX's HTTP replay (AIPerf against `vllm serve`): requests go to the engine directly (no HTTP, no chat endpoint, no streaming; TTFT lacks the server's share); prompts are token ids built from the hash ids (no text corpus, no chat template, no role boundaries), plus an 8-token cache-bust marker; top-level turns, and each subagent's turns, are one serial stream each (AIPerf splits both into parallel chains, so a tree runs more in parallel there); primers are sent together rather than spread; a lane's traces come from a seeded shuffle; token counts are the engine's, not the server's usage fields".into(),
+        "differs in-process from InferenceX's HTTP replay (AIPerf against `vllm serve`): requests go to the engine directly (no HTTP, no chat endpoint, no streaming; TTFT lacks the server's share); prompts are token ids built from the hash ids (no text corpus, no chat template, no role boundaries), plus an 8-token cache-bust marker; parallel agent chains (AIPerf's detection, run on the top-level turns and each subagent's) form a tree of one level: a chain forked inside a worker chain spawns from a root turn; primers are sent together rather than spread; a lane's traces come from a seeded shuffle; token counts are the engine's, not the server's usage fields".into(),
     ]
 }
 

@@ -122,6 +122,11 @@ pub struct TraceSpec {
     /// marker for the whole replay (their lines share blocks).
     #[serde(default = "yes")]
     pub cache_bust: bool,
+    /// AgentX traces: the top-level requests and each subagent's split
+    /// into parallel agent chains by their hash ids, as InferenceX's AIPerf
+    /// replay does (`workload::chains`); false: one serial stream each.
+    #[serde(default = "yes")]
+    pub split_chains: bool,
 }
 
 fn one() -> f64 {

@@ -114,6 +114,11 @@ pub struct TraceSettings {
     /// variant or on the command line (`--num-prompts`) brings it back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_budget: Option<bool>,
+    /// AgentX traces: split the top-level requests and each subagent's into
+    /// parallel agent chains by their hash ids, as InferenceX's AIPerf
+    /// replay does (default true); false: one serial stream each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_chains: Option<bool>,
 }
 
 /// `[sweep.conversation]`.
@@ -147,6 +152,7 @@ impl TraceSettings {
             time_scale: over.time_scale.or(self.time_scale),
             cache_bust: over.cache_bust.or(self.cache_bust),
             request_budget: over.request_budget.or(self.request_budget),
+            split_chains: over.split_chains.or(self.split_chains),
         }
     }
 }
@@ -245,6 +251,7 @@ pub fn resolve(
                 },
                 time_scale,
                 cache_bust: t.cache_bust.unwrap_or(true),
+                split_chains: t.split_chains.unwrap_or(true),
             }))
         }
     }

@@ -18,7 +18,8 @@ use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::sessions::{Arrival, Content, SessionSet, TurnRecord};
+use super::sessions::{Arrival, Content, SessionSet};
+use super::trees::{Entry, RecordedSubagent, RecordedTurn, add_tree};
 use super::synth::{key, name_key};
 
 /// The size of a synthetic trace set.
@@ -101,12 +102,17 @@ impl Shape {
         let n_root = ((self.root_turns as f64) * rng.random_range(0.3..1.7)).max(1.0) as usize;
         let spawn_p = self.subagents as f64 / n_root as f64;
         let mut ctx = Context::new(rng.random_range(12_000..25_000), &mut next_id, bs);
+        // A compaction keeps the system prompt and tools (the first 4,000
+        // tokens here), as a coding agent's summary does: AIPerf's chain
+        // detection sees the same agent go on (a seam), not a new one.
+        let system = ctx.full[..(4_000 / bs as usize).min(ctx.full.len())].to_vec();
         let mut limit = rng.random_range(self.compact_at.0..self.compact_at.1);
         let mut t = 0.0;
         let mut g = Gen { id: format!("synthetic-{i:04}"), root: Vec::new(), subs: Vec::new() };
         for k in 0..n_root {
             if ctx.tokens > limit {
-                ctx = Context::new(rng.random_range(20_000..40_000), &mut next_id, bs);
+                ctx = Context { tokens: system.len() as u32 * bs, full: system.clone() };
+                ctx.grow(rng.random_range(16_000..36_000), &mut next_id, bs);
                 limit = rng.random_range(self.compact_at.0..self.compact_at.1);
             }
             let api = rng.random_range(2.0..20.0);
@@ -144,22 +150,23 @@ impl Shape {
         (reqs, end)
     }
 
-    /// Builds the set in memory (the same builder the loaders use).
+    /// Builds the set in memory (the same tree assembly the loader uses).
     pub fn build(&self, seed: u64) -> Result<SessionSet> {
         let mut set = SessionSet::new(Content::Blocks { block_size: self.block_size }, Arrival::Lanes);
         for i in 0..self.sessions {
             let g = self.session(seed, i);
-            let mut b = set.begin(g.id.clone(), name_key(&g.id));
+            let rec = |r: &Req| RecordedTurn { t_s: r.t, api_s: r.api, input: r.input, out: r.out, ids: r.ids.clone() };
+            let mut entries = Vec::new();
             let mut subs = g.subs.iter().peekable();
             for (k, r) in g.root.iter().enumerate() {
-                b.turn(0, TurnRecord { t_s: r.t, api_s: r.api, input: r.input, max_tokens: r.out, ids: &r.ids })?;
+                entries.push(Entry::Turn(rec(r)));
                 while let Some((_, dur, reqs)) = subs.next_if(|s| s.0 == k) {
-                    let child = b.child(k as u32, reqs[0].t + dur);
-                    for r in reqs {
-                        b.turn(child, TurnRecord { t_s: r.t, api_s: r.api, input: r.input, max_tokens: r.out, ids: &r.ids })?;
-                    }
+                    let turns = reqs.iter().map(rec).collect();
+                    entries.push(Entry::Subagent(RecordedSubagent { turns, end_s: reqs[0].t + dur }));
                 }
             }
+            let mut b = set.begin(g.id.clone(), name_key(&g.id));
+            add_tree(&mut b, &entries, true)?;
             b.finish();
         }
         set.finish_loading();
@@ -224,7 +231,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("traces.jsonl");
         std::fs::write(&path, &text).unwrap();
-        let (loaded, summary) = load_agentx(&path, 64).unwrap();
+        let (loaded, summary) = load_agentx(&path, 64, true).unwrap();
         let built = Shape { sessions: 3, ..shape }.build(1).unwrap();
         assert_eq!((loaded.turns.len(), loaded.ids.len()), (built.turns.len(), built.ids.len()));
         let shape_of = |set: &SessionSet| -> Vec<(u32, u32, Option<u32>, Option<u32>)> {
@@ -317,7 +324,7 @@ mod tests {
         drop(file);
         let size = std::fs::metadata(&path).unwrap().len();
         let t0 = Instant::now();
-        let (set, summary) = load_agentx(&path, 64).unwrap();
+        let (set, summary) = load_agentx(&path, 64, true).unwrap();
         let secs = t0.elapsed().as_secs_f64();
         println!(
             "loaded {:.0} MiB ({} sessions, {} requests) in {secs:.2} s ({:.0} MiB/s); set {:.1} MiB",

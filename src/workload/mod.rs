@@ -5,13 +5,15 @@
 //!
 //! Session replays: a file is loaded and checked into a
 //! [`sessions::SessionSet`] ([`trace`]: AgentX and timed traces;
-//! [`conversation`]: ShareGPT files), then played by a
+//! [`conversation`]: ShareGPT files; an agent's recorded requests become
+//! a tree's streams in [`trees`], parallel agents found by [`chains`]), then played by a
 //! [`replay::SessionReplay`] (lanes of session trees, [`lanes::LanesReplay`],
 //! or a timed trace, [`timed::TimedReplay`], both run as a
 //! [`replay_config::ReplayConfig`] says) through the one driver loop;
 //! prompts are token ids built at send time ([`synth`]).
 
 pub mod arrivals;
+pub mod chains;
 pub mod chat;
 pub mod conversation;
 pub mod driver;
@@ -27,6 +29,7 @@ pub mod sessions;
 pub mod synth;
 pub mod timed;
 pub mod trace;
+pub mod trees;
 #[cfg(test)]
 mod agentx_shape;
 #[cfg(test)]

@@ -164,7 +164,7 @@ mod tests {
 
     #[test]
     fn prefetched_prompts_are_the_prompts_built_at_send() {
-        let shape = Shape { sessions: 6, root_turns: 8, subagents: 2, subagent_turns: 3, block_size: 16, compact_at: (2000, 3000) };
+        let shape = Shape { sessions: 6, root_turns: 8, subagents: 2, subagent_turns: 3, block_size: 16, compact_at: (30_000, 40_000) };
         let set = shape.build(7).unwrap();
         let allowed: Vec<u32> = (0..1000).collect();
         let plain = simulate(&mut Replay::new(&set, &allowed, config()).unwrap(), 0.05, &|_| false);

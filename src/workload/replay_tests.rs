@@ -24,7 +24,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn agentx() -> SessionSet {
-    load_agentx(&fixture("agentx.jsonl"), 16).unwrap().0
+    load_agentx(&fixture("agentx.jsonl"), 16, true).unwrap().0
 }
 
 /// The fixture's trace `id` alone.
@@ -34,7 +34,7 @@ fn only(id: &str) -> SessionSet {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("one.jsonl");
     std::fs::write(&path, line).unwrap();
-    load_agentx(&path, 16).unwrap().0
+    load_agentx(&path, 16, true).unwrap().0
 }
 
 fn allowed() -> Vec<u32> {
@@ -197,6 +197,31 @@ fn one_pass_plays_every_turn_once_with_end_to_start_delays_spawns_and_joins() {
             assert!(start >= bg_end);
         }
     }
+}
+
+#[test]
+fn parallel_chains_run_beside_the_main_agent() {
+    // fanout (tests/fixtures/traces/agentx_chains.jsonl): root turn 1 asks
+    // for 300 tokens (3 s at 10 ms a step); the worker chain forked at t 3
+    // starts 2 s after root turn 0 ends, while root turn 1 is in flight.
+    let path = fixture("agentx_chains.jsonl");
+    let step = 0.01;
+    let split = load_agentx(&path, 16, true).unwrap().0;
+    let par = run(&split, base(1), step);
+    assert_eq!(par.reqs.len(), 10);
+    assert_tree_timing(&split, &par, 1.0, step);
+    let (r1, w0) = (par.find(0, 0, 1), par.find(0, 3, 0));
+    assert!(par.reqs[w0].send_s < par.end(r1), "the worker runs beside root turn 1");
+    // The subagent's second chain is in flight beside its first.
+    let (s0, s1) = (par.find(0, 1, 0), par.find(0, 2, 0));
+    assert!((par.reqs[s1].send_s - par.reqs[s0].send_s - 0.5).abs() <= step + 1e-9);
+    // One serial stream: the same request waits for root turn 1.
+    let serial = load_agentx(&path, 16, false).unwrap().0;
+    let one = run(&serial, base(1), step);
+    assert_eq!(one.reqs.len(), 10);
+    assert!(one.reqs[one.find(0, 0, 2)].send_s >= one.end(one.find(0, 0, 1)));
+    let last_end = |r: &Run| (0..r.reqs.len()).map(|i| r.end(i)).fold(0.0, f64::max);
+    assert!(last_end(&par) < last_end(&one), "the tree ends sooner with its agents in parallel");
 }
 
 #[test]

@@ -44,7 +44,8 @@ use anyhow::Result;
 use serde::Deserialize;
 
 use super::files::{for_each_line, json_error};
-use super::sessions::{Arrival, Content, SessionBuilder, SessionSet, TurnRecord};
+use super::sessions::{Arrival, Content, SessionSet, TurnRecord};
+use super::trees::{Entry, RecordedSubagent, RecordedTurn, TreeCounts, add_tree};
 use super::synth::name_key;
 use crate::error::usage;
 use crate::protocol::{TraceFormat, TraceSpec};
@@ -58,6 +59,12 @@ pub struct LoadSummary {
     pub subagent_turns: usize,
     /// Subagents before any root turn (nothing to spawn them from): left out.
     pub dropped_subagents: usize,
+    /// Parallel chains found ([`super::chains`]): top-level chains beside
+    /// the main agent, subagents' chains beside their main one, and
+    /// context edits spliced back as the same agent.
+    pub top_level_chains: usize,
+    pub subagent_chains: usize,
+    pub seams: usize,
     /// Requests recorded with `out` 0, sent with `max_tokens` 1.
     pub zero_out: usize,
     /// Requests without an `api_time` (or null): taken as 0 s, as AIPerf's
@@ -68,6 +75,18 @@ pub struct LoadSummary {
     pub block_size: u32,
     /// Bytes the loaded set holds ([`SessionSet::memory_bytes`]).
     pub memory_bytes: usize,
+}
+
+impl LoadSummary {
+    fn add(&mut self, c: &TreeCounts) {
+        self.root_turns += c.root_turns;
+        self.subagents += c.subagents;
+        self.subagent_turns += c.subagent_turns;
+        self.dropped_subagents += c.dropped_subagents;
+        self.top_level_chains += c.top_level_chains;
+        self.subagent_chains += c.subagent_chains;
+        self.seams += c.seams;
+    }
 }
 
 /// The `.jsonl` file of a trace path: the path itself, or a folder's
@@ -112,7 +131,7 @@ pub fn load_trace(spec: &TraceSpec) -> Result<(SessionSet, LoadSummary)> {
         )));
     }
     match spec.format {
-        TraceFormat::Agentx => load_agentx(&file, spec.block_size),
+        TraceFormat::Agentx => load_agentx(&file, spec.block_size, spec.split_chains),
         TraceFormat::Timed => load_timed(&file, spec.block_size),
     }
 }
@@ -180,14 +199,13 @@ const GLOBAL_SCOPE: &str = "global hash ids";
 /// line has none.
 ///
 /// Errors (usage): see the module overview.
-pub fn load_agentx(path: &Path, default_block_size: u32) -> Result<(SessionSet, LoadSummary)> {
+pub fn load_agentx(path: &Path, default_block_size: u32, split_chains: bool) -> Result<(SessionSet, LoadSummary)> {
     if default_block_size == 0 {
         return Err(usage("block_size must be at least 1"));
     }
     let mut set: Option<SessionSet> = None;
     let mut summary = LoadSummary { block_size: default_block_size, ..LoadSummary::default() };
     let mut ids_seen: HashSet<String> = HashSet::new();
-    let mut scratch: Vec<u32> = Vec::new();
     let file = path.display().to_string();
     for_each_line(path, |line, text| {
         let at = |what: String| usage(format!("{file}:{line}: {what}"));
@@ -216,24 +234,27 @@ pub fn load_agentx(path: &Path, default_block_size: u32) -> Result<(SessionSet, 
                 return Err(at(format!("trace {id}: hash_id_scope {other:?}; expected \"local\" or \"global\"")));
             }
         };
-        let mut b = set.begin(id.clone(), ns);
+        let mut entries = Vec::with_capacity(requests.len());
         for (i, req) in requests.iter().enumerate() {
             let place = format!("trace {id}: requests[{i}]");
             match req.kind.as_deref() {
                 Some("n" | "s") => {
-                    let turn = request(req, bs, None, &mut scratch, &mut summary).map_err(|w| at(format!("{place}: {w}")))?;
-                    b.turn(0, TurnRecord { ids: &scratch, ..turn })?;
-                    summary.root_turns += 1;
+                    let turn = request(req, bs, None, &mut summary).map_err(|w| at(format!("{place}: {w}")))?;
+                    entries.push(Entry::Turn(turn));
                 }
-                Some("subagent") => subagent(&mut b, req, bs, &mut scratch, &mut summary)
-                    .map_err(|w| at(format!("{place} (subagent): {w}")))?,
+                Some("subagent") => entries.push(Entry::Subagent(
+                    subagent(req, bs, &mut summary).map_err(|w| at(format!("{place} (subagent): {w}")))?,
+                )),
                 Some(other) => return Err(at(format!("{place}: type {other:?}; expected \"n\", \"s\" or \"subagent\""))),
                 None => return Err(at(format!("{place}: missing field `type`"))),
             }
         }
-        if b.root_turns() == 0 {
+        if !entries.iter().any(|e| matches!(e, Entry::Turn(_))) {
             return Err(at(format!("trace {id} has no top-level requests (type \"n\" or \"s\")")));
         }
+        let mut b = set.begin(id.clone(), ns);
+        let counts = add_tree(&mut b, &entries, split_chains)?;
+        summary.add(&counts);
         b.finish();
         summary.sessions += 1;
         Ok(())
@@ -244,14 +265,8 @@ pub fn load_agentx(path: &Path, default_block_size: u32) -> Result<(SessionSet, 
     Ok((set, summary))
 }
 
-/// Adds a subagent entry's requests as a child stream.
-fn subagent(
-    b: &mut SessionBuilder<'_>,
-    entry: &RawRequest,
-    bs: u32,
-    scratch: &mut Vec<u32>,
-    summary: &mut LoadSummary,
-) -> std::result::Result<(), String> {
+/// Checks a subagent entry and its requests.
+fn subagent(entry: &RawRequest, bs: u32, summary: &mut LoadSummary) -> std::result::Result<RecordedSubagent, String> {
     let inner = entry.requests.as_deref().ok_or("missing field `requests`")?;
     if inner.is_empty() {
         return Err("`requests` is empty".into());
@@ -265,38 +280,24 @@ fn subagent(
             Some(other) => return Err(format!("requests[{k}]: type {other:?}; expected \"n\" or \"s\"")),
             None => return Err(format!("requests[{k}]: missing field `type`")),
         }
-        let mut turn = request(req, bs, entry_t, scratch, summary).map_err(|w| format!("requests[{k}]: {w}"))?;
-        turn.ids = &[];
-        turns.push((turn, scratch.clone()));
+        turns.push(request(req, bs, entry_t, summary).map_err(|w| format!("requests[{k}]: {w}"))?);
     }
-    let start = entry_t.unwrap_or(turns[0].0.t_s);
-    let end = match entry.duration_ms {
+    let start = entry_t.unwrap_or(turns[0].t_s);
+    let end_s = match entry.duration_ms {
         Some(ms) => start + time(ms, "duration_ms")? / 1000.0,
-        None => turns.iter().map(|(t, _)| t.t_s + t.api_s).fold(f64::NEG_INFINITY, f64::max),
+        None => turns.iter().map(|t| t.t_s + t.api_s).fold(f64::NEG_INFINITY, f64::max),
     };
-    let roots = b.root_turns();
-    if roots == 0 {
-        summary.dropped_subagents += 1;
-        return Ok(());
-    }
-    let child = b.child(roots - 1, end);
-    for (turn, ids) in &turns {
-        b.turn(child, TurnRecord { ids, ..*turn }).map_err(|e| e.to_string())?;
-    }
-    summary.subagents += 1;
-    summary.subagent_turns += turns.len();
-    Ok(())
+    Ok(RecordedSubagent { turns, end_s })
 }
 
-/// Checks one n/s request; its hash ids go to `ids`. `entry_t`: a
-/// subagent's own start (a smaller `t` is relative to it).
+/// Checks one n/s request. `entry_t`: a subagent's own start (a smaller
+/// `t` is relative to it).
 fn request(
     req: &RawRequest,
     bs: u32,
     entry_t: Option<f64>,
-    ids: &mut Vec<u32>,
     summary: &mut LoadSummary,
-) -> std::result::Result<TurnRecord<'static>, String> {
+) -> std::result::Result<RecordedTurn, String> {
     let mut t = time(req.t.ok_or("missing field `t`")?, "t")?;
     if let Some(e) = entry_t.filter(|&e| t < e) {
         t += e;
@@ -311,9 +312,10 @@ fn request(
     let input = req.input.ok_or("missing field `in`")?;
     let out = req.out.ok_or("missing field `out`")?;
     let hash_ids = req.hash_ids.as_deref().ok_or("missing field `hash_ids`")?;
-    let (input, max_tokens) = lengths(input, out, hash_ids.len(), bs, ("in", "out"), summary)?;
-    to_u32_ids(hash_ids, ids)?;
-    Ok(TurnRecord { t_s: t, api_s: api, input, max_tokens, ids: &[] })
+    let (input, out) = lengths(input, out, hash_ids.len(), bs, ("in", "out"), summary)?;
+    let mut ids = Vec::with_capacity(hash_ids.len());
+    to_u32_ids(hash_ids, &mut ids)?;
+    Ok(RecordedTurn { t_s: t, api_s: api, input, out, ids })
 }
 
 /// A time field: finite and not negative.
@@ -510,6 +512,7 @@ mod tests {
             system_idle_cap_s: None,
             time_scale: 1.0,
             cache_bust: true,
+            split_chains: true,
         }
     }
 
@@ -518,7 +521,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.jsonl");
         std::fs::write(&path, text).unwrap();
-        let err = load_agentx(&path, 16).expect_err("bad input must fail");
+        let err = load_agentx(&path, 16, true).expect_err("bad input must fail");
         assert!(err.downcast_ref::<UsageError>().is_some(), "not a usage error: {err:#}");
         err.to_string()
     }
@@ -544,7 +547,7 @@ mod tests {
 
     #[test]
     fn agentx_fixture_loads_with_trees_delays_and_hits() {
-        let (set, summary) = load_agentx(&fixture("agentx.jsonl"), 16).unwrap();
+        let (set, summary) = load_agentx(&fixture("agentx.jsonl"), 16, true).unwrap();
         assert_eq!(set.names, vec!["alpha", "beta", "gamma", "delta"]);
         assert_eq!(
             (summary.sessions, summary.root_turns, summary.subagents, summary.subagent_turns),
@@ -581,6 +584,40 @@ mod tests {
         set.turn_ids(&alpha[0], 3, &mut ids);
         assert_eq!(ids, vec![0, 1, 3, 4, 5, 6, 7]);
         assert!(summary.memory_bytes > 0 && summary.memory_bytes == set.memory_bytes());
+    }
+
+    #[test]
+    fn parallel_chains_become_streams_by_aiperfs_rule() {
+        // fanout: a worker forks the main agent's prefix while root turn 1
+        // runs (t 3, 6), the main agent compacts at t 12 (a seam), and a
+        // subagent runs two chains (its second request forks the first's).
+        let (set, summary) = load_agentx(&fixture("agentx_chains.jsonl"), 16, true).unwrap();
+        assert_eq!((summary.top_level_chains, summary.subagent_chains, summary.seams), (1, 1, 1));
+        assert_eq!((summary.root_turns, summary.subagents, summary.subagent_turns), (7, 1, 3));
+        let st = set.session_streams(0);
+        let n: Vec<u32> = st.iter().map(|s| s.n_turns).collect();
+        assert_eq!(n, vec![5, 2, 1, 2], "root (with the compaction), the subagent's two chains, the worker");
+        let input = |s: usize| set.stream_turns(&st[s]).iter().map(|t| t.input).collect::<Vec<_>>();
+        assert_eq!(input(0), vec![48, 64, 80, 48, 64]);
+        // The subagent's chains: both from root turn 2 (t 9, ends 10), at
+        // their own offsets, both joined by root turn 4 (t 15; ends 14.5).
+        for (s, delay) in [(1, 0.5), (2, 1.0)] {
+            assert_eq!((st[s].spawn.unwrap().anchor, st[s].spawn.unwrap().delay_s), (2, delay));
+            assert_eq!((st[s].join.unwrap().turn, st[s].join.unwrap().gap_s), (4, 0.5));
+        }
+        // The worker starts 2 s after root turn 0 ends (beside root turn 1),
+        // and root turn 2 (t 9) waits for its end (7) plus 2 s.
+        let w = st[3];
+        assert_eq!((w.spawn.unwrap().anchor, w.spawn.unwrap().delay_s), (0, 2.0));
+        assert_eq!((w.join.unwrap().turn, w.join.unwrap().gap_s), (2, 2.0));
+        assert_eq!(stream_delays(&set, 0, 3), vec![0.0, 1.0]); // 6 - 3 - 2
+        // The theoretical hits do not depend on the split (recorded order).
+        let (serial, s2) = load_agentx(&fixture("agentx_chains.jsonl"), 16, false).unwrap();
+        assert_eq!((s2.top_level_chains, s2.subagent_chains, s2.seams), (0, 0, 0));
+        let n: Vec<u32> = serial.session_streams(0).iter().map(|s| s.n_turns).collect();
+        assert_eq!(n, vec![7, 3], "split_chains = false: one stream each");
+        let hits = |set: &SessionSet| set.turns.iter().map(|t| t.hit).sum::<u32>();
+        assert_eq!(hits(&set), hits(&serial));
     }
 
     #[test]
@@ -644,7 +681,7 @@ mod tests {
         let path = dir.path().join("t.jsonl");
         let text = r#"{"id":"a","requests":[{"t":0,"type":"subagent","requests":[{"t":0,"type":"n","in":16,"out":1,"hash_ids":[5],"api_time":1}]},{"t":2,"type":"n","in":32,"out":0,"hash_ids":[0,1],"api_time":1},{"t":5,"type":"n","in":32,"out":3,"hash_ids":[0,1],"api_time":null}]}"#;
         std::fs::write(&path, text).unwrap();
-        let (set, summary) = load_agentx(&path, 16).unwrap();
+        let (set, summary) = load_agentx(&path, 16, true).unwrap();
         assert_eq!((summary.dropped_subagents, summary.subagents, summary.zero_out), (1, 0, 1));
         assert_eq!(set.turns.len(), 2);
         assert_eq!(set.turns[0].max_tokens, 1, "an out of 0 is sent as 1");
@@ -718,7 +755,7 @@ mod tests {
 
     #[test]
     fn context_check_lists_what_does_not_fit() {
-        let (set, _) = load_agentx(&fixture("agentx.jsonl"), 16).unwrap();
+        let (set, _) = load_agentx(&fixture("agentx.jsonl"), 16, true).unwrap();
         assert!(check_context(&set, 108, 0).is_ok());
         let over = over_context(&set, 100, 8);
         // alpha r2 (80+8+5) fits; r3 (100+8+8) does not; nothing else comes close.

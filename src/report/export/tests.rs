@@ -132,6 +132,7 @@ fn agentic_aggregate_keys_for_a_session_point() {
         system_idle_cap_s: Some(10.0),
         time_scale: 1.0,
         cache_bust: true,
+        split_chains: true,
     });
     p.prefix_cache = Some(PrefixCacheSummary {
         reset_before_point: true,
