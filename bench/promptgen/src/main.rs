@@ -3,7 +3,7 @@
 //! same requests; or writes enginebench's synthetic trace set of AgentX's
 //! shape (393 sessions, contexts to ~200k tokens) for bench/harness_overhead.py.
 //! It compiles enginebench's own code (the modules below are
-//! src/protocol/point.rs, src/workload/{lengths,prompts,sessions,synth,synthetic}.rs,
+//! src/protocol/point.rs, src/workload/{lengths,prompts,sessions,synth,chains,trees,agentx_shape}.rs,
 //! not copies), with the versions of rand/rand_chacha pinned by enginebench's Cargo.lock.
 //!
 //! Prompts:
@@ -37,6 +37,12 @@ mod workload {
     #[allow(dead_code)]
     #[path = "synth.rs"]
     pub mod synth;
+    #[allow(dead_code)]
+    #[path = "chains.rs"]
+    pub mod chains;
+    #[allow(dead_code)]
+    #[path = "trees.rs"]
+    pub mod trees;
     #[allow(dead_code)]
     #[path = "agentx_shape.rs"]
     pub mod agentx_shape;
