@@ -87,6 +87,9 @@ pub struct Replay {
     pub warmup_requests_per_lane: u32,
     /// `--trace-idle-gap-cap-seconds`, s.
     pub tree_idle_cap_s: u32,
+    /// AIPerf's chain detection (`AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS`,
+    /// default true): `[sweep.trace] split_chains`.
+    pub split_chains: bool,
     /// Settings of the replay the recipe cannot express, each with why.
     pub unsupported: Vec<String>,
 }
@@ -205,6 +208,13 @@ pub fn replay(call: &Call, trace: Option<&Call>) -> Result<Replay, String> {
     }
     let warmup_requests_per_lane = if fast { 1 } else { num("AIPERF_WARMUP_REQUESTS_PER_LANE", 10)? };
     let tree_idle_cap_s = num("AIPERF_TRACE_IDLE_GAP_CAP_SECONDS", 300)?;
+    // As pydantic reads a bool from the environment (AIPerf's Environment settings).
+    let split_chains = match env("AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS").map(|v| v.to_ascii_lowercase()) {
+        None => true,
+        Some(v) if ["1", "true", "yes", "on", "y", "t"].contains(&v.as_str()) => true,
+        Some(v) if ["0", "false", "no", "off", "n", "f"].contains(&v.as_str()) => false,
+        Some(v) => return Err(format!("AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS={v:?} is not a boolean (true/false, 1/0)")),
+    };
     let mut unsupported = Vec::new();
     if let Some(n) = env("MAX_MODEL_LEN").filter(|n| n != "0") {
         unsupported.push(format!(
@@ -217,7 +227,7 @@ pub fn replay(call: &Call, trace: Option<&Call>) -> Result<Replay, String> {
     if env("AIPERF_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES").as_deref() == Some("1") {
         unsupported.push("live assistant responses (AIPERF_DATASET_WEKA_LIVE_ASSISTANT_RESPONSES=1): the replay sends the recorded assistant turns".into());
     }
-    Ok(Replay { loader, dataset, duration_s, warmup_requests_per_lane, tree_idle_cap_s, unsupported })
+    Ok(Replay { loader, dataset, duration_s, warmup_requests_per_lane, tree_idle_cap_s, split_chains, unsupported })
 }
 
 #[cfg(test)]
@@ -298,5 +308,10 @@ mod tests {
         let bad = call(&["semianalysis_other"], &[]);
         assert!(replay(&call(&[], &[("DURATION", "3600")]), Some(&bad)).unwrap_err().contains("semianalysis_other"));
         assert_eq!(dataset_of("semianalysis_cc_traces_weka_with_subagents").as_deref(), Some("semianalysisai/cc-traces-weka-061526"));
+        // AIPerf's chain detection, on unless the launcher turns it off.
+        assert!(r.split_chains);
+        let off = |v: &str| replay(&call(&[], &[("DURATION", "60"), ("AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS", v)]), Some(&trace));
+        assert!(!off("false").unwrap().split_chains && !off("0").unwrap().split_chains && off("True").unwrap().split_chains);
+        assert!(off("maybe").unwrap_err().contains("AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS=\"maybe\" is not a boolean"));
     }
 }

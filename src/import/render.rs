@@ -191,14 +191,15 @@ fn dataset_address(r: &Replay) -> String {
 fn trace_table(r: &Replay) -> String {
     let f = |x: u32| Value::Float(f64::from(x)).to_string();
     format!(
-        "{{ file = {}, format = \"agentx\", duration_s = {}, start_ratio = [{}, {}], warmup_requests_per_lane = {}, tree_idle_cap_s = {}, system_idle_cap_s = {}, cache_bust = true, request_budget = false }}",
+        "{{ file = {}, format = \"agentx\", duration_s = {}, start_ratio = [{}, {}], warmup_requests_per_lane = {}, tree_idle_cap_s = {}, system_idle_cap_s = {}, cache_bust = true, request_budget = false, split_chains = {} }}",
         q(&dataset_address(r)),
         f(r.duration_s),
         REPLAY_START_RATIO[0],
         REPLAY_START_RATIO[1],
         r.warmup_requests_per_lane,
         f(r.tree_idle_cap_s),
-        f(REPLAY_SYSTEM_IDLE_CAP_S)
+        f(REPLAY_SYSTEM_IDLE_CAP_S),
+        r.split_chains
     )
 }
 
@@ -210,7 +211,7 @@ pub fn agentic_notes(r: &Replay) -> Vec<String> {
             "trace: InferenceX replays AIPerf's public dataset {} (Hugging Face {}): the recipe names it by address ({}), which a run reads from the Hugging Face cache or downloads before any engine starts; --trace-file FILE replays another",
             r.loader, r.dataset, dataset_address(r)
         ),
-        "replay as InferenceX's (duration, start ratio 0.25-0.75, warm-ups per lane, idle caps 300/10 s, cache-bust marker, seed 42); a point ends at the duration (request_budget = false; --num-prompts brings a budget back)".into(),
+        "replay as InferenceX's (duration, start ratio 0.25-0.75, warm-ups per lane, idle caps 300/10 s, cache-bust marker, seed 42, parallel agent chains as AIPerf's detection splits them unless AIPERF_DATASET_WEKA_SPLIT_FLATTENED_AGENTS turns it off); a point ends at the duration (request_budget = false; --num-prompts brings a budget back)".into(),
         "differs in-process from InferenceX's HTTP replay (AIPerf against `vllm serve`): requests go to the engine directly (no HTTP, no chat endpoint, no streaming; TTFT lacks the server's share); prompts are token ids built from the hash ids (no text corpus, no chat template, no role boundaries), plus an 8-token cache-bust marker; parallel agent chains (AIPerf's detection, run on the top-level turns and each subagent's) form a tree of one level: a chain forked inside a worker chain spawns from a root turn; primers are sent together rather than spread; a lane's traces come from a seeded shuffle; token counts are the engine's, not the server's usage fields".into(),
     ]
 }
@@ -363,6 +364,7 @@ pub fn verify(toml: &str, jobs: &[Job]) -> Result<(), String> {
                     && t.tree_idle_cap_s == Some(f64::from(r.tree_idle_cap_s))
                     && t.system_idle_cap_s == Some(f64::from(REPLAY_SYSTEM_IDLE_CAP_S))
                     && t.cache_bust
+                    && t.split_chains == r.split_chains
                     && t.seed == REPLAY_SEED
                     && !s.request_budget;
                 if !same {
