@@ -80,8 +80,8 @@ pub struct TraceSettings {
     /// per unit as a number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_unit: Option<TimeUnit>,
-    /// Tokens per hash id (default 64 for AgentX traces, 512 for timed ones,
-    /// as Mooncake's traces are cut).
+    /// Tokens per hash id (default: the `block_size` an AgentX file's first
+    /// line declares, else 64; 512 for timed ones, as Mooncake's traces are cut).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<u32>,
     /// Seconds of measurement per point (AgentX: 3600); the measured-request
@@ -209,7 +209,11 @@ pub fn resolve(
             };
             let timed = format == TraceFormat::Timed;
             let default_block = if format == TraceFormat::Timed { TIMED_BLOCK_SIZE } else { AGENTX_BLOCK_SIZE };
-            let block_size = t.block_size.unwrap_or(default_block);
+            // The recipe's, else the one an AgentX file declares, else the format's.
+            let block_size = t
+                .block_size
+                .or_else(|| if timed { None } else { crate::workload::trace::sniff_block_size(&path) })
+                .unwrap_or(default_block);
             if block_size == 0 {
                 return Err("[sweep.trace] block_size must be at least 1 token".into());
             }
@@ -284,6 +288,17 @@ mod tests {
         assert!(resolve(WorkloadName::Trace, Some(&bad), None, 0).unwrap_err().contains("duration_s = 0"));
         assert!(resolve(WorkloadName::Conversation, None, None, 0).unwrap_err().contains("--conversation-file"));
         assert_eq!(resolve(WorkloadName::ChatRandom, None, None, 0).unwrap(), Workload::ChatRandom);
+    }
+
+    #[test]
+    fn an_agentx_files_own_block_size_is_the_default() {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/agentx_chains.jsonl");
+        let t = TraceSettings { file: Some(fixture), ..Default::default() };
+        let Workload::Trace(spec) = resolve(WorkloadName::Trace, Some(&t), None, 0).unwrap() else { panic!() };
+        assert_eq!(spec.block_size, 16, "the file declares 16");
+        let given = TraceSettings { block_size: Some(32), ..t };
+        let Workload::Trace(spec) = resolve(WorkloadName::Trace, Some(&given), None, 0).unwrap() else { panic!() };
+        assert_eq!(spec.block_size, 32, "the recipe's wins (the loader then refuses the mismatch)");
     }
 
     #[test]

@@ -162,11 +162,27 @@ pub fn detect_format(line: &str) -> std::result::Result<TraceFormat, String> {
 ///
 /// Errors: `file:line: ` and [`detect_format`]'s.
 pub fn sniff_format(path: &Path) -> Option<std::result::Result<TraceFormat, String>> {
+    let (file, n, line) = first_line(path)?;
+    Some(detect_format(&line).map_err(|e| format!("{}:{n}: {e}", file.display())))
+}
+
+/// The `block_size` an AgentX trace at `path` declares on its first line
+/// (the default a recipe without one takes, as AIPerf honours a capture's
+/// own block size); `None` when there is no such file or key.
+pub fn sniff_block_size(path: &Path) -> Option<u32> {
+    let (_, _, line) = first_line(path)?;
+    let v: serde_json::Value = serde_json::from_str(&line).ok()?;
+    v.get("block_size")?.as_u64().and_then(|b| u32::try_from(b).ok())
+}
+
+/// The file of a trace path, the 1-based number of its first non-blank
+/// line, and the line.
+fn first_line(path: &Path) -> Option<(PathBuf, usize, String)> {
     use std::io::BufRead;
     let file = if path.is_dir() { path.join("traces.jsonl") } else { path.to_path_buf() };
     let reader = std::io::BufReader::new(std::fs::File::open(&file).ok()?);
     let (n, line) = reader.lines().map_while(|l| l.ok()).enumerate().find(|(_, l)| !l.trim().is_empty())?;
-    Some(detect_format(&line).map_err(|e| format!("{}:{}: {e}", file.display(), n + 1)))
+    Some((file, n + 1, line))
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,9 @@
 //!   `chat_random` workload whose templated prompts have exactly the ISL;
 //! * ShareGPT-shaped conversations with ngram speculative decoding;
 //! * a Mooncake-shaped timed trace from `--trace-file` (ms arrivals, a
-//!   shared partial block).
+//!   shared partial block);
+//! * parallel agent chains (tests/fixtures/traces/agentx_chains.jsonl): a
+//!   top-level worker in flight beside the main agent's long turn.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -152,6 +154,37 @@ fn a_mooncake_trace_from_the_command_line() {
     let r = read_json(&out.join("result.json"));
     let c = &r["jobs"][0]["points"][0]["prefix_cache"];
     assert_eq!(f(&c["theoretical_hit_rate"]), 0.5, "4 hit blocks of 8, by InferenceX's rule: {c}");
+}
+
+#[test]
+fn parallel_agent_chains_run_beside_the_main_agent_on_the_engine() {
+    let _guard = engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = crate::util::repo().join("tests/fixtures/traces/agentx_chains.jsonl");
+    // From turn 0, no warm-up, the trace played once; its block size (16)
+    // comes from the file.
+    let body = format!(
+        "{}[sweep]\nworkload = \"trace\"\nconc = [1]\n[sweep.trace]\nfile = {:?}\nstart_ratio = [0.0, 0.0]\n\
+         warmup_requests_per_lane = 0\nrequest_budget = false\n",
+        recipe_head("chains-e2e"),
+        trace
+    );
+    let recipe = write_recipe(dir.path(), "chains", &body);
+    let out = dir.path().join("out");
+    let o = enginebench(&["run", &recipe, "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let lines = requests(&out);
+    assert_eq!(lines.len(), 10, "every request once");
+    let find = |stream: u64, turn: u64| {
+        lines.iter().find(|l| l["stream"].as_u64() == Some(stream) && l["turn"].as_u64() == Some(turn)).unwrap()
+    };
+    let end = |l: &Value| f(&l["send_s"]) + f(&l["e2el_ms"]) / 1000.0;
+    // Root turn 1 generates 300 tokens (seconds on the CPU engine); the
+    // worker chain (stream 3) starts 2 s after root turn 0 ends.
+    let (r1, w0) = (find(0, 1), find(3, 0));
+    assert_eq!(r1["output_tokens"].as_u64(), Some(300));
+    assert!(f(&w0["send_s"]) < end(r1), "the worker runs beside root turn 1: {w0} / {r1}");
+    assert!(f(&w0["send_s"]) >= end(find(0, 0)) + 2.0 - 0.01, "not before its recorded offset");
 }
 
 #[test]
