@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::sessions::{Arrival, Content, SessionSet};
-use super::trees::{Entry, RecordedSubagent, RecordedTurn, add_tree};
+use super::trees::{Entry, RecordedSubagent, RecordedTurn, TreeCounts, add_tree};
 use super::synth::{key, name_key};
 
 /// The size of a synthetic trace set.
@@ -166,7 +166,7 @@ impl Shape {
                 }
             }
             let mut b = set.begin(g.id.clone(), name_key(&g.id));
-            add_tree(&mut b, &entries, true)?;
+            add_tree(&mut b, &entries, true, &mut TreeCounts::default())?;
             b.finish();
         }
         set.finish_loading();
@@ -243,7 +243,7 @@ mod tests {
             let gap = |s: &crate::workload::sessions::Stream| s.join.map_or(0.0, |j| j.gap_s);
             assert!((gap(a) - gap(b)).abs() < 1e-9, "JSON keeps the times");
         }
-        assert!(summary.subagents > 0);
+        assert!(summary.tree.subagents > 0);
     }
 
     /// The full AgentX shape: memory of the loaded set and of the replay's

@@ -38,6 +38,8 @@
 
 use std::collections::BTreeMap;
 
+use super::sessions::common_prefix;
+
 /// Two times this close are equal (AIPerf's `_EPSILON_SECONDS`).
 const EPS_S: f64 = 1e-6;
 /// A continuation this long after its source ended, s ...
@@ -75,8 +77,8 @@ pub struct Chains {
 #[derive(Debug, Default)]
 struct Chain {
     requests: Vec<usize>,
-    /// The chain this one forked from, and the ids shared with its tail then.
-    fork: Option<(Option<usize>, usize)>,
+    /// Ids shared with the tail it forked from (0: none, or not a fork).
+    depth: usize,
     spliced: bool,
     /// The last request with ids: position, and its end.
     tail: Option<(usize, f64)>,
@@ -93,7 +95,7 @@ pub fn detect(reqs: &[ChainRequest<'_>]) -> Chains {
     let preamble = preamble(reqs, &order);
     let mut chains: Vec<Chain> = Vec::new();
     let mut chain_of = vec![usize::MAX; reqs.len()];
-    // Fork source position -> the chains forked from it with depth > 0.
+    // Fork source position -> the chains forked from it (depth > 0 only).
     let mut forks_of: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for &i in order.iter().filter(|&&i| Some(i) != preamble) {
         let r = &reqs[i];
@@ -108,9 +110,9 @@ pub fn detect(reqs: &[ChainRequest<'_>]) -> Chains {
             c
         } else {
             let (parent, depth) = longest_prefix(&chains, reqs, r.ids);
-            chains.push(Chain { fork: Some((parent, depth)), ..Chain::default() });
+            chains.push(Chain { depth, ..Chain::default() });
             let c = chains.len() - 1;
-            if let (Some(p), true) = (parent, depth > 0) {
+            if let Some(p) = parent {
                 let (source, _) = chains[p].tail.expect("a parent has a tail");
                 forks_of.entry(source).or_default().push(c);
             }
@@ -121,9 +123,10 @@ pub fn detect(reqs: &[ChainRequest<'_>]) -> Chains {
         chain_of[i] = c;
     }
     let seams = splice_seams(&mut chains, &mut chain_of, &forks_of, reqs);
-    let first = order.iter().copied().find(|&i| Some(i) != preamble).unwrap_or(order[0]);
-    let main_c = if chain_of[first] == usize::MAX { 0 } else { chain_of[first] };
-    let mut main = chains.get(main_c).map(|c| c.requests.clone()).unwrap_or_default();
+    // A preamble needs a second request, so there is a first one here.
+    let first = order.iter().copied().find(|&i| Some(i) != preamble).expect("a request besides the preamble");
+    let main_c = chain_of[first];
+    let mut main = chains[main_c].requests.clone();
     if let Some(p) = preamble {
         main.insert(0, p);
     }
@@ -207,14 +210,14 @@ fn splice_seams(
             .iter()
             .copied()
             .filter(|&c| {
-                let (_, depth) = chains[c].fork.expect("a fork");
+                let depth = chains[c].depth;
                 let start = reqs[chains[c].requests[0]].t_s;
                 let far = start - end > SEAM_MAX_GAP_S;
                 let low = (depth as f64) < SEAM_MIN_OVERLAP * source_len as f64;
-                depth > 0 && end <= start + EPS_S && !(far && low)
+                end <= start + EPS_S && !(far && low)
             })
             .max_by(|&a, &b| {
-                let key = |c: usize| (chains[c].fork.expect("a fork").1, reqs[chains[c].requests[0]].t_s);
+                let key = |c: usize| (chains[c].depth, reqs[chains[c].requests[0]].t_s);
                 let ((da, ta), (db, tb)) = (key(a), key(b));
                 da.cmp(&db).then(tb.total_cmp(&ta)).then(b.cmp(&a))
             });
@@ -228,10 +231,6 @@ fn splice_seams(
         seams += 1;
     }
     seams
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 #[cfg(test)]

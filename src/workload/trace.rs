@@ -54,17 +54,9 @@ use crate::protocol::{TraceFormat, TraceSpec};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadSummary {
     pub sessions: usize,
-    pub root_turns: usize,
-    pub subagents: usize,
-    pub subagent_turns: usize,
-    /// Subagents before any root turn (nothing to spawn them from): left out.
-    pub dropped_subagents: usize,
-    /// Parallel chains found ([`super::chains`]): top-level chains beside
-    /// the main agent, subagents' chains beside their main one, and
-    /// context edits spliced back as the same agent.
-    pub top_level_chains: usize,
-    pub subagent_chains: usize,
-    pub seams: usize,
+    /// Top-level requests, subagents, parallel chains ([`TreeCounts`];
+    /// timed traces: `root_turns` only, one per line).
+    pub tree: TreeCounts,
     /// Requests recorded with `out` 0, sent with `max_tokens` 1.
     pub zero_out: usize,
     /// Requests without an `api_time` (or null): taken as 0 s, as AIPerf's
@@ -75,18 +67,6 @@ pub struct LoadSummary {
     pub block_size: u32,
     /// Bytes the loaded set holds ([`SessionSet::memory_bytes`]).
     pub memory_bytes: usize,
-}
-
-impl LoadSummary {
-    fn add(&mut self, c: &TreeCounts) {
-        self.root_turns += c.root_turns;
-        self.subagents += c.subagents;
-        self.subagent_turns += c.subagent_turns;
-        self.dropped_subagents += c.dropped_subagents;
-        self.top_level_chains += c.top_level_chains;
-        self.subagent_chains += c.subagent_chains;
-        self.seams += c.seams;
-    }
 }
 
 /// The `.jsonl` file of a trace path: the path itself, or a folder's
@@ -269,8 +249,7 @@ pub fn load_agentx(path: &Path, default_block_size: u32, split_chains: bool) -> 
             return Err(at(format!("trace {id} has no top-level requests (type \"n\" or \"s\")")));
         }
         let mut b = set.begin(id.clone(), ns);
-        let counts = add_tree(&mut b, &entries, split_chains)?;
-        summary.add(&counts);
+        add_tree(&mut b, &entries, split_chains, &mut summary.tree)?;
         b.finish();
         summary.sessions += 1;
         Ok(())
@@ -443,7 +422,7 @@ pub fn load_timed(path: &Path, block_size: u32) -> Result<(SessionSet, LoadSumma
         b.turn(0, TurnRecord { t_s: t, api_s: 0.0, input, max_tokens: out, ids: &ids })?;
         b.finish();
         summary.sessions += 1;
-        summary.root_turns += 1;
+        summary.tree.root_turns += 1;
     }
     set.finish_loading();
     summary.memory_bytes = set.memory_bytes();
@@ -566,10 +545,10 @@ mod tests {
         let (set, summary) = load_agentx(&fixture("agentx.jsonl"), 16, true).unwrap();
         assert_eq!(set.names, vec!["alpha", "beta", "gamma", "delta"]);
         assert_eq!(
-            (summary.sessions, summary.root_turns, summary.subagents, summary.subagent_turns),
+            (summary.sessions, summary.tree.root_turns, summary.tree.subagents, summary.tree.subagent_turns),
             (4, 12, 3, 5)
         );
-        assert_eq!((summary.dropped_subagents, summary.zero_out, summary.max_context), (0, 0, 108));
+        assert_eq!((summary.tree.dropped_subagents, summary.zero_out, summary.max_context), (0, 0, 108));
         assert_eq!(set.content, Content::Blocks { block_size: 16 });
         assert_eq!(set.turn_counts(), (17, 5));
         // alpha: a joined subagent off root turn 1 and a background one.
@@ -608,8 +587,8 @@ mod tests {
         // runs (t 3, 6), the main agent compacts at t 12 (a seam), and a
         // subagent runs two chains (its second request forks the first's).
         let (set, summary) = load_agentx(&fixture("agentx_chains.jsonl"), 16, true).unwrap();
-        assert_eq!((summary.top_level_chains, summary.subagent_chains, summary.seams), (1, 1, 1));
-        assert_eq!((summary.root_turns, summary.subagents, summary.subagent_turns), (7, 1, 3));
+        assert_eq!((summary.tree.top_level_chains, summary.tree.subagent_chains, summary.tree.seams), (1, 1, 1));
+        assert_eq!((summary.tree.root_turns, summary.tree.subagents, summary.tree.subagent_turns), (7, 1, 3));
         let st = set.session_streams(0);
         let n: Vec<u32> = st.iter().map(|s| s.n_turns).collect();
         assert_eq!(n, vec![5, 2, 1, 2], "root (with the compaction), the subagent's two chains, the worker");
@@ -629,7 +608,7 @@ mod tests {
         assert_eq!(stream_delays(&set, 0, 3), vec![0.0, 1.0]); // 6 - 3 - 2
         // The theoretical hits do not depend on the split (recorded order).
         let (serial, s2) = load_agentx(&fixture("agentx_chains.jsonl"), 16, false).unwrap();
-        assert_eq!((s2.top_level_chains, s2.subagent_chains, s2.seams), (0, 0, 0));
+        assert_eq!((s2.tree.top_level_chains, s2.tree.subagent_chains, s2.tree.seams), (0, 0, 0));
         let n: Vec<u32> = serial.session_streams(0).iter().map(|s| s.n_turns).collect();
         assert_eq!(n, vec![7, 3], "split_chains = false: one stream each");
         let hits = |set: &SessionSet| set.turns.iter().map(|t| t.hit).sum::<u32>();
@@ -698,7 +677,7 @@ mod tests {
         let text = r#"{"id":"a","requests":[{"t":0,"type":"subagent","requests":[{"t":0,"type":"n","in":16,"out":1,"hash_ids":[5],"api_time":1}]},{"t":2,"type":"n","in":32,"out":0,"hash_ids":[0,1],"api_time":1},{"t":5,"type":"n","in":32,"out":3,"hash_ids":[0,1],"api_time":null}]}"#;
         std::fs::write(&path, text).unwrap();
         let (set, summary) = load_agentx(&path, 16, true).unwrap();
-        assert_eq!((summary.dropped_subagents, summary.subagents, summary.zero_out), (1, 0, 1));
+        assert_eq!((summary.tree.dropped_subagents, summary.tree.subagents, summary.zero_out), (1, 0, 1));
         assert_eq!(set.turns.len(), 2);
         assert_eq!(set.turns[0].max_tokens, 1, "an out of 0 is sent as 1");
         assert_eq!(summary.missing_api_time, 1);

@@ -53,7 +53,7 @@ pub enum Entry {
     Subagent(RecordedSubagent),
 }
 
-/// What [`add_tree`] made of a session.
+/// What [`add_tree`] made of the sessions it was given (it adds to them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TreeCounts {
     pub root_turns: usize,
@@ -69,12 +69,11 @@ pub struct TreeCounts {
     pub seams: usize,
 }
 
-/// Adds one recorded session's streams to `b` (module overview). The
-/// session needs a top-level request (loaders check it first).
+/// Adds one recorded session's streams to `b` (module overview) and its
+/// figures to `counts`. The session needs a top-level request (loaders check it first).
 ///
 /// Errors: the set's id store would pass 2^32 entries.
-pub fn add_tree(b: &mut SessionBuilder<'_>, entries: &[Entry], split_chains: bool) -> Result<TreeCounts> {
-    let mut counts = TreeCounts::default();
+pub fn add_tree(b: &mut SessionBuilder<'_>, entries: &[Entry], split_chains: bool, counts: &mut TreeCounts) -> Result<()> {
     let roots: Vec<(usize, &RecordedTurn)> = entries
         .iter()
         .enumerate()
@@ -90,12 +89,13 @@ pub fn add_tree(b: &mut SessionBuilder<'_>, entries: &[Entry], split_chains: boo
     for &k in &top.main {
         b.turn(0, record(roots[k].1))?;
     }
-    counts.root_turns = roots.len();
+    counts.root_turns += roots.len();
     // The last root-stream turn listed before entry `i`.
     let anchor_before = |i: usize| main_entries.iter().rposition(|&e| e < i).map(|k| k as u32);
     for (i, e) in entries.iter().enumerate() {
         let Entry::Subagent(sub) = e else { continue };
-        if !roots.iter().any(|&(r, _)| r < i) {
+        // `roots` is in entry order: its first is the earliest top-level request.
+        if roots.first().is_none_or(|&(r, _)| r > i) {
             counts.dropped_subagents += 1;
             continue;
         }
@@ -130,7 +130,7 @@ pub fn add_tree(b: &mut SessionBuilder<'_>, entries: &[Entry], split_chains: boo
         }
         counts.top_level_chains += 1;
     }
-    Ok(counts)
+    Ok(())
 }
 
 /// The chains of `turns`: detected, or all of them in order as one.
