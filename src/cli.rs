@@ -233,6 +233,10 @@ pub struct RecipeArgs {
     /// Only this variant (default: the base and every variant).
     #[arg(long)]
     pub variant: Option<String>,
+    /// Leave out the knob report (what this vLLM does with each env var, flag
+    /// and hf-override; it imports vLLM and builds its config: ~15 s).
+    #[arg(long)]
+    pub no_knobs: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -322,6 +326,11 @@ pub struct AbArgs {
     /// base recipe (the candidate is labelled `base@candidate`).
     #[arg(long, value_name = "PATH", conflicts_with = "aa")]
     pub candidate_python: Option<PathBuf>,
+    /// Run even when every difference between the arms is a no-op in this
+    /// vLLM (the knob report; without it `ab` refuses such a candidate with
+    /// exit 2 before any engine starts).
+    #[arg(long)]
+    pub allow_noop: bool,
     #[command(flatten)]
     pub gate: GateArgs,
     #[command(flatten)]

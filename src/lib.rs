@@ -21,6 +21,7 @@
 //! | [`import`] | InferenceX master configs and launchers to recipes (run in a sandbox) |
 //! | [`metrics`] | a point's figures as `vllm bench serve` computes them, step statistics, speculative decoding, prefix cache, the cross-check |
 //! | [`eval`] | GSM8K on the same engine: data, few-shot draw, prompts, filters, scores |
+//! | [`knobs`] | the knob report: whether each env var, flag and hf-override takes effect in this vLLM build, and what differs between two arms |
 //! | [`ab`] | the A/B comparison: intervals, verdicts, accuracy tests, the gate, its Markdown, changelog and plots |
 //! | [`profile`] | `--profile`: the window over chosen steps, reading the trace, the top-kernels table, the kernel diff |
 //! | [`report`] | the result document, the run folder's files, the terminal table, charts, exports |
@@ -40,6 +41,7 @@ pub mod error;
 pub mod eval;
 pub mod import;
 pub mod install;
+pub mod knobs;
 pub mod metrics;
 pub mod orchestrate;
 pub mod protocol;

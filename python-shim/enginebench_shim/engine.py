@@ -43,9 +43,10 @@ import sys
 import time
 
 try:  # as a package (the pure-Python loop of bench/, tests)
-    from enginebench_shim import compat, steppath
+    from enginebench_shim import compat, knobs, steppath
 except ImportError:  # compiled into the worker module, loaded as top-level modules
     import enginebench_compat as compat
+    import enginebench_knobs as knobs
     import enginebench_steppath as steppath
 
 
@@ -161,6 +162,15 @@ def check_args(argv, env_names):
     out["max_model_len"] = mml if isinstance(mml, int) and mml > 0 else None
     out["tensor_parallel_size"] = getattr(args, "tensor_parallel_size", None)
     return json.dumps(out)
+
+
+def knob_report(argv, env, unset, concs, quick_reduce=False):
+    """The knob report of one engine configuration as JSON (knobs.py has
+    what it holds); `quick_reduce` evaluates vLLM's quick all-reduce rule
+    even where this configuration sets no VLLM_ROCM_QUICK_REDUCE_* (the
+    other arm of an `ab` does)."""
+    report = knobs.report(argv, env, unset=unset, concs=concs, parse=parse_serve_args, quick_reduce=quick_reduce)
+    return json.dumps(report)
 
 
 def _check_speculative_config(spec):

@@ -355,6 +355,11 @@ pub struct Comparison {
     /// What differs between the two engine configurations (first repeats):
     /// env and `vllm serve` flags, one phrase each ([`super::config_diff::config_changes`]).
     pub changes: Vec<String>,
+    /// What of it takes effect in vLLM, from both arms' knob reports
+    /// ([`crate::knobs::differences`]); `None` when either arm's result
+    /// has no knob report (the fake engine, an older result file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_effect: Option<Vec<crate::knobs::Difference>>,
     /// Sorted by ISL, OSL, TP, conc.
     pub rows: Vec<Row>,
     pub accuracy: Option<Accuracy>,
@@ -669,6 +674,7 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         context,
         options,
         changes: super::config_diff::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job),
+        took_effect: took_effect(baseline, candidate, &mut notes),
         rows,
         accuracy,
         tasks,
@@ -680,6 +686,24 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         aa: false,
         kernels: crate::profile::diff::compare(&b_tables, &c_tables),
     })
+}
+
+/// The knob differences between the arms' first repeats, with a note when
+/// every one is a no-op (the comparison then measures noise).
+fn took_effect(baseline: &Arm, candidate: &Arm, notes: &mut Vec<String>) -> Option<Vec<crate::knobs::Difference>> {
+    let (a, b) = (baseline.repeats[0].job.knobs.as_ref()?, candidate.repeats[0].job.knobs.as_ref()?);
+    let diffs = crate::knobs::differences(a, b);
+    if crate::knobs::overall(&diffs) == crate::knobs::Effect::NoOp && baseline.label != candidate.label && !diffs.is_empty() {
+        notes.push("every difference between the arms is a no-op in this vLLM build (What took effect): this comparison measures noise".into());
+    }
+    if a.vllm_version != b.vllm_version {
+        notes.push(format!(
+            "the arms ran vLLM {} and {}: each knob is judged by its own build",
+            a.vllm_version.as_deref().unwrap_or("?"),
+            b.vllm_version.as_deref().unwrap_or("?")
+        ));
+    }
+    Some(diffs)
 }
 
 fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)], o: &Options) -> Row {

@@ -101,6 +101,27 @@ fn groups(rows: &[Row]) -> Vec<Group<'_>> {
     out
 }
 
+/// With `--profile`: the kernels that appear or vanish, tied to the knob
+/// that changed where only one did (the kernel diff cannot split several).
+fn kernels_per_knob(c: &Comparison) -> String {
+    let names = |pick: fn(&crate::profile::diff::KernelDiff) -> &Vec<crate::profile::diff::KernelChange>| -> Vec<String> {
+        let mut v: Vec<String> = c.kernels.iter().flat_map(|k| pick(k).iter().map(|x| format!("`{}`", x.name))).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let (appear, vanish) = (names(|k| &k.only_in_candidate), names(|k| &k.only_in_baseline));
+    if appear.is_empty() && vanish.is_empty() {
+        return String::new();
+    }
+    let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+    let whom = match c.changes.as_slice() {
+        [one] => format!("With `{one}`"),
+        many => format!("With these {} changes together (the kernel diff cannot tie a kernel to one of them)", many.len()),
+    };
+    format!("\n{whom}: kernels that appear: {}; kernels that vanish: {}.\n", list(&appear), list(&vanish))
+}
+
 /// The whole comparison as Markdown: header, one `conc | before | after |
 /// delta` table per ISL/OSL, TP and figure, the accuracy block, notes and
 /// the gate.
@@ -122,6 +143,11 @@ pub fn render(c: &Comparison) -> String {
     ));
     if !c.changes.is_empty() {
         s.push_str(&format!("\nChange (after vs before): {}.\n", c.changes.join("; ")));
+    }
+    if let Some(diffs) = &c.took_effect {
+        s.push('\n');
+        s.push_str(&crate::knobs::render::markdown(diffs, &c.baseline_label, &c.candidate_label));
+        s.push_str(&kernels_per_knob(c));
     }
     for ((isl, osl, tp), rows) in groups(&c.rows) {
         s.push_str(&format!("\n### ISL/OSL {isl}/{osl}, TP {tp}\n"));
@@ -594,6 +620,7 @@ pub(crate) mod tests {
             },
             options: Options::default(),
             changes: vec![],
+            took_effect: None,
             rows,
             accuracy: Some(accuracy),
             tasks: Vec::new(),

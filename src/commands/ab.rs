@@ -24,6 +24,7 @@ pub fn run(a: AbArgs, g: &Global) -> Result<ExitStatus> {
         max_repeats: a.max_repeats,
         baseline_python: a.baseline_python.clone(),
         candidate_python: a.candidate_python.clone(),
+        allow_noop: a.allow_noop,
     };
     options::run_options(a.run, g).and_then(|(o, how)| orchestrate::ab::ab(&o, &how, &req))
 }

@@ -110,6 +110,12 @@ pub trait WorkerEngine: StepEngine + Profiler {
     fn tokenize_chat(&mut self, messages: &[ChatMessage]) -> Result<Vec<u32>>;
     /// How many tokens a text is (no special tokens added).
     fn count_tokens(&mut self, text: &str) -> Result<u32>;
+    /// The knob report of the engine's configuration (`argv`: model, then
+    /// flags): what this vLLM build does with each knob (crate::knobs).
+    /// `None`: this engine has no vLLM to ask (the fake engine).
+    fn knob_report(&self, _argv: &[String], _request: &crate::protocol::knobs::KnobRequest) -> Option<Result<crate::protocol::KnobReport>> {
+        None
+    }
 }
 
 /// enginebench's request id in the id vLLM reports: the id itself, or the

@@ -18,6 +18,7 @@ use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
+use crate::protocol::knobs::{KnobReport, KnobRequest};
 use super::{ChatMessage, Completion, Delta, EngineInfo, EngineTiming, Prompt, SpecCounts, StepEngine, StepOutput, StepStats};
 
 /// The shim's source, compiled into the worker module so it can never go missing.
@@ -25,6 +26,7 @@ const SHIM_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/engin
 /// The shim's compatibility layer (every vLLM internal it touches), loaded first.
 const COMPAT_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/compat.py");
 /// The shim's two step paths (engine core directly, or LLMEngine.step()).
+const KNOBS_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/knobs.py");
 const STEPPATH_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/steppath.py");
 
 /// An in-process vLLM engine.
@@ -152,6 +154,10 @@ fn load_shim<'py>(py: Python<'py>) -> Result<Bound<'py, PyModule>> {
     PyModule::from_code(py, &compat, c"enginebench_shim/compat.py", c"enginebench_compat")
         .py_context(py)
         .context("loading the enginebench Python shim's compatibility layer")?;
+    let knobs = CString::new(KNOBS_SOURCE)?;
+    PyModule::from_code(py, &knobs, c"enginebench_shim/knobs.py", c"enginebench_knobs")
+        .py_context(py)
+        .context("loading the enginebench Python shim's knob report")?;
     let steppath = CString::new(STEPPATH_SOURCE)?;
     PyModule::from_code(py, &steppath, c"enginebench_shim/steppath.py", c"enginebench_steppath")
         .py_context(py)
@@ -187,6 +193,25 @@ pub fn check_args(argv: &[String], env_names: &[String]) -> Result<String> {
             .and_then(|r| r.extract::<String>())
             .py_context(py)
     })
+}
+
+/// The knob report of one engine configuration (`argv`: model, then
+/// flags), made by the shim with vLLM's own parser, config classes, model
+/// registry and modules (python-shim/enginebench_shim/knobs.py). Builds
+/// configs, never an engine; reads no weights.
+///
+/// Errors: the shim failed, or its report does not have the shape of
+/// [`KnobReport`].
+pub fn knob_report(argv: &[String], request: &KnobRequest) -> Result<KnobReport> {
+    let text: String = Python::attach(|py| {
+        let module = load_shim(py)?;
+        let unset = request.env_unset.clone();
+        module
+            .call_method1("knob_report", (argv.to_vec(), request.env.clone(), unset, request.concs.clone(), request.quick_reduce))
+            .and_then(|r| r.extract::<String>())
+            .py_context(py)
+    })?;
+    serde_json::from_str(&text).context("reading the shim's knob report")
 }
 
 impl StepEngine for VllmEngine {
@@ -516,6 +541,10 @@ fn delta(item: &Bound<'_, PyAny>) -> PyResult<Delta> {
 }
 
 impl super::WorkerEngine for VllmEngine {
+    fn knob_report(&self, argv: &[String], request: &KnobRequest) -> Option<Result<KnobReport>> {
+        Some(knob_report(argv, request))
+    }
+
     fn info(&self) -> &EngineInfo {
         &self.info
     }

@@ -52,6 +52,8 @@ pub struct AbRequest {
     pub baseline_python: Option<PathBuf>,
     /// The candidate's interpreter (`--candidate-python`), over the variant's own.
     pub candidate_python: Option<PathBuf>,
+    /// Run a candidate whose every difference is a no-op (`--allow-noop`).
+    pub allow_noop: bool,
 }
 
 /// What `--until-ci` adds ABBA pairs until.
@@ -153,6 +155,9 @@ pub fn ab(opts: &RunOptions, how: &ExecOptions, req: &AbRequest) -> Result<ExitS
             python::require_engine_packages(pythons.candidate.as_ref().unwrap_or(&job.python))?;
         }
     }
+    if !aa && !python_ab {
+        refuse_noop(&plan0, &req.baseline, &candidate, req.allow_noop)?;
+    }
     let out_dir = output_path(how.output.as_deref(), &format!("{}-{}", plan0.recipe.name, if aa { "aa" } else { "ab" }))?;
 
     let noise = if req.calibrate {
@@ -182,6 +187,58 @@ pub fn ab(opts: &RunOptions, how: &ExecOptions, req: &AbRequest) -> Result<ExitS
     match run_arms(&opts, how, &arms, req, until, &out_dir, noise.as_ref())? {
         Finished::Interrupted => Ok(ExitStatus::Interrupted),
         Finished::Done { cmp, code } => Ok(if code != ExitStatus::Ok { code } else { cmp.exit_status() }),
+    }
+}
+
+/// Refuses (exit 2, before anything runs) a candidate whose every
+/// difference from the baseline is a no-op in this vLLM build: the knob
+/// reports of both arms' configurations, made in one worker (vLLM's parser
+/// and config classes; no engine), compared by [`crate::knobs::diff`].
+/// Skipped with `--allow-noop`, for a variant that declares `expect_noop`,
+/// and where the arms run in different interpreters (two vLLM builds). When
+/// the reports cannot be made (no vLLM in the interpreter, the fake engine)
+/// it says so and lets the A/B run.
+fn refuse_noop(plan: &super::plan::Plan, baseline: &str, candidate: &str, allow: bool) -> Result<()> {
+    let arm = |label: &str| plan.jobs.iter().find(|j| job_label(j) == label);
+    let (Some(a), Some(b)) = (arm(baseline), arm(candidate)) else { return Ok(()) };
+    let declared = plan.recipe.variants.get(candidate).is_some_and(|v| v.expect_noop);
+    if allow || declared || a.python.path != b.python.path || std::env::var_os("ENGINEBENCH_FAKE_ENGINE").is_some() {
+        if declared {
+            errln!("enginebench ab: `{candidate}` declares expect_noop: a deliberate null comparison");
+        }
+        return Ok(());
+    }
+    // Both arms' quick all-reduce answers, where either sets the variables.
+    let qr = [a, b].iter().any(|j| j.config.env.keys().any(|k| k.starts_with("VLLM_ROCM_QUICK_REDUCE_")));
+    let items: Vec<(String, crate::recipe::EngineConfig)> = [a, b].iter().map(|j| (plan.model_path.clone(), j.config.clone())).collect();
+    errln!("enginebench ab: checking what differs between the arms in this vLLM (imports vLLM, builds both configs, no engine)...");
+    let reports = match super::check::knob_reports_with(&a.python, &items, qr) {
+        Ok(r) => r,
+        Err(e) => {
+            errln!("  warning: no knob report ({e:#}): cannot tell whether the candidate changes anything; running");
+            return Ok(());
+        }
+    };
+    let (ra, rb) = match (&reports[0], &reports[1]) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => {
+            errln!("  warning: no knob report ({e}): cannot tell whether the candidate changes anything; running");
+            return Ok(());
+        }
+    };
+    let diffs = crate::knobs::differences(ra, rb);
+    match crate::knobs::overall(&diffs) {
+        crate::knobs::Effect::NoOp => Err(usage(crate::knobs::render::refusal(&diffs, baseline, candidate))),
+        effect => {
+            let read = diffs.iter().filter(|d| d.effect == crate::knobs::Effect::Read).count();
+            let noop = diffs.iter().filter(|d| d.effect == crate::knobs::Effect::NoOp).count();
+            errln!(
+                "  {} difference(s): {read} take effect, {noop} no-op{}",
+                diffs.len(),
+                if effect == crate::knobs::Effect::Unknown { ", the rest cannot be judged here" } else { "" }
+            );
+            Ok(())
+        }
     }
 }
 

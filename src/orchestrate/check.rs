@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::protocol::{CheckItem, CheckJob, FlagCheck, Message, Task};
+use crate::protocol::knobs::KnobRequest;
+use crate::protocol::{CheckItem, CheckJob, FlagCheck, KnobReport, Message, Task};
 use super::spawn::ask_worker;
 use crate::error::{ExitStatus, usage};
 use crate::install::{Install, resolve_model};
@@ -43,7 +44,7 @@ pub fn check(paths: &[PathBuf], variant: Option<&str>, python: Option<&std::path
     }
     let items: Vec<(String, EngineConfig)> =
         loaded.iter().flat_map(|(_, _, m, cs)| cs.iter().map(move |c| (m.clone(), c.clone()))).collect();
-    let mut checks = vllm_checks(&python, &items)?.into_iter();
+    let mut checks = vllm_checks(&python, &items, Some(false))?.into_iter();
     let host = Host::detect();
     let mut errors = 0;
     for (path, recipe, model, configs) in &loaded {
@@ -78,6 +79,11 @@ fn report(path: &Path, recipe: &Recipe, model: &str, configs: &[EngineConfig], c
         }
         for n in &f.notes {
             outln!("    note: {n}");
+        }
+        match (&flags.knobs, &flags.knobs_error) {
+            (Some(k), _) => out!("{}", crate::knobs::render::block(k, "    knob ", true)),
+            (None, Some(e)) => outln!("    note: no knob report: {e}"),
+            (None, None) => {}
         }
     }
     errors
@@ -241,14 +247,50 @@ fn model_max_len(dir: &Path) -> Option<u64> {
     v.get("max_position_embeddings").and_then(|m| m.as_u64())
 }
 
-/// Parses every (model, configuration)'s flags in one worker process.
-fn vllm_checks(python: &Interpreter, configs: &[(String, EngineConfig)]) -> Result<Vec<FlagCheck>> {
+/// The knob report of each (model, configuration), made in one worker
+/// process (vLLM's parser and config classes; no engine, no weights): the
+/// report, or why it could not be made.
+///
+/// Errors: the worker could not start or answer.
+pub fn knob_reports(python: &Interpreter, configs: &[(String, EngineConfig)]) -> Result<Vec<std::result::Result<KnobReport, String>>> {
+    knob_reports_with(python, configs, false)
+}
+
+/// [`knob_reports`], with vLLM's quick all-reduce rule evaluated for every
+/// configuration when `quick_reduce` (an `ab` where one arm sets it).
+pub fn knob_reports_with(python: &Interpreter, configs: &[(String, EngineConfig)], quick_reduce: bool) -> Result<Vec<std::result::Result<KnobReport, String>>> {
+    Ok(vllm_checks(python, configs, Some(quick_reduce))?
+        .into_iter()
+        .map(|c| match (c.knobs, c.knobs_error, c.error) {
+            (Some(k), _, _) => Ok(k),
+            (None, Some(e), _) | (None, None, Some(e)) => Err(e),
+            (None, None, None) => Err("the worker made no knob report".into()),
+        })
+        .collect())
+}
+
+/// What the knob report of `config` needs besides its flags: the recipe's
+/// environment and the sweep's concurrencies.
+pub fn knob_request(config: &EngineConfig) -> KnobRequest {
+    KnobRequest {
+        env: config.env.clone(),
+        env_unset: config.env_unset.clone(),
+        concs: config.points.iter().map(|p| p.conc).collect(),
+        quick_reduce: false,
+    }
+}
+
+/// Parses every (model, configuration)'s flags in one worker process, with
+/// the knob report of each when `knobs` is given (`Some(true)`: with the
+/// quick all-reduce rule for every configuration).
+fn vllm_checks(python: &Interpreter, configs: &[(String, EngineConfig)], knobs: Option<bool>) -> Result<Vec<FlagCheck>> {
     let items = configs
         .iter()
         .map(|(model, c)| {
             let mut argv = vec![model.clone()];
             argv.extend(c.args.iter().cloned());
-            CheckItem { argv, env_names: c.env.keys().cloned().collect() }
+            let knobs = knobs.map(|qr| KnobRequest { quick_reduce: qr, ..knob_request(c) });
+            CheckItem { argv, env_names: c.env.keys().cloned().collect(), knobs }
         })
         .collect();
     let task = Task::Check(CheckJob { items });

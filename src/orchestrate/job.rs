@@ -7,6 +7,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+
+use crate::protocol::knobs::KnobRequest;
 use indicatif::MultiProgress;
 
 use super::finish::{finish_lm_eval, finish_point, gate, point_line, score_eval};
@@ -195,6 +197,12 @@ fn worker_request(plan: &Plan, index: usize, result: &RunResult, files: &OutputF
         record_token_ids: job.record_token_ids,
         profile,
         dp: None,
+        knobs: Some(KnobRequest {
+            env: job.env.clone(),
+            env_unset: job.config.env_unset.clone(),
+            concs: job.config.points.iter().map(|p| p.conc).collect(),
+            quick_reduce: false,
+        }),
     })
 }
 
@@ -543,6 +551,14 @@ impl<'a> WorkerWatch<'a> {
                 j.engine_start_s = Some(engine_start_s);
                 result.versions.refresh(&result.jobs);
                 self.deadline = plan.point_timeout.map(|t| Instant::now() + t);
+            }
+            Message::Knobs { report, error } => {
+                match (&report, error) {
+                    (Some(r), _) => say(ui, &format!("  {}", crate::knobs::render::summary(r))),
+                    (None, Some(e)) => say(ui, &format!("  warning: no knob report: {e}")),
+                    (None, None) => {}
+                }
+                j.knobs = report.map(|r| *r);
             }
             Message::Progress { phase, done, total } => {
                 if bar.phase() != phase {

@@ -140,7 +140,15 @@ fn run_check(check: &CheckJob, channel: &mut Channel) -> Result<()> {
         .iter()
         .map(|item| {
             let report = crate::engine::vllm::check_args(&item.argv, &item.env_names)?;
-            Ok(serde_json::from_str(&report)?)
+            let mut check: FlagCheck = serde_json::from_str(&report)?;
+            // The knob report parses the same flags: only when they parse.
+            if let Some(request) = item.knobs.as_ref().filter(|_| check.error.is_none()) {
+                match crate::engine::vllm::knob_report(&item.argv, request) {
+                    Ok(k) => check.knobs = Some(k),
+                    Err(e) => check.knobs_error = Some(format!("{e:#}")),
+                }
+            }
+            Ok(check)
         })
         .collect::<Result<Vec<FlagCheck>>>()?;
     channel.send(&Message::Checked { results });
@@ -165,6 +173,17 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
         engine: Box::new(engine.info().clone()),
         engine_start_s: started.elapsed().as_secs_f64(),
     });
+    // What each knob did, on the engine's own vLLM (rank 0 of a DP job):
+    // a failure is reported, never fatal.
+    if let Some(request) = job.knobs.as_ref().filter(|_| job.dp.is_none_or(|d| d.rank == 0)) {
+        if let Some(made) = engine.knob_report(&job.engine_argv, request) {
+            let (report, error) = match made {
+                Ok(r) => (Some(Box::new(r)), None),
+                Err(e) => (None, Some(format!("{e:#}"))),
+            };
+            channel.send(&Message::Knobs { report, error });
+        }
+    }
 
     check_lengths(&job.points, engine.info().max_model_len)?;
     let mut ids = RequestIds::default();

@@ -9,6 +9,8 @@
 //!   ([`RequestRecord`], [`StepRecord`]) and a replayed request's place in
 //!   its session ([`TurnInfo`]).
 //! - [`engine_info`]: facts about a built engine ([`EngineInfo`]).
+//! - [`knobs`]: what this vLLM build does with each of a configuration's
+//!   knobs ([`KnobReport`]).
 //! - [`doctor`]: what an interpreter's vLLM is, without an engine
 //!   ([`DoctorReport`]), and why it cannot serve ([`CannotServe`]).
 //! - [`point`]: a sweep point and its random dataset ([`Point`],
@@ -20,6 +22,7 @@
 
 pub mod doctor;
 pub mod engine_info;
+pub mod knobs;
 pub mod point;
 pub mod profile;
 pub mod records;
@@ -29,6 +32,7 @@ pub mod workload;
 
 pub use doctor::{CannotServe, DoctorReport};
 pub use engine_info::{CompatItem, CompatReport, EngineInfo};
+pub use knobs::KnobReport;
 pub use point::{LengthConvention, Point, RandomDataset};
 pub use profile::{ProfileRaw, ProfileTarget, Window};
 pub use records::{ReplayPhase, RequestRecord, StepRecord, TurnInfo};

@@ -40,6 +40,9 @@ pub struct CheckItem {
     pub argv: Vec<String>,
     /// Environment names the engine would get.
     pub env_names: Vec<String>,
+    /// Make the knob report too (`recipe show`, `recipe check`, `ab`'s no-op check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knobs: Option<super::knobs::KnobRequest>,
 }
 
 /// vLLM's verdict on one flag list.
@@ -72,6 +75,12 @@ pub struct FlagCheck {
     /// refuses them when the engine starts).
     #[serde(default)]
     pub removed_env: std::collections::BTreeMap<String, String>,
+    /// The knob report, when asked for (`CheckItem::knobs`); `None` also when
+    /// making it failed (then `knobs_error` says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knobs: Option<super::knobs::KnobReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knobs_error: Option<String>,
 }
 
 /// What a worker is asked to do with its one engine.
@@ -91,6 +100,10 @@ pub struct Job {
     /// A data-parallel job's rank this worker is (`None`: one engine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dp: Option<DpRank>,
+    /// Make the knob report once the engine is built (sent as
+    /// [`Message::Knobs`]; by rank 0 of a data-parallel job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knobs: Option<super::knobs::KnobRequest>,
 }
 
 /// A data-parallel worker's place in its job: its rank, the DP size, and
@@ -303,6 +316,9 @@ pub enum Message {
     Doctor { report: Box<super::DoctorReport> },
     /// The engine is built.
     Ready { engine: Box<EngineInfo>, engine_start_s: f64 },
+    /// The job's knob report (`Job::knobs`), or why it could not be made
+    /// (the run goes on either way).
+    Knobs { report: Option<Box<super::knobs::KnobReport>>, error: Option<String> },
     /// `done` of `total` requests of `phase` finished.
     Progress { phase: String, done: u64, total: u64 },
     /// A measured point.

@@ -3,10 +3,11 @@
 
 use super::EngineConfig;
 
-/// Renders the configurations for a terminal.
-pub fn render(recipe_name: &str, model: &str, configs: &[EngineConfig]) -> String {
+/// Renders the configurations for a terminal; `extras[i]` (e.g. the knob
+/// report in words) follows configuration i, where given.
+pub fn render(recipe_name: &str, model: &str, configs: &[EngineConfig], extras: &[String]) -> String {
     let mut out = String::new();
-    for c in configs {
+    for (i, c) in configs.iter().enumerate() {
         out.push_str(&format!("== {recipe_name} / {}\n", c.label()));
         out.push_str("env:\n");
         for (k, v) in &c.env {
@@ -32,6 +33,9 @@ pub fn render(recipe_name: &str, model: &str, configs: &[EngineConfig]) -> Strin
                 p.warmups
             ));
         }
+        if let Some(extra) = extras.get(i) {
+            out.push_str(extra);
+        }
     }
     out
 }
@@ -49,7 +53,7 @@ mod tests {
         )
         .unwrap();
         let c = r.engine_configs(&[], &Sweep::default()).unwrap();
-        let text = render("x", "m", &c);
+        let text = render("x", "m", &c, &[]);
         assert!(text.contains("== x / base tp=2"), "{text}");
         assert!(text.contains("  A=1\n") && text.contains("  unset B\n"), "{text}");
         assert!(text.contains("vllm serve m --hf-overrides '{\"k\": 1}' --tensor-parallel-size 2"), "{text}");

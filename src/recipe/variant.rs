@@ -12,6 +12,11 @@ use super::sweep::Sweep;
 pub struct Variant {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The variant is meant to change nothing (a deliberate null A/B, like
+    /// the bundled recipe's `knob`): `ab` runs it although the knob report
+    /// finds every difference a no-op (crate::knobs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expect_noop: bool,
     /// The Python interpreter this variant's engine runs in (another vLLM
     /// build: a venv, a source checkout's environment); default: the run's.
     #[serde(default, skip_serializing_if = "Option::is_none")]

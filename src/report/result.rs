@@ -110,6 +110,11 @@ pub struct JobResult {
     /// Where the job ran: node, devices, Slurm job/array ids and state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// What this vLLM build did with each env var, flag and hf-override of
+    /// the job (crate::knobs; docs/knobs.md); `None` from the fake engine,
+    /// when the report could not be made, and in older result files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knobs: Option<crate::protocol::KnobReport>,
 }
 
 /// Where a job's engine ran: the interpreter, and the vLLM it imported.

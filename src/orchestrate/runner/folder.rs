@@ -63,6 +63,7 @@ pub fn pending_job(job: &PlannedJob, model: &str) -> JobResult {
         error: None,
         python: Some(crate::report::result::PythonInfo::of(&job.python)),
         placement: None,
+        knobs: None,
     };
     j.plan_fingerprint = j.compute_plan_fingerprint(model);
     j
