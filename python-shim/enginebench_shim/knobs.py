@@ -196,6 +196,8 @@ class _Report:
             a, b = without["config"].get(key), full["config"].get(key)
             if a != b:
                 changes.append({"field": key, "without": a, "with": b})
+        # The field named after the flag first: what the flag is about.
+        changes.sort(key=lambda c: c["field"].rsplit(".", 1)[-1] != dest)
         entry["changes"] = changes
         entry["resolved"] = {k: v for k, v in full["config"].items() if dest and k.rsplit(".", 1)[-1] == dest}
         return entry
@@ -230,12 +232,11 @@ def _override_verdict(entry, readers, module_known):
     rules of docs/knobs.md)."""
     if not readers:
         return "nowhere"
-    if entry.get("landed") == "top" and not entry.get("text_config_is_top", True) and (
-            entry["model_readers"] or not module_known):
+    if entry.get("landed") == "top" and not entry.get("text_config_is_top", True):
         return "wrong_level"
     if module_known and not entry["model_readers"] and not entry["generic_readers"]:
         return "other_models"
-    return "read" if module_known else "unknown"
+    return "read" if module_known and "landed" in entry else "unknown"
 
 
 def _landing(top, text, path):

@@ -48,10 +48,11 @@ fn knob_ab_with_calibration_and_until_ci_then_dtype_change_diverges() {
     // must be exactly the same. Four questions cannot show that accuracy
     // held within 1 point (their paired CI is about ±33 points), so the
     // accuracy gate is INCONCLUSIVE and says how many questions would decide it.
+    // The knob is a no-op by the knob report: --allow-noop runs it anyway.
     let out = dir.path().join("knob");
     let o = enginebench(&[
         "ab", &recipe, "--baseline", "base", "--candidate", "knob", "--repeats", "2", "--calibrate",
-        "--until-ci", "0.0001", "--max-repeats", "3", "--max-regression", "0.5", "-o", out.to_str().unwrap(),
+        "--until-ci", "0.0001", "--max-repeats", "3", "--max-regression", "0.5", "--allow-noop", "-o", out.to_str().unwrap(),
     ]);
     let log = text(&o);
 
@@ -103,6 +104,12 @@ fn knob_ab_with_calibration_and_until_ci_then_dtype_change_diverges() {
     assert!(log.contains("about 194 paired eval questions (`--eval-limit 194`)"), "{log}");
     let md = std::fs::read_to_string(out.join("ab.md")).unwrap();
     assert!(md.contains("| conc | before | after | delta |"), "{md}");
+    assert!(md.contains("## What took effect") && md.contains("every difference is a no-op in this vLLM build"), "{md}");
+    assert!(md.contains("| `ENGINEBENCH_UNUSED_KNOB unset -> 1` | NO EFFECT | enginebench reads no such variable"), "{md}");
+    assert!(notes.contains("this comparison measures noise"), "{notes}");
+    let job = &read_json(&out.join("result.json"))["jobs"][0];
+    assert!(job["knobs"]["env"].as_array().unwrap().iter().any(|e| e["name"] == "VLLM_CPU_KVCACHE_SPACE" && e["status"] == "registered"), "{}", job["knobs"]);
+    assert!(job["knobs"]["config"]["model_config.max_model_len"] == "1024", "{}", job["knobs"]["config"]);
     assert!(md.contains(&format!("noise floor, from the A/A `{}`", floor.display())), "{md}");
     assert!(md.contains("### Gate per figure") && md.contains("| gsm8k | exact_match strict-match |"), "{md}");
     let changelog = std::fs::read_to_string(out.join("changelog.yaml")).unwrap();
@@ -133,6 +140,8 @@ fn knob_ab_with_calibration_and_until_ci_then_dtype_change_diverges() {
     assert!(std::fs::read_to_string(cmp.join("changelog.yaml")).unwrap().contains("config-keys"));
     let agreement = &c["accuracy"]["agreement"];
     assert!(agreement["fraction"].as_f64().unwrap() < 1.0, "bf16 must move some greedy tokens: {agreement}");
+    let took = c["took_effect"].as_array().unwrap();
+    assert!(took.iter().any(|d| d["what"] == "model_config.dtype torch.float32 -> torch.bfloat16" && d["effect"] == "read"), "{took:?}");
     assert!(agreement["mean_first_divergence"].as_f64().is_some(), "{agreement}");
 }
 
@@ -146,6 +155,8 @@ num_prompts = 4
 warmups = 2
 [variants.knob]
 env = { ENGINEBENCH_UNUSED_KNOB = "1" }
+[variants.unread]
+hf_overrides = { enginebench_unread_key = 1 }
 "#;
     write_recipe(dir, "tiny", &(bundled_recipe_head("ab-noise-e2e", 512, "") + rest))
 }
@@ -224,6 +235,8 @@ fn bad_noise_and_until_ci_options_are_usage_errors_before_any_run() {
         (vec!["--candidate", "knob", "--until-ci", "0.02", "--max-repeats", "2", "--repeats", "3"], "below --repeats"),
         (vec!["--aa", "--calibrate"], "noise floor"),
         (vec!["--aa", "--repeats", "1"], "2 or more"),
+        // A candidate whose only change is an override nothing in vLLM reads.
+        (vec!["--candidate", "unread"], "hf config enginebench_unread_key (none) -> 1: referenced nowhere in vLLM"),
     ] {
         let mut all = vec!["ab", recipe, "--baseline", "base", "--no-eval", "-o", o_arg];
         all.extend(args.iter().copied());

@@ -53,7 +53,7 @@ fn closed_stdout_is_not_a_panic() {
     crate::util::install();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader); // every write to `writer` is now EPIPE (Rust ignores SIGPIPE)
-    let out = crate::util::command(&["recipe", "show", "recipes/cpu/smollm2-135m.toml"])
+    let out = crate::util::command(&["recipe", "show", "recipes/cpu/smollm2-135m.toml", "--no-knobs"])
         .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .output()

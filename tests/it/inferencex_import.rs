@@ -19,13 +19,13 @@ fn import_writes_a_recipe_with_one_variant_per_engine_configuration() {
     let log = text(&out);
     assert!(out.status.success(), "{log}");
     assert!(log.contains("job tp8-ep8-dpa-1k1k-conc256: 1 point(s), vllm serve at line 39"), "{log}");
-    let show = enginebench(&["recipe", "show", f.to_str().unwrap(), "--variant", "tp8-ep8-1k1k-conc16"]);
+    let show = enginebench(&["recipe", "show", f.to_str().unwrap(), "--variant", "tp8-ep8-1k1k-conc16", "--no-knobs"]);
     let shown = text(&show);
     assert!(show.status.success(), "{shown}");
     assert!(shown.contains("--tensor-parallel-size 8 --enable-expert-parallel --max-model-len 2304 --max-num-seqs 32"), "{shown}");
     assert!(shown.contains("VLLM_ROCM_USE_AITER_MOE=1"), "{shown}");
     // The same straight from the checkout, with the plan printed.
-    let show = enginebench(&["recipe", "show", "--inferencex-checkout", &ix, "--key", "shapes-fp4-mi355x-vllm", "--scenario", "8k1k"]);
+    let show = enginebench(&["recipe", "show", "--inferencex-checkout", &ix, "--key", "shapes-fp4-mi355x-vllm", "--scenario", "8k1k", "--no-knobs"]);
     let shown = text(&show);
     assert!(show.status.success(), "{shown}");
     assert!(shown.contains("tp4-mtp (variant): benchmarks/single_node/fixed_seq_len/shapes_fp4_mi355x_vllm_mtp.sh line 19"), "{shown}");
@@ -164,7 +164,7 @@ fn run_from_a_checkout_end_to_end() {
 #[test]
 fn run_an_agentic_entry_from_a_checkout() {
     let key = "tinyagent-fp32-cpu-vllm-agentic";
-    let show = enginebench(&["recipe", "show", "--inferencex-checkout", &checkout(), "--key", key]);
+    let show = enginebench(&["recipe", "show", "--inferencex-checkout", &checkout(), "--key", key, "--no-knobs"]);
     assert!(text(&show).contains("hf://datasets/semianalysisai/cc-traces-weka-062126-256k"), "{}", text(&show));
 
     let _engine = engine_lock();

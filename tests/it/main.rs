@@ -15,6 +15,7 @@ mod cli_errors;
 mod dp_e2e;
 mod faults;
 mod inferencex_import;
+mod knobs;
 mod lm_eval_tasks;
 mod profile_e2e;
 mod python_envs;

@@ -75,12 +75,13 @@ fn bad_recipes_are_named_with_exit_2() {
 #[test]
 fn show_lists_one_line_per_point() {
     let f = repo().join("recipes/amd/minimax-m3-mxfp4-mi355x.toml");
-    let out = enginebench(&["recipe", "show", f.to_str().unwrap(), "--variant", "all"]);
+    let out = enginebench(&["recipe", "show", f.to_str().unwrap(), "--variant", "all", "--no-knobs"]);
     let log = text(&out);
     assert!(out.status.success(), "{log}");
     assert!(log.contains("VLLM_ROCM_QUICK_REDUCE_QUANTIZATION=INT4"), "{log}");
     assert!(log.contains("--kv-cache-dtype fp8"), "{log}");
-    assert!(log.contains(r#"--hf-overrides '{"index_topk_freq":4,"use_index_cache":true}'"#), "{log}");
+    assert!(log.contains(r#"--hf-overrides '{"text_config":{"index_topk_freq":4,"use_index_cache":true}}'"#), "{log}");
+    assert!(!log.contains("knobs:"), "--no-knobs: {log}");
     // TP8: 2 pairs x 6 concurrencies; TP4: 2 pairs x 9.
     assert_eq!(log.lines().filter(|l| l.trim_start().starts_with("all ")).count(), 12 + 18, "{log}");
 }
