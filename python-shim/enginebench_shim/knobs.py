@@ -120,6 +120,9 @@ class _Report:
 
     def config(self, argv):
         """(flattened config dict, None) or (None, error text)."""
+        missing = _config_not_here(argv[0])
+        if missing:
+            return None, missing
         try:
             args = self.parse(argv)
             engine_args = compat.get("EngineArgs").from_cli_args(args)
@@ -225,6 +228,24 @@ class _Report:
             entry["verdict"] = _override_verdict(entry, readers, module is not None)
             out.append(entry)
         return out
+
+
+def _config_not_here(model):
+    """Why the model's config.json is not on this machine (neither a local
+    folder nor in the Hugging Face cache), or None. The report never
+    downloads: a check must not wait on the network (or fail for lack of
+    one)."""
+    if os.path.isdir(os.path.expanduser(model)):
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(model, "config.json"), str):
+            return None
+    except Exception:  # not a hub id huggingface_hub accepts
+        pass
+    return (f"the model's config is not on this machine ({model} is neither a local folder nor in the Hugging Face "
+            "cache; the report downloads nothing): judged from the parse alone")
 
 
 def _override_verdict(entry, readers, module_known):
