@@ -245,7 +245,7 @@ def _config_not_here(model):
     except Exception:  # not a hub id huggingface_hub accepts
         pass
     return (f"the model's config is not on this machine ({model} is neither a local folder nor in the Hugging Face "
-            "cache; the report downloads nothing): judged from the parse alone")
+            "cache, and the report downloads nothing)")
 
 
 def _override_verdict(entry, readers, module_known):

@@ -13,7 +13,7 @@ use crate::protocol::knobs::KnobReport;
 pub fn block(report: &KnobReport, indent: &str, only_doubtful: bool) -> String {
     let mut out = String::new();
     if let Some(e) = &report.config_error {
-        out.push_str(&format!("{indent}note: vLLM could not build this config here ({e}): flags are judged from the parse alone\n"));
+        out.push_str(&format!("{indent}note: vLLM could not build this config here, so flags are not judged: {e}\n"));
     }
     let checked_elsewhere: Vec<String> = report
         .env
@@ -21,8 +21,10 @@ pub fn block(report: &KnobReport, indent: &str, only_doubtful: bool) -> String {
         .filter(|e| only_doubtful && (e.status == "unknown" || e.status == "removed"))
         .map(|e| format!("{}={}", e.name, e.value))
         .collect();
+    // Flags left unjudged for want of a config: the note above says why, once.
+    let unjudged = |v: &super::verdict::Verdict| report.config_error.is_some() && v.why.ends_with("not judged: vLLM could not build this config here");
     for v in verdicts(report) {
-        if only_doubtful && (v.effect == Effect::Read || checked_elsewhere.contains(&v.knob)) {
+        if only_doubtful && (v.effect == Effect::Read || checked_elsewhere.contains(&v.knob) || unjudged(&v)) {
             continue;
         }
         out.push_str(&format!("{indent}[{}] {}: {}\n", v.effect.tag(), v.knob, v.why));
