@@ -23,8 +23,9 @@ usage: bench/inferencex_passrate.py [--only KIND] [--machine-fact 'CMD=OUTPUT' .
   `rocm-smi --showfw` or a large node's `df -BG --output=avail /dev/shm`,
   for a pass rate measured away from those machines; or a machine file's
   content, '/sys/...=CONTENT' (Kimi-K3 B300's RDMA rail state). Commands
-  without a given fact run on this machine, files are read here
-  (docs/import.md).
+  without a given fact run on this machine, and files are read here, only
+  when this machine is the entry's kind (a CPU runner, or a GPU of the
+  runner's); otherwise every fact must be given (docs/import.md).
 """
 import glob
 import os

@@ -370,7 +370,9 @@ pub fn import_with(
     machine_facts: &[String],
 ) -> Result<Imported, String> {
     let points = workflow::matrix(e, scenario, hardware)?;
-    let mut facts = Facts::new(machine_facts)?;
+    // This machine answers for the recipe's only when it is that kind of machine.
+    let target = super::machine::Target::of(e.runner.as_deref(), &crate::report::host::Host::detect().gpus);
+    let mut facts = Facts::new(machine_facts, target)?;
     let jobs = evaluate(root, launcher, e, points, &mut facts)?;
     if let Some(other) = jobs.iter().find(|j| j.engine.model != jobs[0].engine.model) {
         return Err(format!(

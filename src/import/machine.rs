@@ -10,15 +10,19 @@
 //! 1. a value given on the command line, `--machine-fact 'CMD=OUTPUT'`
 //!    (`CMD` exactly as the launcher wrote it, arguments included; `\n` in
 //!    `OUTPUT` is a line break);
-//! 2. else the command itself, run on this machine outside the sandbox, when
-//!    it only reads ([`reads_only`]: `hostname` without a new name,
+//! 2. else, when this machine is the kind the recipe is for ([`Target`]:
+//!    the entry's runner is a CPU one, or one of this host's GPUs is the
+//!    runner's), the command itself, run on this machine outside the
+//!    sandbox, when it only reads ([`reads_only`]: `hostname` without a new name,
 //!    `rocm-smi --show...`, `amd-smi static|metric|list|...`, `nvidia-smi
 //!    -L|-q|--query-...`, `df`, `nproc`, `free`, `lscpu`, `rocminfo`, `ibstat`,
 //!    `ibv_devinfo`, `numactl --hardware`) and answers (exit 0 within
 //!    [`RUN_LIMIT`] with some output: `rocm-smi` on a machine without the
 //!    amdgpu driver exits 0 having printed nothing, which is no answer);
 //! 3. else the import stops (exit 2) naming the command, its line and the
-//!    flag.
+//!    flag. A read that would answer here is still refused when the recipe
+//!    is for other hardware (importing an MI355X entry on a laptop): the
+//!    laptop's free `/dev/shm` is no fact about an MI355X node.
 //!
 //! and evaluates the points again with the facts. Every fact a point used is
 //! written into the recipe's notes with the command, its output and where it
@@ -80,40 +84,89 @@ pub struct Fact {
     pub source: Source,
 }
 
+/// Whether this machine is the kind a recipe is for, so that what it
+/// answers is a fact about the recipe's machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// This machine: commands run and files are read here.
+    Here,
+    /// Another machine (the reason, for the message): nothing is run or
+    /// read here; every fact must be given.
+    Elsewhere(String),
+}
+
+/// How an AMD GPU shows in a host's GPU names: the KFD topology names the
+/// ISA, not the product (AMD's LLVM AMDGPU processor table: gfx942 is the
+/// MI300X and MI325X, gfx950 the MI350X and MI355X). NVIDIA's driver names
+/// the product (`NVIDIA H200`).
+const AMD_ISA: [(&str, &str); 5] = [("mi300x", "gfx942"), ("mi300a", "gfx942"), ("mi325x", "gfx942"), ("mi350x", "gfx950"), ("mi355x", "gfx950")];
+
+impl Target {
+    /// Judges `runner` (an InferenceX runner name: `mi355x`, `h200`,
+    /// `b200-dgxc`, `cluster:b200-demo`, `cpu`) against this host's GPU
+    /// names (`host_gpus`, as [`crate::report::host::Host`] reads them).
+    /// No runner, or a CPU one: here (its facts are this kind of machine's).
+    pub fn of(runner: Option<&str>, host_gpus: &[String]) -> Target {
+        let Some(runner) = runner else { return Target::Here };
+        let name = runner.rsplit(':').next().unwrap_or(runner).to_lowercase();
+        let gpu = name.split(['-', '_']).next().unwrap_or(&name).to_string();
+        if gpu == "cpu" {
+            return Target::Here;
+        }
+        let isa = AMD_ISA.iter().find(|(g, _)| *g == gpu).map(|(_, isa)| *isa);
+        let matches = |n: &String| {
+            let n = n.to_lowercase().replace(' ', "");
+            n.contains(&gpu) || isa.is_some_and(|isa| n.contains(isa))
+        };
+        if host_gpus.iter().any(matches) {
+            return Target::Here;
+        }
+        let has = if host_gpus.is_empty() { "no GPU".to_string() } else { host_gpus.join(", ") };
+        Target::Elsewhere(format!("the recipe is for {runner} and this machine is not one (it has {has})"))
+    }
+}
+
 /// The facts of one import: those given, and those resolved so far.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Facts {
     /// `--machine-fact` strings, `CMD=OUTPUT`, as given.
     given: Vec<String>,
+    /// Whether facts not given may be read on this machine.
+    target: Target,
     /// Resolved facts by command line.
     pub known: BTreeMap<String, Fact>,
 }
 
 impl Facts {
-    /// Facts from `--machine-fact` values (each `CMD=OUTPUT`).
+    /// Facts from `--machine-fact` values (each `CMD=OUTPUT`) for a recipe
+    /// whose machine is `target`.
     ///
     /// Errors: a value without `=` (the message shows the right shape).
-    pub fn new(given: &[String]) -> Result<Facts, String> {
+    pub fn new(given: &[String], target: Target) -> Result<Facts, String> {
         if let Some(bad) = given.iter().find(|g| !g.contains('=')) {
             return Err(format!(
                 "--machine-fact {bad:?}: give the command and its output, e.g. --machine-fact 'rocm-smi --showfw=MEC firmware version: 177', or a file and its content, e.g. --machine-fact '/sys/class/infiniband/mlx5_0/ports/1/state=4: ACTIVE'"
             ));
         }
-        Ok(Facts { given: given.to_vec(), known: BTreeMap::new() })
+        Ok(Facts { given: given.to_vec(), target, known: BTreeMap::new() })
     }
 
     /// The output of command line `cmd`, or the content of file `cmd` when
     /// it is a path ([`is_file_fact`]): given, else run or read here (see
     /// the module overview); cached for the rest of the import.
     ///
-    /// Errors: why it has no value on this machine (not installed, refused
-    /// as not read-only, failed, too slow; a file that is not here).
+    /// Errors: why it has no value on this machine (not the recipe's kind
+    /// of machine; not installed, refused as not read-only, failed, too
+    /// slow; a file that is not here).
     pub fn resolve(&mut self, cmd: &str) -> Result<&Fact, String> {
         if !self.known.contains_key(cmd) {
-            let fact = match self.given_value(cmd) {
-                Some(output) => Fact { output, source: Source::Given },
-                None if is_file_fact(cmd) => Fact { output: read_here(cmd)?, source: Source::Read },
-                None => Fact { output: run_here(cmd)?, source: Source::Ran },
+            let fact = match (self.given_value(cmd), &self.target) {
+                (Some(output), _) => Fact { output, source: Source::Given },
+                (None, Target::Elsewhere(why)) => return Err(format!("is not read on this machine: {why}")),
+                (None, Target::Here) => match () {
+                    _ if is_file_fact(cmd) => Fact { output: read_here(cmd)?, source: Source::Read },
+                    _ => Fact { output: run_here(cmd)?, source: Source::Ran },
+                },
             };
             self.known.insert(cmd.to_string(), fact);
         }
@@ -264,14 +317,14 @@ mod tests {
 
     #[test]
     fn given_facts_win_and_commands_with_equals_split_right() {
-        let mut f = Facts::new(&["rocm-smi --showfw=MEC firmware version: 177".into(), "df -BG --output=avail /dev/shm=Avail\\n 100G".into()]).unwrap();
+        let mut f = Facts::new(&["rocm-smi --showfw=MEC firmware version: 177".into(), "df -BG --output=avail /dev/shm=Avail\\n 100G".into()], Target::Here).unwrap();
         assert_eq!(f.resolve("rocm-smi --showfw").unwrap().output, "MEC firmware version: 177");
         let df = f.resolve("df -BG --output=avail /dev/shm").unwrap();
         assert_eq!((df.output.as_str(), &df.source), ("Avail\n 100G", &Source::Given));
         assert!(f.unused_given().is_empty());
-        assert!(Facts::new(&["hostname".into()]).unwrap_err().contains("--machine-fact 'rocm-smi --showfw="));
+        assert!(Facts::new(&["hostname".into()], Target::Here).unwrap_err().contains("--machine-fact 'rocm-smi --showfw="));
         // Not a machine query: never run.
-        let mut f = Facts::new(&[]).unwrap();
+        let mut f = Facts::new(&[], Target::Here).unwrap();
         assert!(f.resolve("curl example.com").unwrap_err().contains("not a read-only machine query"));
         // `nproc` answers on every Linux machine.
         let n = f.resolve("nproc").unwrap();
@@ -281,10 +334,35 @@ mod tests {
     }
 
     #[test]
+    fn facts_of_another_machine_are_not_read_here() {
+        // An MI355X entry imported on a machine without one: this machine's
+        // free /dev/shm is no fact about the MI355X node; it must be given.
+        let none: Vec<String> = Vec::new();
+        let target = Target::of(Some("mi355x"), &none);
+        let Target::Elsewhere(why) = &target else { panic!("{target:?}") };
+        assert_eq!(why, "the recipe is for mi355x and this machine is not one (it has no GPU)");
+        let df = "df -BG --output=avail /dev/shm";
+        let mut f = Facts::new(&[], target.clone()).unwrap();
+        assert_eq!(f.resolve(df).unwrap_err(), format!("is not read on this machine: {why}"));
+        assert!(f.resolve("/sys/class/net/lo/operstate").unwrap_err().starts_with("is not read on this machine"), "files neither");
+        let mut f = Facts::new(&[format!("{df}=Avail\\n 3000G")], target).unwrap();
+        assert_eq!(f.resolve(df).unwrap().output, "Avail\n 3000G", "a given fact still answers");
+        // On the target itself (KFD names an MI355X gfx950; NVIDIA names the product), or for a CPU runner: read here.
+        for (runner, gpus) in [("mi355x", vec!["gfx950"]), ("h200-dgxc", vec!["NVIDIA H200"]), ("cluster:b200-demo", vec!["NVIDIA B200"]), ("cpu", vec![])] {
+            let gpus: Vec<String> = gpus.into_iter().map(String::from).collect();
+            assert_eq!(Target::of(Some(runner), &gpus), Target::Here, "{runner} on {gpus:?}");
+        }
+        assert!(matches!(Target::of(Some("mi355x"), &["gfx942".to_string()]), Target::Elsewhere(_)), "an MI300X is not an MI355X");
+        assert!(matches!(Target::of(Some("h200"), &["NVIDIA B200".to_string()]), Target::Elsewhere(_)));
+        let mut f = Facts::new(&[], Target::Here).unwrap();
+        assert_eq!(f.resolve("nproc").unwrap().source, Source::Ran);
+    }
+
+    #[test]
     fn files_under_sys_are_facts_given_or_read_here() {
         let state = "/sys/class/infiniband/mlx5_0/ports/1/state";
         assert!(is_file_fact(state) && !is_file_fact("hostname") && !is_file_fact("/etc/passwd"));
-        let mut f = Facts::new(&[format!("{state}=4: ACTIVE")]).unwrap();
+        let mut f = Facts::new(&[format!("{state}=4: ACTIVE")], Target::Here).unwrap();
         let given = f.resolve(state).unwrap();
         assert_eq!((given.output.as_str(), &given.source), ("4: ACTIVE", &Source::Given));
         // Read on this machine: a /sys file every Linux machine has.
