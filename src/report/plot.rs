@@ -7,7 +7,8 @@
 //!   concurrency, on a log2 concurrency axis.
 //!
 //! One curve per job label of a run (and, for `ab`, per variant and TP
-//! size, from `ab`'s comparison), labelled in a legend. Text is drawn
+//! size, from `ab`'s comparison), labelled in a legend; a point may carry
+//! interval bars (`ab`'s candidate: the 95% interval of the change). Text is drawn
 //! with a bundled subset of DejaVu Sans (`font/`, Bitstream Vera license),
 //! so no system font library is needed.
 
@@ -44,6 +45,12 @@ pub struct PlotPoint {
     pub intvty: f64,
     /// Median TPOT, ms.
     pub tpot_ms: f64,
+    /// An interval to draw as a bar around the point, tok/s/gpu (`ab`: the
+    /// 95% interval of the change on the candidate's point; `None`: no bar).
+    pub tput_range: Option<(f64, f64)>,
+    /// The same for the median TPOT, ms (drawn on the TPOT chart, and as
+    /// interactivity, 1000 / TPOT, across the Pareto chart).
+    pub tpot_range: Option<(f64, f64)>,
 }
 
 /// One curve: a variant (and TP) at one ISL/OSL, points by concurrency.
@@ -137,7 +144,7 @@ pub fn from_result(result: &RunResult) -> Vec<Charts> {
                         .into_iter()
                         .map(|(conc, (t, i, m, n))| {
                             let n = n as f64;
-                            PlotPoint { conc, tput_per_gpu: t / n, intvty: i / n, tpot_ms: m / n }
+                            PlotPoint { conc, tput_per_gpu: t / n, intvty: i / n, tpot_ms: m / n, tput_range: None, tpot_range: None }
                         })
                         .collect(),
                 })
@@ -183,9 +190,21 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, charts: &Charts, 
         Kind::Pareto => p.intvty,
         _ => f64::from(p.conc.max(1)).log2(),
     };
+    // A point's bars as (x range, y range), where it has them.
+    let bars_of = |p: &PlotPoint| -> (Option<(f64, f64)>, Option<(f64, f64)>) {
+        let intvty = |(lo, hi): (f64, f64)| (1000.0 / hi.max(f64::MIN_POSITIVE), 1000.0 / lo.max(f64::MIN_POSITIVE));
+        match kind {
+            Kind::Pareto => (p.tpot_range.map(intvty), p.tput_range),
+            Kind::TputVsConc => (None, p.tput_range),
+            Kind::TpotVsConc => (None, p.tpot_range),
+        }
+    };
     let points: Vec<&PlotPoint> =
         charts.series.iter().flat_map(|s| &s.points).filter(|p| x_of(p).is_finite() && y_of(p).is_finite()).collect();
-    let y_max = points.iter().map(|p| y_of(p)).fold(0.0f64, f64::max);
+    let y_points = points.iter().map(|p| y_of(p)).fold(0.0f64, f64::max);
+    // A bar may reach past the points, up to twice their top (then it is cut at the frame).
+    let y_bars = points.iter().filter_map(|p| bars_of(p).1).map(|(_, hi)| hi.min(2.0 * y_points)).fold(0.0f64, f64::max);
+    let y_max = y_points.max(y_bars);
     let y_max = if y_max > 0.0 { y_max * 1.12 } else { 1.0 };
     let mut builder = ChartBuilder::on(root);
     builder
@@ -238,6 +257,21 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, charts: &Charts, 
             .label(s.label.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], colour.stroke_width(3)));
         chart.draw_series(xy.iter().map(|&(x, y)| Circle::new((x, y), 5, colour.filled()))).map_err(err)?;
+        // Interval bars, cut at the frame: a vertical one (y) and, on the Pareto chart, a horizontal one (x).
+        let (x_axis, y_axis) = (chart.x_range(), chart.y_range());
+        let clamp = |v: f64, r: &std::ops::Range<f64>| if v.is_nan() { r.end } else { v.clamp(r.start, r.end) };
+        let mut bars = Vec::new();
+        for p in s.points.iter().filter(|p| x_of(p).is_finite() && y_of(p).is_finite()) {
+            let (xb, yb) = bars_of(p);
+            let (x, y) = (x_of(p), y_of(p));
+            if let Some((lo, hi)) = yb {
+                bars.push(vec![(x, clamp(lo, &y_axis)), (x, clamp(hi, &y_axis))]);
+            }
+            if let Some((lo, hi)) = xb {
+                bars.push(vec![(clamp(lo, &x_axis), y), (clamp(hi, &x_axis), y)]);
+            }
+        }
+        chart.draw_series(bars.into_iter().map(|b| PathElement::new(b, colour.stroke_width(2)))).map_err(err)?;
         if kind == Kind::Pareto {
             // "conc N" beside each marker, offset in pixels: the Pareto x axis is not the concurrency.
             let font = ("sans-serif", 13).into_font().color(&colour);
@@ -297,7 +331,7 @@ pub(crate) mod tests {
     use super::*;
 
     pub fn two_curves() -> Charts {
-        let pt = |conc: u32, tput: f64, tpot: f64| PlotPoint { conc, tput_per_gpu: tput, intvty: 1000.0 / tpot, tpot_ms: tpot };
+        let pt = |conc: u32, tput: f64, tpot: f64| PlotPoint { conc, tput_per_gpu: tput, intvty: 1000.0 / tpot, tpot_ms: tpot, tput_range: None, tpot_range: None };
         Charts {
             isl: 64,
             osl: 16,
