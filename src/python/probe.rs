@@ -143,11 +143,9 @@ pub fn inspect(path: &Path, origin: Origin, chosen_by: &str) -> Result<Interpret
     let report: Report = match (out.status.success(), serde_json::from_str(text.trim())) {
         (true, Ok(r)) => r,
         _ => {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
             return Err(usage(format!(
-                "{shown} (from {how}) is not a working Python interpreter ({}; {last}): give a CPython 3.10+ `python`",
-                out.status
+                "{shown} (from {how}) is not a working Python interpreter ({}): give a CPython 3.10+ `python`",
+                what_it_said(&out)
             )));
         }
     };
@@ -194,6 +192,24 @@ pub fn inspect(path: &Path, origin: Origin, chosen_by: &str) -> Result<Interpret
         chosen_by: chosen_by.to_string(),
         missing,
     })
+}
+
+/// What a program that should have run the probe did instead, in a few
+/// words for an error: its exit status and its last line of stderr (a
+/// failure's reason), else of stdout (a script that printed something else
+/// than the probe's report), else that it printed nothing.
+fn what_it_said(out: &std::process::Output) -> String {
+    let last = |b: &[u8]| {
+        let text = String::from_utf8_lossy(b);
+        text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| l.chars().take(200).collect::<String>())
+    };
+    let (err, said) = (last(&out.stderr), last(&out.stdout));
+    match (out.status.success(), err, said) {
+        (false, Some(e), _) => format!("{}; {e}", out.status),
+        (_, _, Some(o)) => format!("{}, it printed {o:?} instead of the probe's report (Python's version, prefix and packages)", out.status),
+        (_, Some(e), None) => format!("{}; {e}", out.status),
+        (_, None, None) => format!("{}, it printed nothing: no Python version, no probe report", out.status),
+    }
 }
 
 /// `$ENGINEBENCH_FAKE_ENGINE` selects the stand-in engine (src/engine/fake.rs),

@@ -262,7 +262,7 @@ impl Recipe {
 
     /// Parses recipe text; `origin` names it in error messages.
     pub fn parse(text: &str, origin: &str) -> Result<Recipe> {
-        let recipe: Recipe = toml::from_str(text).map_err(|e| {
+        let error = |e: &toml::de::Error, field: Option<String>| {
             let at = e
                 .span()
                 .map(|s| {
@@ -270,8 +270,12 @@ impl Recipe {
                     format!(":{line}:{col}")
                 })
                 .unwrap_or_default();
-            usage(format!("recipe {origin}{at}: {}", e.message()))
-        })?;
+            // The key whose value is wrong (`env.VLLM_CPU_KVCACHE_SPACE`), when serde knows it.
+            let field = field.filter(|f| f != "." && !f.is_empty()).map(|f| format!("`{f}`: ")).unwrap_or_default();
+            usage(format!("recipe {origin}{at}: {field}{}", e.message()))
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| error(&e, None))?;
+        let recipe: Recipe = serde_path_to_error::deserialize(de).map_err(|e| error(e.inner(), Some(e.path().to_string())))?;
         recipe.validate(origin)?;
         Ok(recipe)
     }
@@ -385,6 +389,14 @@ conc = [1, 4]
         assert!(err.contains("t.toml:10:1"), "{err}");
         assert!(err.contains("concurrency"), "{err}");
         assert!(err.contains("conc_range"), "lists valid keys: {err}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_key() {
+        let text = GOOD.replace("[engine]", "[env]\nVLLM_CPU_KVCACHE_SPACE = 2\n[engine]");
+        let err = Recipe::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(err.starts_with("recipe t.toml:6:"), "{err}");
+        assert!(err.contains("`env.VLLM_CPU_KVCACHE_SPACE`: invalid type: integer"), "{err}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Deserialize;
 
-use super::files::{for_each_line, json_error};
+use super::files::{for_each_line, parse_json};
 use super::sessions::{Arrival, Content, SessionSet, TurnRecord};
 use super::synth::name_key;
 use crate::error::usage;
@@ -136,14 +136,14 @@ fn parse(path: &Path) -> Result<Vec<Parsed>> {
     let text = std::fs::read_to_string(path).map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
     let mut out = Vec::new();
     if text.trim_start().starts_with('[') {
-        let raw: Vec<RawConversation> = serde_json::from_str(&text).map_err(|e| json_error(path, None, &e))?;
+        let raw: Vec<RawConversation> = parse_json(path, None, &text)?;
         for (i, c) in raw.into_iter().enumerate() {
             out.push(check(c, &format!("{}: entry {i}", path.display()))?);
         }
     } else {
         drop(text);
         for_each_line(path, |line, text| {
-            let raw: RawConversation = serde_json::from_str(text).map_err(|e| json_error(path, Some(line), &e))?;
+            let raw: RawConversation = parse_json(path, Some(line), text)?;
             out.push(check(raw, &format!("{}:{line}", path.display()))?);
             Ok(())
         })?;
@@ -156,15 +156,21 @@ fn parse(path: &Path) -> Result<Vec<Parsed>> {
 
 /// Checks one entry; `place` names it in errors.
 fn check(raw: RawConversation, place: &str) -> Result<Parsed> {
-    let name = match raw.id {
-        Some(serde_json::Value::String(s)) => s,
-        Some(v) => v.to_string(),
-        None => place.rsplit(": ").next().unwrap_or(place).to_string(),
+    let id = match raw.id {
+        Some(serde_json::Value::String(s)) => Some(s),
+        Some(v) => Some(v.to_string()),
+        None => None,
     };
-    let msgs = raw.conversations.ok_or_else(|| usage(format!("{place} ({name}): missing field `conversations`")))?;
+    // Errors name the place once, and the entry's id when it has one.
+    let at_entry = match &id {
+        Some(id) => format!("{place} (id {id})"),
+        None => place.to_string(),
+    };
+    let name = id.unwrap_or_else(|| place.rsplit(": ").next().unwrap_or(place).to_string());
+    let msgs = raw.conversations.ok_or_else(|| usage(format!("{at_entry}: missing field `conversations`")))?;
     let mut messages = Vec::with_capacity(msgs.len());
     for (j, m) in msgs.into_iter().enumerate() {
-        let at = |what: &str| usage(format!("{place} ({name}): conversations[{j}]: {what}"));
+        let at = |what: &str| usage(format!("{at_entry}: conversations[{j}]: {what}"));
         let from = m.from.ok_or_else(|| at("missing field `from`"))?;
         let role = match from.as_str() {
             "human" | "user" => "user",
@@ -267,9 +273,9 @@ pub(crate) mod tests {
         std::fs::write(&path, format!("{good}\n\n{}\n", good.replace("\"a\"", "\"b\""))).unwrap();
         assert_eq!(check_conversations(&path, None).unwrap().turns, 2);
         let cases: &[(String, &str, &str)] = &[
-            (good.replace("human", "bot"), "c.jsonl", r#"c.jsonl:1 (a): conversations[0]: `from` is "bot"; expected "human", "gpt" or "system""#),
-            (good.replace(r#", "value": "hi""#, ""), "c.jsonl", "c.jsonl:1 (a): conversations[0]: missing field `value`"),
-            (good.replace("conversations", "turns"), "c.jsonl", "c.jsonl:1 (a): missing field `conversations`"),
+            (good.replace("human", "bot"), "c.jsonl", r#"c.jsonl:1 (id a): conversations[0]: `from` is "bot"; expected "human", "gpt" or "system""#),
+            (good.replace(r#", "value": "hi""#, ""), "c.jsonl", "c.jsonl:1 (id a): conversations[0]: missing field `value`"),
+            (good.replace("conversations", "turns"), "c.jsonl", "c.jsonl:1 (id a): missing field `conversations`"),
             (format!("{good}\n{{\"id\": "), "c.jsonl", "c.jsonl:2:"),
             ("[{\"id\": \"x\", \"conversations\": [{\"from\": \"human\", \"value\": 3}]}]".into(), "c.json", "c.json:1:"),
             (format!("[{}]", good.replace("gpt", "human")), "c.json", "no conversation has a user message followed by a reply"),
@@ -278,6 +284,12 @@ pub(crate) mod tests {
         for (text, name, want) in cases {
             let got = error_of(text, name);
             assert!(got.contains(want), "input {text:?}\n  error {got:?}\n  wanted {want:?}");
+        }
+        // Without an id the place is named once, not twice.
+        let anonymous = good.replace(r#""id": "a", "#, "").replace("human", "bot");
+        for (text, name, want) in [(anonymous.clone(), "c.jsonl", "c.jsonl:1: conversations[0]"), (format!("[{anonymous}]"), "c.json", "c.json: entry 0: conversations[0]")] {
+            let got = error_of(&text, name);
+            assert!(got.contains(want) && got.matches(name).count() == 1, "{got}");
         }
         let err = check_conversations(&dir.path().join("missing.json"), None).unwrap_err();
         assert!(err.to_string().contains("cannot read"), "{err}");

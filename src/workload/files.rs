@@ -32,12 +32,26 @@ pub fn for_each_line(path: &Path, mut each: impl FnMut(usize, &str) -> Result<()
     }
 }
 
+/// Parses `text` (line `line` of `path`, or the whole file when `None`)
+/// as a `T`.
+///
+/// Errors (usage): [`json_error`]'s, naming the field that failed.
+pub fn parse_json<T: serde::de::DeserializeOwned>(path: &Path, line: Option<usize>, text: &str) -> Result<T> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| json_error(path, line, &e.path().to_string(), e.inner()))?;
+    de.end().map_err(|e| json_error(path, line, ".", &e))?;
+    Ok(value)
+}
+
 /// A usage error for a JSON parse failure at `line` of `path` (for a whole
-/// file parsed at once, `line` is `None` and serde's own line is used).
-pub fn json_error(path: &Path, line: Option<usize>, e: &serde_json::Error) -> anyhow::Error {
+/// file parsed at once, `line` is `None` and serde's own line is used), at
+/// the field `field` (serde_path_to_error's path, e.g. `requests[3].hash_ids`;
+/// `.` for the document itself, which is not named).
+fn json_error(path: &Path, line: Option<usize>, field: &str, e: &serde_json::Error) -> anyhow::Error {
     let text = e.to_string();
     // serde appends " at line L column C"; we say where ourselves.
     let message = text.rsplit_once(" at line ").map_or(text.as_str(), |(m, _)| m);
     let line = line.unwrap_or(e.line());
-    usage(format!("{}:{}:{}: {message}", path.display(), line, e.column()))
+    let field = if field == "." || field.is_empty() { String::new() } else { format!("field `{field}`: ") };
+    usage(format!("{}:{}:{}: {field}{message}", path.display(), line, e.column()))
 }

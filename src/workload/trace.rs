@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Deserialize;
 
-use super::files::{for_each_line, json_error};
+use super::files::{for_each_line, parse_json};
 use super::sessions::{Arrival, Content, SessionSet, TurnRecord};
 use super::trees::{Entry, RecordedSubagent, RecordedTurn, TreeCounts, add_tree};
 use super::synth::name_key;
@@ -205,7 +205,7 @@ pub fn load_agentx(path: &Path, default_block_size: u32, split_chains: bool) -> 
     let file = path.display().to_string();
     for_each_line(path, |line, text| {
         let at = |what: String| usage(format!("{file}:{line}: {what}"));
-        let raw: RawSession = serde_json::from_str(text).map_err(|e| json_error(path, Some(line), &e))?;
+        let raw: RawSession = parse_json(path, Some(line), text)?;
         let id = match raw.id {
             Some(serde_json::Value::String(s)) => s,
             Some(v @ serde_json::Value::Number(_)) => v.to_string(),
@@ -378,7 +378,7 @@ pub fn load_timed(path: &Path, block_size: u32) -> Result<(SessionSet, LoadSumma
     let mut lines: Vec<(f64, u32, u32, Vec<u64>, usize, Option<String>)> = Vec::new();
     for_each_line(path, |line, text| {
         let at = |what: String| usage(format!("{file}:{line}: {what}"));
-        let raw: RawTimed = serde_json::from_str(text).map_err(|e| json_error(path, Some(line), &e))?;
+        let raw: RawTimed = parse_json(path, Some(line), text)?;
         let t = raw.timestamp.ok_or_else(|| at("missing field `timestamp`".into()))?;
         let t = time(t, "timestamp").map_err(at)?;
         let input = raw.input_length.ok_or_else(|| at("missing field `input_length`".into()))?;
@@ -665,9 +665,9 @@ mod tests {
             let got = agentx_error(text);
             assert!(got.contains(want), "input {text:?}\n  error {got:?}\n  wanted {want:?}");
         }
-        // The type error keeps serde's words and the column.
+        // The type error keeps serde's words and the column, and names the field.
         let got = agentx_error(&ok.replace(r#""in":32"#, r#""in":"ten""#));
-        assert!(got.contains("invalid type: string \"ten\""), "{got}");
+        assert!(got.contains("field `requests[0].in`: invalid type: string \"ten\""), "{got}");
     }
 
     #[test]
@@ -741,6 +741,8 @@ mod tests {
             (ok.replace(r#", "hash_ids": [1, 2]"#, ""), "missing field `hash_ids`"),
             (ok.replace("}", ""), "bad.jsonl:1:"),
             (String::new(), "no requests in the file"),
+            // A wrong type names the field (docs/workloads.md).
+            (format!("{ok}\n{}", ok.replace("[1, 2]", r#""1002""#)), "bad.jsonl:2:75: field `hash_ids`: invalid type: string \"1002\", expected a sequence"),
         ];
         for (text, want) in cases {
             let got = timed_error(text);
