@@ -22,6 +22,9 @@ pub struct RequestRow {
     pub job: usize,
     /// Index of the point in the job's `points`.
     pub point: usize,
+    /// The run's attempt that wrote it (0 first, k after the k-th `--resume`).
+    #[serde(default)]
+    pub attempt: u32,
     /// Prompt tokens.
     pub input_tokens: u32,
     /// Tokens generated.
@@ -177,6 +180,7 @@ pub fn load_arm(result_path: &Path, label: Option<&str>, role: &str, flag: &str)
         )));
     }
     let requests = read_jsonl::<RequestRow>(&result_path.with_file_name("requests.jsonl"))?;
+    let requests = crate::report::files::current_attempt(requests, |r| (r.job, r.point, r.attempt));
     let sample_lines = read_jsonl::<SampleLine>(&result_path.with_file_name("gsm8k_samples.jsonl"))?;
     let single_job = result.jobs.len() == 1;
     let mut repeats = Vec::new();

@@ -252,6 +252,7 @@ mod tests {
         RequestRow {
             job: 0,
             point: 0,
+            attempt: 0,
             input_tokens: 1,
             output_tokens: ids.len() as u32,
             ttft_ms: Some(1.0),

@@ -58,6 +58,7 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
             requests.push(RequestRow {
                 job: 0,
                 point: pi,
+                attempt: 0,
                 input_tokens: r.input_tokens,
                 output_tokens: r.output_tokens,
                 ttft_ms: r.ttft_s().map(|s| s * 1000.0),
@@ -466,6 +467,7 @@ fn loads_two_labels_from_one_result_folder() {
         jobs: vec![b.job.clone(), c.job.clone()],
         resumes: 0,
         execution: None,
+        error: None,
     };
     let path = dir.path().join("result.json");
     std::fs::write(&path, serde_json::to_string(&result).unwrap()).unwrap();

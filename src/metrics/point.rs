@@ -20,29 +20,45 @@ pub struct FigureSpec<'a> {
 }
 
 /// Throughput and latency of one point, as `vllm bench serve` reports them.
+///
+/// A point in which no request completed (one interrupted before its first
+/// request finished) has no figures: its duration, throughputs and latency
+/// figures are NaN here and `null` in JSON (read back as NaN), never a 0
+/// that could pass for a measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PointFigures {
     /// Requests that finished normally.
     pub completed: u32,
-    /// Requests that failed or were aborted (never dropped silently).
+    /// Requests sent that failed or were aborted (never dropped silently).
     pub failed: u32,
+    /// Requests never sent: the point was interrupted (Ctrl-C) before their
+    /// turn. Neither completed nor failed; absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_sent: u32,
     /// Prompt tokens of completed requests.
     pub total_input_tokens: u64,
     /// Generated tokens of completed requests.
     pub total_output_tokens: u64,
     /// From the first request sent to the last token received, s.
+    #[serde(deserialize_with = "null_is_nan")]
     pub duration_s: f64,
     /// completed / duration, req/s.
+    #[serde(deserialize_with = "null_is_nan")]
     pub request_throughput: f64,
     /// total_output_tokens / duration, tok/s.
+    #[serde(deserialize_with = "null_is_nan")]
     pub output_throughput: f64,
     /// (total_input_tokens + total_output_tokens) / duration, tok/s.
+    #[serde(deserialize_with = "null_is_nan")]
     pub total_token_throughput: f64,
     /// total_token_throughput / GPUs, as InferenceX's `tput_per_gpu`, tok/s/GPU.
+    #[serde(deserialize_with = "null_is_nan")]
     pub tput_per_gpu: f64,
     /// output_throughput / GPUs (InferenceX `output_tput_per_gpu`), tok/s/GPU.
+    #[serde(deserialize_with = "null_is_nan")]
     pub output_tput_per_gpu: f64,
     /// (total - output) throughput / GPUs (InferenceX `input_tput_per_gpu`), tok/s/GPU.
+    #[serde(deserialize_with = "null_is_nan")]
     pub input_tput_per_gpu: f64,
     /// Completed requests meeting every goodput SLO / duration, req/s (as
     /// bench serve's `request_goodput`); absent without SLOs.
@@ -55,8 +71,27 @@ pub struct PointFigures {
     /// tokens (equal to `itl` without speculative decoding); and `{mean,median,pNN}_intvty` =
     /// 1000 / the TPOT figure, tok/s/user, as InferenceX's `*_intvty` (absent
     /// where TPOT is 0).
-    #[serde(flatten)]
+    #[serde(flatten, deserialize_with = "null_is_nan_map")]
     pub latency_ms: BTreeMap<String, f64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A figure written as `null` (serde_json writes NaN so) read back as NaN.
+fn null_is_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// [`null_is_nan`] for each figure of the latency map.
+fn null_is_nan_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
+    let raw = BTreeMap::<String, serde_json::Value>::deserialize(d)?;
+    // The flattened map also sees the struct's other keys' leftovers: keep numbers and nulls.
+    Ok(raw.into_iter().filter_map(|(k, v)| match v {
+        serde_json::Value::Null => Some((k, f64::NAN)),
+        v => v.as_f64().map(|x| (k, x)),
+    }).collect())
 }
 
 impl PointFigures {
@@ -71,6 +106,9 @@ impl PointFigures {
 /// one output token.
 pub fn point_figures(records: &[RequestRecord], duration_s: f64, spec: FigureSpec<'_>) -> PointFigures {
     let done: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
+    let not_sent = records.iter().filter(|r| r.not_sent()).count();
+    // Nothing completed: no figure is defined (NaN, null in JSON).
+    let duration_s = if done.is_empty() { f64::NAN } else { duration_s };
     let ms = |v: Option<f64>| v.map(|s| s * 1000.0);
     let ttft: Vec<f64> = done.iter().filter_map(|r| ms(r.ttft_s())).collect();
     let tpot: Vec<f64> = done.iter().filter_map(|r| ms(r.tpot_s())).collect();
@@ -80,12 +118,18 @@ pub fn point_figures(records: &[RequestRecord], duration_s: f64, spec: FigureSpe
 
     let total_input_tokens: u64 = done.iter().map(|r| u64::from(r.input_tokens)).sum();
     let total_output_tokens: u64 = done.iter().map(|r| u64::from(r.output_tokens)).sum();
-    let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
+    let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else if duration_s.is_nan() { f64::NAN } else { 0.0 };
 
     let mut latency_ms = BTreeMap::new();
     let series = [("ttft", &ttft), ("tpot", &tpot), ("itl", &itl), ("itl_per_token", &itl_per_token), ("e2el", &e2el)];
     for (name, values) in series {
-        let s = Summary::of(values, spec.percentiles);
+        let mut s = Summary::of(values, spec.percentiles);
+        if done.is_empty() {
+            s.mean = f64::NAN;
+            s.median = f64::NAN;
+            s.std = f64::NAN;
+            s.percentiles.iter_mut().for_each(|p| p.1 = f64::NAN);
+        }
         latency_ms.insert(format!("mean_{name}_ms"), s.mean);
         latency_ms.insert(format!("median_{name}_ms"), s.median);
         latency_ms.insert(format!("std_{name}_ms"), s.std);
@@ -121,7 +165,8 @@ pub fn point_figures(records: &[RequestRecord], duration_s: f64, spec: FigureSpe
 
     PointFigures {
         completed: done.len() as u32,
-        failed: (records.len() - done.len()) as u32,
+        failed: (records.len() - done.len() - not_sent) as u32,
+        not_sent: not_sent as u32,
         total_input_tokens,
         total_output_tokens,
         duration_s,
@@ -213,6 +258,31 @@ mod tests {
         // output_len 1: no TPOT sample, so TPOT figures are 0 as in bench serve.
         assert_eq!(f.ms("mean_tpot_ms"), 0.0);
         assert!((f.ms("mean_ttft_ms") - 500.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn unsent_requests_are_not_failures_and_a_point_without_completions_has_no_figures() {
+        let unsent = || RequestRecord { error: Some(crate::protocol::NOT_SENT.into()), ..RequestRecord::default() };
+        let mut aborted = req(0.0, &[(0.1, 1)]);
+        aborted.error = Some("aborted: interrupted".into());
+        let f = point_figures(&[aborted, unsent(), unsent()], 0.4, SPEC);
+        assert_eq!((f.completed, f.failed, f.not_sent), (0, 1, 2));
+        for key in ["mean_ttft_ms", "median_tpot_ms", "p99_e2el_ms"] {
+            assert!(f.ms(key).is_nan(), "{key}: {}", f.ms(key));
+        }
+        assert!(f.duration_s.is_nan() && f.output_throughput.is_nan() && f.tput_per_gpu.is_nan());
+        // null in JSON, and read back as such.
+        let v = serde_json::to_value(&f).unwrap();
+        for key in ["mean_ttft_ms", "median_tpot_ms", "duration_s", "output_throughput"] {
+            assert!(v[key].is_null(), "{key}: {v}");
+        }
+        assert_eq!(v["not_sent"], 2);
+        let back: PointFigures = serde_json::from_value(v).unwrap();
+        assert!(back.duration_s.is_nan() && back.ms("mean_ttft_ms").is_nan() && back.not_sent == 2);
+        // With a completion the figures are numbers again, and not_sent is left out at 0.
+        let f = point_figures(&[req(0.0, &[(0.5, 1)])], 0.5, SPEC);
+        let v = serde_json::to_value(&f).unwrap();
+        assert!(v["duration_s"].is_number() && v.get("not_sent").is_none(), "{v}");
     }
 
     #[test]

@@ -53,9 +53,20 @@ pub struct SessionSummary {
     pub first_turn_ttft_ms: Option<Dist>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub later_turn_ttft_ms: Option<Dist>,
-    /// Per session: first measured send to last measured token, s.
+    /// Per session: first measured send to last measured token, s; absent
+    /// when every session is one request (a timed trace without session
+    /// keys), whose span would only repeat its E2EL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_duration_s: Option<Dist>,
+    /// What stopped the replay: `max_requests` (the measured-request budget,
+    /// `num_prompts`), `duration` (`duration_s`), `exhausted` (the end of
+    /// the file); absent when Ctrl-C stopped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<crate::protocol::StopReason>,
+    /// Requests (turns) the file holds in all: with the requests sent, how
+    /// much of the file the point replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_requests: Option<u32>,
 }
 
 /// Summarises the sessions of a point; `turns` is parallel to `records`.
@@ -77,7 +88,10 @@ pub fn summarize_sessions(records: &[RequestRecord], turns: &[TurnInfo]) -> Sess
             if t.stream == 0 && t.turn == 0 { first.push(ttft * 1000.0) } else { later.push(ttft * 1000.0) }
         }
     }
-    let mut durations: Vec<f64> = spans.values().filter(|(a, b)| b >= a).map(|(a, b)| b - a).collect();
+    // One-request sessions have no span of their own (it is the request's E2EL).
+    let multi_request = counts.values().any(|&n| n > 1);
+    let mut durations: Vec<f64> =
+        if multi_request { spans.values().filter(|(a, b)| b >= a).map(|(a, b)| b - a).collect() } else { Vec::new() };
     let measured_requests = turns.iter().filter(|t| measured(t)).count() as u32;
     SessionSummary {
         sessions: counts.len() as u32,
@@ -88,6 +102,8 @@ pub fn summarize_sessions(records: &[RequestRecord], turns: &[TurnInfo]) -> Sess
         first_turn_ttft_ms: Dist::of(&mut first),
         later_turn_ttft_ms: Dist::of(&mut later),
         session_duration_s: Dist::of(&mut durations),
+        stopped_by: None,
+        file_requests: None,
     }
 }
 
@@ -137,6 +153,9 @@ mod tests {
         let d = s.session_duration_s.unwrap();
         // Session 0: 1.0 -> 2.5; session 1: 1.0 -> 3.1.
         assert!((d.mean - (1.5 + 2.1) / 2.0).abs() < 1e-9, "{d:?}");
+        // One request per session (a timed trace without keys): no session span.
+        let single = summarize_sessions(&records[1..3], &[turn(0, 0, 0, ReplayPhase::Measured), turn(1, 0, 0, ReplayPhase::Measured)]);
+        assert_eq!((single.sessions, single.session_duration_s), (2, None));
         let empty = summarize_sessions(&[], &[]);
         assert_eq!((empty.sessions, empty.first_turn_ttft_ms), (0, None));
     }

@@ -2,8 +2,8 @@
 //! loads. The recipe's TOML and schema, placeholders and `--hf-overrides` JSON
 //! are checked in Rust when the recipe is read; the flag lists go through
 //! vLLM's own serve parser in one worker process (no engine is built, no
-//! weights are read); then ISL + OSL against `--max-model-len` and TP
-//! against the visible GPUs.
+//! weights are read); then ISL + OSL against `--max-model-len`
+//! ([`super::lengths`]) and TP against the visible GPUs.
 
 use std::path::{Path, PathBuf};
 
@@ -135,15 +135,6 @@ pub const REMOVED_ENV: [(&str, &str, &str); 12] = [
     ),
 ];
 
-/// An error when `model` is written as a local path (`/x`, `./x`, `../x`,
-/// `~/x`) and nothing is there; hub ids (`org/name`) pass.
-pub fn missing_local_model(model: &str) -> Option<String> {
-    let local = model.starts_with('/') || model.starts_with("./") || model.starts_with("../") || model.starts_with('~');
-    (local && !Path::new(model).exists()).then(|| {
-        format!("model {model}: no such local path (a local model must exist here; a Hugging Face id is ORG/NAME)")
-    })
-}
-
 /// Judges one configuration from vLLM's parse and the host.
 pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &FlagCheck, host: &Host) -> Findings {
     let mut f = Findings::default();
@@ -163,7 +154,7 @@ pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &Fla
         let runs_here = recipe.is_cpu() && recipe.image.is_none();
         if recipe.strict || runs_here { f.errors.push(msg) } else { f.warnings.push(msg) }
     }
-    if let Some(e) = missing_local_model(&recipe.model) {
+    if let Some(e) = super::plan::missing_local_model(&recipe.model) {
         f.errors.push(e);
     }
     let version = flags.vllm_version.as_deref().unwrap_or("this vLLM");
@@ -198,24 +189,19 @@ pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &Fla
     } else if flags.known_env_count == 0 {
         f.notes.push("could not read vLLM's list of environment variables".into());
     }
-    let max_len = flags.max_model_len.or_else(|| model_max_len(Path::new(model)));
-    let sweep = &config.sweep;
-    let need = config
-        .points
-        .iter()
-        .map(|p| {
-            let (_, isl_hi) = sweep.length_convention.bounds(p.isl, sweep.range_ratio);
-            let (_, osl_hi) = sweep.length_convention.bounds(p.osl, sweep.range_ratio);
-            (u64::from(sweep.prefix_len + isl_hi + osl_hi), p)
-        })
-        .max_by_key(|(n, _)| *n);
-    match (max_len, need) {
-        (Some(max), Some((n, p))) if n > max => f.errors.push(format!(
-            "ISL {} + OSL {} (up to {n} tokens with prefix and range ratio) does not fit --max-model-len {max}",
-            p.isl, p.osl
-        )),
-        (Some(max), Some((n, _))) => f.notes.push(format!("longest request {n} tokens fits max-model-len {max}")),
-        (None, _) => f.notes.push("max-model-len not set and the model's config is not local: checked when the engine starts".into()),
+    // vLLM's own parse of --max-model-len, else the local model's config.
+    let limit = match flags.max_model_len {
+        Some(n) => Some((n, format!("--max-model-len {n}"))),
+        None => super::lengths::context_limit(&[], model),
+    };
+    let specs = super::plan::point_specs(config);
+    let longest = specs.iter().filter(|s| !s.workload.is_sessions()).max_by_key(|s| s.dataset.longest_request());
+    match (limit, longest) {
+        (Some((max, limit)), Some(s)) => match super::lengths::too_long(&s.dataset, max, &limit) {
+            Some(e) => f.errors.push(e),
+            None => f.notes.push(format!("longest request {} tokens fits max-model-len {max}", s.dataset.longest_request())),
+        },
+        (None, Some(_)) => f.notes.push("max-model-len not set and the model's config is not local: checked when the engine starts".into()),
         _ => {}
     }
     let tp = u64::from(config.tp.unwrap_or(0)).max(flags.tensor_parallel_size.unwrap_or(1));
@@ -238,13 +224,6 @@ fn visible_gpus(config: &EngineConfig, host: &Host) -> Option<usize> {
         .map(|v| v.split(',').filter(|s| !s.trim().is_empty()).count())
         .min();
     Some(limit.map_or(host.gpus.len(), |l| l.min(host.gpus.len())))
-}
-
-/// `max_position_embeddings` of a local model folder's config.json.
-fn model_max_len(dir: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v.get("max_position_embeddings").and_then(|m| m.as_u64())
 }
 
 /// The knob report of each (model, configuration), made in one worker

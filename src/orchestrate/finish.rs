@@ -159,7 +159,11 @@ pub fn finish_point(
             reset_before_point: raw.prefix_cache_reset == Some(true),
         })
     });
-    let sessions = (!raw.turns.is_empty()).then(|| summarize_sessions(&raw.records, &raw.turns));
+    let sessions = (!raw.turns.is_empty()).then(|| {
+        let mut s = summarize_sessions(&raw.records, &raw.turns);
+        (s.stopped_by, s.file_requests) = (raw.replay_stop, raw.file_requests);
+        s
+    });
     PointResult {
         conc: p.conc,
         isl: p.isl,
@@ -206,14 +210,15 @@ fn measured_duration_s(raw: &RawPoint, measured: &[RequestRecord]) -> f64 {
     if last > first { last - first } else { 0.0 }
 }
 
+/// The line printed when a point finishes: its throughput and TPOT (or
+/// that no request completed), prefix-cache and speculation figures, and
+/// the requests that failed or were never sent.
 pub fn point_line(p: &PointResult) -> String {
-    let mut line = format!(
-        "{} conc {}: {:.1} output tok/s, median TPOT {:.2} ms",
-        p.shape(),
-        p.conc,
-        p.figures.output_throughput,
-        p.figures.ms("median_tpot_ms")
-    );
+    let mut line = if p.figures.completed == 0 {
+        format!("{} conc {}: no request completed", p.shape(), p.conc)
+    } else {
+        format!("{} conc {}: {:.1} output tok/s, median TPOT {:.2} ms", p.shape(), p.conc, p.figures.output_throughput, p.figures.ms("median_tpot_ms"))
+    };
     if let Some(c) = p.prefix_cache.as_ref().filter(|_| p.workload.is_sessions()) {
         if let Some(h) = c.hit_rate {
             line.push_str(&format!(", prefix-cache hit {:.1}%", h * 100.0));
@@ -228,10 +233,31 @@ pub fn point_line(p: &PointResult) -> String {
             _ => line.push_str(", spec decode: no drafts"),
         }
     }
+    if let Some(cut) = trace_cut(p) {
+        line.push_str(&format!(", {cut}"));
+    }
     if p.figures.failed > 0 {
         line.push_str(&format!(", {} requests FAILED", p.figures.failed));
     }
+    if p.figures.not_sent > 0 {
+        line.push_str(&format!(", {} requests not sent (interrupted first)", p.figures.not_sent));
+    }
     line
+}
+
+/// How much of its trace a trace point replayed when a rule cut it ("8 of
+/// 40 trace requests: cut by the request budget, num_prompts 8"), or
+/// `None` (the whole file, another workload, or Ctrl-C).
+pub fn trace_cut(p: &PointResult) -> Option<String> {
+    let crate::protocol::Workload::Trace(t) = &p.workload else { return None };
+    let s = p.sessions.as_ref()?;
+    let why = match s.stopped_by? {
+        crate::protocol::StopReason::MaxRequests => format!("the request budget, num_prompts {} (--num-prompts, or the recipe's num_prompts / prompts_per_conc)", p.num_prompts),
+        crate::protocol::StopReason::Duration => format!("the duration, {} s (--duration, or [sweep.trace] duration_s)", t.duration_s.unwrap_or(f64::NAN)),
+        crate::protocol::StopReason::Exhausted => return None,
+    };
+    let (sent, file) = (s.measured_requests + s.warmup_requests, s.file_requests?);
+    (sent < file).then(|| format!("{sent} of {file} trace requests: cut by {why}"))
 }
 
 /// Scores the completions of the built-in task and logs every sample.

@@ -73,6 +73,8 @@ pub fn run_job(
     let job = &plan.jobs[index];
     let request = worker_request(plan, index, result, files)?;
     let suffix = files.suffix(index, plan.jobs.len());
+    // Points a resumed job kept from earlier runs.
+    let done_before = result.jobs[index].points.len();
     let log_path = files.dir.join(format!("worker{suffix}.log"));
     let series_file = format!("telemetry{suffix}.jsonl");
     result.jobs[index].status = Status::Running;
@@ -98,7 +100,28 @@ pub fn run_job(
     files.write_result(result)?;
 
     let world_size = job.dp.as_ref().map_or(1, |d| d.world_size);
-    let mut end = WorkerWatch::new(plan, index, session, &telemetry, visible).follow(&mut workers, world_size, result, files)?;
+    let followed = WorkerWatch::new(plan, index, session, &telemetry, visible).follow(&mut workers, world_size, result, files);
+    let mut end = match followed {
+        Ok(end) => end,
+        Err(e) => {
+            // The run cannot go on (its folder cannot be written): stop the
+            // engine, and leave the job failed with the cause and the points
+            // it did not finish (the caller writes the result as it can).
+            for w in &mut workers {
+                kill_group(w.child.id());
+                let _ = w.child.wait();
+            }
+            telemetry.stop();
+            let j = &mut result.jobs[index];
+            let end = WorkerEnd { points_done: j.points.len().saturating_sub(done_before), failure: Some(RunError { message: format!("{e:#}"), ..RunError::default() }), ..WorkerEnd::default() };
+            let unfinished = unfinished_points(&job.specs, &j.points, &end);
+            j.unfinished.extend(unfinished);
+            j.worker_pid = None;
+            j.status = Status::Failed;
+            j.error = end.failure;
+            return Err(e);
+        }
+    };
     let mut statuses = Vec::new();
     for w in &mut workers {
         statuses.push(w.child.wait()?);

@@ -13,6 +13,7 @@ pub mod dp;
 pub mod finish;
 pub mod interrupt;
 pub mod job;
+pub mod lengths;
 pub mod outputs;
 pub mod overhead;
 pub mod plan;

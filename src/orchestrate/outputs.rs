@@ -6,12 +6,15 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::protocol::{RawPoint, TurnInfo};
-use crate::report::files::{JsonLines, write_json_atomic};
+use crate::report::files::{JsonLines, LastWrite, write_json_atomic, write_json_last};
 use crate::report::result::{JobResult, PointResult, RunResult};
 
 /// One request as written to `requests.jsonl`.
 #[derive(Serialize)]
 struct RequestLine<'a> {
+    /// The run's attempt that wrote the line: 0 the first run, k after the
+    /// k-th `--resume` (see [`OutputFiles::append_point`]).
+    attempt: u32,
     job: usize,
     label: &'a str,
     point: usize,
@@ -115,11 +118,41 @@ impl OutputFiles {
         format!("{job}{resume}")
     }
 
+    /// Writes the result document atomically (see [`write_json_atomic`]).
     pub fn write_result(&self, result: &RunResult) -> Result<()> {
         write_json_atomic(&self.lines_dir.join("result.json"), result)
     }
 
-    pub fn append_point(
+    /// Writes the result document a last time after a write error, in
+    /// place if there is no room for a second copy (see [`write_json_last`]).
+    pub fn write_result_last(&self, result: &RunResult) -> Result<LastWrite> {
+        write_json_last(&self.lines_dir.join("result.json"), result)
+    }
+
+    /// Appends point `index` of job `job_index` to points.jsonl, its
+    /// requests to requests.jsonl and its steps to steps.jsonl: all of it
+    /// or nothing (on an error every file is cut back to where it was).
+    /// Every line carries `attempt` (this run's [`OutputFiles::resumes`]):
+    /// after `--resume` the files keep the lines of the interrupted attempt
+    /// (a partial or failed point) beside the re-run's, and of a point's
+    /// lines those of its highest attempt are the current ones (the ones
+    /// result.json holds).
+    ///
+    /// Errors: a file cannot be written; the message names it.
+    pub fn append_point(&mut self, job_index: usize, job: &JobResult, index: usize, point: &PointResult, raw: &RawPoint) -> Result<()> {
+        let marks = (self.points.mark()?, self.requests.mark()?, self.steps.as_ref().map(JsonLines::mark).transpose()?);
+        let appended = self.append_point_lines(job_index, job, index, point, raw);
+        if appended.is_err() {
+            self.points.rollback(marks.0);
+            self.requests.rollback(marks.1);
+            if let (Some(steps), Some(m)) = (self.steps.as_mut(), marks.2) {
+                steps.rollback(m);
+            }
+        }
+        appended
+    }
+
+    fn append_point_lines(
         &mut self,
         job_index: usize,
         job: &JobResult,
@@ -129,6 +162,7 @@ impl OutputFiles {
     ) -> Result<()> {
         #[derive(Serialize)]
         struct Tagged<'a, T: Serialize> {
+            attempt: u32,
             job: usize,
             label: &'a str,
             point: usize,
@@ -136,11 +170,13 @@ impl OutputFiles {
             item: &'a T,
         }
         let label = job.label.as_str();
-        self.points.append(&Tagged { job: job_index, label, point: index, item: point })?;
+        let attempt = self.resumes;
+        self.points.append(&Tagged { attempt, job: job_index, label, point: index, item: point })?;
         let ms = |s: Option<f64>| s.map(|s| s * 1000.0);
         for (i, r) in raw.records.iter().enumerate() {
             let vllm = raw.engine_timings.get(i).copied().flatten();
             self.requests.append(&RequestLine {
+                attempt,
                 job: job_index,
                 label,
                 point: index,
@@ -168,7 +204,7 @@ impl OutputFiles {
         }
         if let Some(steps) = self.steps.as_mut() {
             for step in &raw.steps {
-                steps.append(&Tagged { job: job_index, label, point: index, item: step })?;
+                steps.append(&Tagged { attempt, job: job_index, label, point: index, item: step })?;
             }
         }
         Ok(())

@@ -179,6 +179,8 @@ fn serve_point(server: &VllmServer, spec: &PointSpec, allowed: &[u32]) -> Result
         turns: Vec::new(),
         trace_names: Vec::new(),
         measure_start_s: None,
+        replay_stop: None,
+        file_requests: None,
     })
 }
 

@@ -185,15 +185,23 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
     if opts.eval.thresholds.is_some() && (recipe.eval.is_none() || opts.no_eval) {
         return Err(usage("--thresholds needs the eval: the recipe has no [eval] section or --no-eval is set"));
     }
-    let configs = recipe
-        .engine_configs(&opts.variants, &opts.sweep.sweep())
-        .map_err(|e| usage(format!("{}: {e}", recipe_path.display())))?;
-    if let Some(e) = super::check::missing_local_model(&recipe.model) {
+    let configs = recipe.engine_configs(&opts.variants, &opts.sweep.sweep()).map_err(|e| {
+        // The recipe's own sweeps resolved when it was read: when they
+        // still do without the flags, the flags made the difference.
+        match recipe.engine_configs(&opts.variants, &crate::recipe::Sweep::default()) {
+            Ok(_) => usage(format!("{} (from the command line's sweep flags, on recipe {})", e.trim_start_matches("[sweep]: "), recipe_path.display())),
+            Err(_) => usage(format!("{}: {e}", recipe_path.display())),
+        }
+    })?;
+    if let Some(e) = missing_local_model(&recipe.model) {
         return Err(usage(format!("{}: {e}", recipe_path.display())));
     }
     let install = Install::locate().ok();
     let python = python::default_interpreter(python)?;
     let model_path = resolve_model(&recipe.model, install.as_ref())?;
+    if !opts.only_eval {
+        check_context(&recipe_path, &configs, &model_path)?;
+    }
     let eval = match (&recipe.eval, opts.no_eval) {
         (Some(section), false) => {
             // Preflight runs in the first configuration's environment (the one the eval runs on).
@@ -252,6 +260,34 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
     }
     let profile = opts.profile.clone();
     Ok(Plan { recipe, recipe_path, install, python, model_path, jobs, eval, gate, point_timeout, start_timeout, telemetry_interval, profile })
+}
+
+/// An error when `model` is written as a local path (`/x`, `./x`, `../x`,
+/// `~/x`) and nothing is there; hub ids (`org/name`) pass.
+pub fn missing_local_model(model: &str) -> Option<String> {
+    let local = model.starts_with('/') || model.starts_with("./") || model.starts_with("../") || model.starts_with('~');
+    (local && !std::path::Path::new(model).exists()).then(|| {
+        format!("model {model}: no such local path (a local model must exist here; a Hugging Face id is ORG/NAME)")
+    })
+}
+
+/// Every random-workload point's longest request against its
+/// configuration's context limit, as far as it is known before an engine
+/// starts ([`super::lengths::context_limit`]); session workloads are
+/// checked against the engine's context by the worker, which has the
+/// tokenizer.
+///
+/// Errors (usage): the first point that cannot fit, with its configuration.
+fn check_context(recipe_path: &std::path::Path, configs: &[EngineConfig], model_path: &str) -> Result<()> {
+    for config in configs {
+        let Some((max, limit)) = super::lengths::context_limit(&config.args, model_path) else { continue };
+        for spec in point_specs(config).iter().filter(|s| !s.workload.is_sessions()) {
+            if let Some(e) = super::lengths::too_long(&spec.dataset, max, &limit) {
+                return Err(usage(format!("recipe {}, job {}: {e}", recipe_path.display(), config.label())));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The GPUs a job's engine occupies: vLLM's world size (TP x PP x PCP, the
@@ -374,7 +410,8 @@ fn check_workload_files(jobs: &[PlannedJob]) -> Result<()> {
     Ok(())
 }
 
-fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {
+/// Each point of `config` as the worker is told to run it.
+pub fn point_specs(config: &EngineConfig) -> Vec<PointSpec> {
     let sweep = &config.sweep;
     config
         .points

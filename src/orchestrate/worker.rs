@@ -66,7 +66,11 @@ struct Progress {
 impl Progress {
     const EVERY: Duration = Duration::from_millis(100);
 
-    fn new(phase: String, total: u64) -> Progress {
+    /// A phase that starts now: says so at once (done 0), so that the
+    /// orchestrator's marker of the phase (in the telemetry series) is its
+    /// start, not its first finished request.
+    fn start(phase: String, total: u64, channel: &mut Channel) -> Progress {
+        channel.send(&Message::Progress { phase: phase.clone(), done: 0, total });
         Progress { phase, total, last: None }
     }
 
@@ -238,18 +242,13 @@ fn drive_job(mut engine: impl WorkerEngine, job: &Job, channel: &mut Channel, st
 
 /// Every point's longest request must fit the engine's max_model_len; a
 /// clear error before any request is better than vLLM rejecting each one.
+/// The orchestrator checks the same before the engine starts
+/// ([`super::plan`]); this catches a limit only the built engine knows.
 fn check_lengths(points: &[PointSpec], max_model_len: Option<u64>) -> Result<()> {
     let Some(max) = max_model_len else { return Ok(()) };
-    for spec in points {
-        let d = &spec.dataset;
-        let (_, isl) = d.convention.bounds(d.isl, d.range_ratio);
-        let (_, osl) = d.convention.bounds(d.osl, d.range_ratio);
-        let need = u64::from(d.prefix_len + isl + osl);
-        if need > max {
-            return Err(crate::error::usage(format!(
-                "ISL {} + OSL {} needs up to {need} tokens per request (prefix and range ratio included) but the engine's max_model_len is {max}: raise --max-model-len or shorten the sweep",
-                d.isl, d.osl
-            )));
+    for spec in points.iter().filter(|s| !s.workload.is_sessions()) {
+        if let Some(e) = super::lengths::too_long(&spec.dataset, max, "the engine's max_model_len") {
+            return Err(crate::error::usage(e));
         }
     }
     Ok(())
@@ -307,14 +306,14 @@ fn run_point(
         let phase = format!("warm-up conc {}", p.conc);
         let total = warmup.len() as u64;
         let pacing = Pacing { max_in_flight: conc, arrivals: None, stop: Some(&STOP) };
-        let mut progress = Progress::new(phase, total);
+        let mut progress = Progress::start(phase, total, channel);
         drive(engine, warmup, pacing, ids, &mut |done| progress.on_done(channel, done))?;
     }
     let pacing = Pacing { max_in_flight: conc, arrivals: arrivals.as_deref(), stop: Some(&STOP) };
     let phase = format!("{}/{} conc {}", p.isl, p.osl, p.conc);
     let total = measured.len() as u64;
     let started_mono_s = mono_now_s();
-    let mut progress = Progress::new(phase, total);
+    let mut progress = Progress::start(phase, total, channel);
     // vLLM's own totals around the measured requests only (warm-ups done).
     let spec_before = engine.spec_counters();
     let outcome = drive(engine, measured, pacing, ids, &mut |done| progress.on_done(channel, done))?;
@@ -334,6 +333,8 @@ fn run_point(
         turns: Vec::new(),
         trace_names: Vec::new(),
         measure_start_s: None,
+        replay_stop: None,
+        file_requests: None,
     })
 }
 
@@ -416,7 +417,7 @@ fn run_sessions(
     let allowed = engine.allowed_token_ids().to_vec();
     let mut replay = SessionReplay::new(set, &allowed, cfg)?;
     let phase = format!("{} conc {}", spec.workload.name(), p.conc);
-    let mut progress = Progress::new(phase, u64::from(p.num_prompts));
+    let mut progress = Progress::start(phase, u64::from(p.num_prompts), channel);
     let started_mono_s = mono_now_s();
     let spec_before = engine.spec_counters();
     // Each stream's next prompt is built ahead on a helper thread (the
@@ -446,6 +447,8 @@ fn run_sessions(
         turns,
         trace_names: set.names.clone(),
         measure_start_s,
+        replay_stop: replay.stop_reason(),
+        file_requests: Some(set.turns.len() as u32),
     })
 }
 
@@ -478,7 +481,7 @@ fn run_eval(
         .collect();
     let total = requests.len() as u64;
     let pacing = Pacing { max_in_flight: eval.concurrency as usize, arrivals: None, stop: Some(&STOP) };
-    let mut progress = Progress::new("gsm8k".into(), total);
+    let mut progress = Progress::start("gsm8k".into(), total, channel);
     let outcome = drive(engine, &requests, pacing, ids, &mut |done| progress.on_done(channel, done))?;
     if outcome.stopped || share == 0 {
         // Interrupted: an eval on part of the questions is not a score. A
@@ -522,7 +525,7 @@ fn run_lm_eval(
         let requests: Vec<Request> =
             batch.iter().map(|r| Request::Text { prompt: &r.prompt, max_tokens: r.max_tokens, stop: &r.stop }).collect();
         let pacing = Pacing { max_in_flight: concurrency as usize, arrivals: None, stop: Some(&STOP) };
-        let mut progress = Progress::new("lm-eval".into(), requests.len() as u64);
+        let mut progress = Progress::start("lm-eval".into(), requests.len() as u64, channel);
         let outcome = drive(engine, &requests, pacing, ids, &mut |done| progress.on_done(channel, done))?;
         anyhow::ensure!(!outcome.stopped, "interrupted");
         duration_s += outcome.duration_s;

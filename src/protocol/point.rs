@@ -31,6 +31,19 @@ pub struct RandomDataset {
     pub seed: u64,
 }
 
+impl RandomDataset {
+    /// The most tokens one request of this dataset can need, prompt and
+    /// output: the shared prefix plus the upper bounds of the input and
+    /// output lengths under the range ratio. What must fit the engine's
+    /// max_model_len (checked before any engine starts, and again by the
+    /// worker against the engine it built).
+    pub fn longest_request(&self) -> u64 {
+        let (_, isl) = self.convention.bounds(self.isl, self.range_ratio);
+        let (_, osl) = self.convention.bounds(self.osl, self.range_ratio);
+        u64::from(self.prefix_len) + u64::from(isl) + u64::from(osl)
+    }
+}
+
 /// Which range a range ratio describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -37,7 +37,16 @@ pub struct RequestRecord {
     pub cached_tokens: Option<u32>,
 }
 
+/// The error of a request a stopped loop never sent (Ctrl-C came first):
+/// it is counted apart, neither completed nor failed.
+pub const NOT_SENT: &str = "not sent: interrupted";
+
 impl RequestRecord {
+    /// Never sent: the loop stopped before its turn ([`NOT_SENT`]).
+    pub fn not_sent(&self) -> bool {
+        self.error.as_deref() == Some(NOT_SENT)
+    }
+
     /// Succeeded: finished with at least one token and no error.
     pub fn ok(&self) -> bool {
         self.error.is_none() && self.last_token_s.is_some()

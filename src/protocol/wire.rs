@@ -208,6 +208,13 @@ pub struct RawPoint {
     /// Session workloads: when the measured phase began, s on the records' clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measure_start_s: Option<f64>,
+    /// Session workloads: what stopped the replay (`None`: Ctrl-C, or it
+    /// never stopped sending by a rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_stop: Option<super::StopReason>,
+    /// Session workloads: requests (turns) the file holds in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_requests: Option<u32>,
 }
 
 /// How `max_tokens` is set.

@@ -136,3 +136,17 @@ fn one() -> f64 {
 fn yes() -> bool {
     true
 }
+
+/// Why a replay stopped sending: what cut it, if anything (recorded with
+/// the point, `sessions.stopped_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The point's measured seconds (`duration_s`, `--duration`) ran out.
+    Duration,
+    /// The point's measured-request budget (`num_prompts`, `--num-prompts`)
+    /// was sent.
+    MaxRequests,
+    /// Every trace was played (one pass, or the end of a timed trace).
+    Exhausted,
+}

@@ -59,8 +59,8 @@ pub struct SweepArgs {
     /// Several ISL/OSL pairs, e.g. 1024/1024,8192/1024.
     #[arg(long, value_parser = |s: &str| sweep::parse_isl_osl(s).map(List), conflicts_with_all = ["isl", "osl"])]
     pub isl_osl: Option<List<[u32; 2]>>,
-    /// Measured requests per point.
-    #[arg(long)]
+    /// Measured requests per point (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub num_prompts: Option<u32>,
     /// Warm-up requests per point (excluded from the figures).
     #[arg(long)]
@@ -73,19 +73,19 @@ pub struct SweepArgs {
     #[arg(long, value_parser = parse_convention)]
     pub length_convention: Option<LengthConvention>,
     /// Spread of the random lengths (see --length-convention).
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| number(s).and_then(sweep::check_range_ratio))]
     pub range_ratio: Option<f64>,
     /// Tokens of random prefix shared by all prompts of a point.
     #[arg(long)]
     pub prefix_len: Option<u32>,
     /// Request-rate mode: requests/s with gamma-distributed gaps (as vllm bench serve).
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| number(s).and_then(sweep::check_request_rate))]
     pub request_rate: Option<f64>,
     /// Gamma shape of the request gaps (1 = Poisson).
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| number(s).and_then(sweep::check_burstiness))]
     pub burstiness: Option<f64>,
     /// Latency percentiles to report, e.g. 50,90,99.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = |s: &str| number(s).and_then(sweep::check_percentile))]
     pub percentiles: Option<Vec<f64>>,
     /// Goodput SLOs in ms as KEY:VALUE (ttft, tpot, e2el), e.g. --goodput ttft:500 tpot:50.
     #[arg(long, num_args = 1.., value_parser = sweep::parse_slo)]
@@ -116,6 +116,11 @@ impl SweepArgs {
             ..self.workload.sweep()
         }
     }
+}
+
+/// A number from a flag's text (clap's error quotes the text and names the flag).
+fn number(s: &str) -> Result<f64, String> {
+    s.trim().parse::<f64>().map_err(|_| "not a number".to_string())
 }
 
 fn parse_convention(s: &str) -> Result<LengthConvention, String> {
@@ -226,7 +231,7 @@ pub struct WorkloadArgs {
     pub conversation_file: Option<PathBuf>,
     /// Trace replay: seconds of measurement per point (the measured-request
     /// budget, --num-prompts, still ends a point when it comes first).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = |s: &str| number(s).and_then(crate::recipe::workload::check_duration))]
     pub duration: Option<f64>,
     /// Keep the prefix cache between points (default: emptied before each).
     #[arg(long)]
@@ -237,12 +242,24 @@ impl WorkloadArgs {
     /// The same with the files made absolute against the current folder
     /// (a recipe's own relative paths are relative to the recipe instead).
     ///
-    /// Errors (usage): the current folder cannot be read.
+    /// Errors (usage): the current folder cannot be read; a local
+    /// `--trace-file` or `--conversation-file` that is not there, or a trace
+    /// whose first line is no trace format (the message names the flag).
     pub fn absolute(mut self) -> anyhow::Result<WorkloadArgs> {
-        let cwd = std::env::current_dir().map_err(|e| crate::error::usage(format!("the current folder: {e}")))?;
-        for p in [&mut self.trace_file, &mut self.conversation_file].into_iter().flatten() {
-            if p.is_relative() && !crate::workload::hub::is_dataset(p) {
+        use crate::error::usage;
+        let cwd = std::env::current_dir().map_err(|e| usage(format!("the current folder: {e}")))?;
+        for (flag, p) in [("--trace-file", &mut self.trace_file), ("--conversation-file", &mut self.conversation_file)] {
+            let Some(p) = p.as_mut().filter(|p| !crate::workload::hub::is_dataset(p)) else { continue };
+            if p.is_relative() {
                 *p = cwd.join(&*p);
+            }
+            if !p.exists() {
+                return Err(usage(format!("{flag} {}: no such file or folder", p.display())));
+            }
+        }
+        if let (Some(t), None) = (&self.trace_file, self.trace_format) {
+            if let Some(Err(e)) = crate::workload::trace::sniff_format(t) {
+                return Err(usage(format!("--trace-file: {e}")));
             }
         }
         Ok(self)

@@ -208,12 +208,9 @@ impl Sweep {
             let osl = over.osl.or(s.osl).or(first.map(|p| p[1]));
             (s.isl, s.osl, s.isl_osl) = (isl, osl, None);
         }
-        if over.prompts_per_conc.is_some() || over.num_prompts.is_some() {
+        let count_on_top = over.prompts_per_conc.is_some() || over.num_prompts.is_some();
+        if count_on_top {
             (s.prompts_per_conc, s.num_prompts) = (over.prompts_per_conc, over.num_prompts);
-            // A request count given on top brings the replay's budget back.
-            if let Some(t) = s.trace.as_mut() {
-                t.request_budget = None;
-            }
         }
         if over.warmups_per_conc.is_some() || over.warmups.is_some() {
             (s.warmups_per_conc, s.warmups) = (over.warmups_per_conc, over.warmups);
@@ -228,6 +225,13 @@ impl Sweep {
         }
         if let Some(c) = &over.conversation {
             s.conversation = Some(s.conversation.unwrap_or_default().overlay(c));
+        }
+        // A request count given on top (a variant's, --num-prompts) makes the
+        // replay's budget end its points, unless the overlay itself says otherwise.
+        if count_on_top {
+            if let Some(t) = s.trace.as_mut() {
+                t.request_budget = over.trace.as_ref().and_then(|o| o.request_budget).or(Some(true));
+            }
         }
         if over.prefix_len != 0 {
             s.prefix_len = over.prefix_len;
@@ -259,6 +263,7 @@ impl Sweep {
         )?;
         // Session workloads take their lengths from the file: no ISL/OSL.
         let sessions = workload.is_sessions();
+        let timed = matches!(&workload, Workload::Trace(t) if t.format == crate::protocol::TraceFormat::Timed);
         let pairs = match (&self.isl_osl, self.isl, self.osl) {
             _ if sessions => vec![(0, 0)],
             (Some(p), None, None) => p.iter().map(|[i, o]| (*i, *o)).collect(),
@@ -334,18 +339,14 @@ impl Sweep {
             return Err("num_prompts / prompts_per_conc must be at least 1".into());
         }
         if let Some(r) = self.request_rate {
-            if !(r > 0.0) {
-                return Err(format!("request_rate = {r}: give requests/s > 0 (omit it for all at once)"));
-            }
+            check_request_rate(r).map_err(|why| format!("request_rate = {r}: {why}"))?;
         }
         let burstiness = self.burstiness.unwrap_or(1.0);
-        if !(burstiness > 0.0) {
-            return Err(format!("burstiness = {burstiness}: must be > 0 (1 = Poisson)"));
-        }
+        check_burstiness(burstiness).map_err(|why| format!("burstiness = {burstiness}: {why}"))?;
         let percentiles =
             if ix { INFERENCEX_PERCENTILES.to_vec() } else { self.percentiles.clone().unwrap_or(INFERENCEX_PERCENTILES.to_vec()) };
-        if percentiles.iter().any(|p| !(0.0..=100.0).contains(p)) {
-            return Err(format!("percentiles = {percentiles:?}: each must be in [0, 100]"));
+        for &p in &percentiles {
+            check_percentile(p).map_err(|why| format!("percentiles = {percentiles:?}: {why}"))?;
         }
         if let Some(g) = self.goodput {
             for (k, v) in [("ttft_ms", g.ttft_ms), ("tpot_ms", g.tpot_ms), ("e2el_ms", g.e2el_ms)] {
@@ -368,7 +369,9 @@ impl Sweep {
             seed: self.seed,
             workload,
             reset_prefix_cache: self.reset_prefix_cache.unwrap_or(true),
-            request_budget: self.trace.as_ref().and_then(|t| t.request_budget).unwrap_or(true),
+            // A timed trace replays whole unless asked (as vLLM's timed replay
+            // and AIPerf's fixed schedule); an AgentX replay has a budget.
+            request_budget: self.trace.as_ref().and_then(|t| t.request_budget).unwrap_or(!timed),
             count,
         })
     }
@@ -411,6 +414,33 @@ impl ResolvedSweep {
     pub fn point_seed(&self, p: &Point) -> u64 {
         self.seed ^ (u64::from(p.conc) << 40) ^ (u64::from(p.isl) << 20) ^ u64::from(p.osl)
     }
+}
+
+/// The rules of the sweep's values that need no other key, shared by the
+/// recipe's keys and the command line's flags. Each returns the value, or
+/// what a right one is; the caller names the key (`request_rate = -1: ...`)
+/// or clap names the flag (`invalid value '-1' for '--request-rate'`), so
+/// that an error blames where the value came from.
+///
+/// A request rate, requests/s: > 0.
+pub fn check_request_rate(r: f64) -> Result<f64, String> {
+    if r > 0.0 && r.is_finite() { Ok(r) } else { Err("give requests/s > 0 (omit it for all at once)".into()) }
+}
+
+/// The gamma shape of request gaps: > 0 (1 = Poisson).
+pub fn check_burstiness(b: f64) -> Result<f64, String> {
+    if b > 0.0 && b.is_finite() { Ok(b) } else { Err("must be > 0 (1 = Poisson)".into()) }
+}
+
+/// A latency percentile: in [0, 100].
+pub fn check_percentile(p: f64) -> Result<f64, String> {
+    if (0.0..=100.0).contains(&p) { Ok(p) } else { Err("each percentile must be in [0, 100], e.g. 50,90,99".into()) }
+}
+
+/// A length spread under either convention: in [0, 1] (whether 1 itself
+/// is allowed depends on the convention, [`LengthConvention::check_ratio`]).
+pub fn check_range_ratio(r: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&r) { Ok(r) } else { Err("give a fraction in [0, 1) (vllm convention) or [0, 1] (inferencex convention)".into()) }
 }
 
 fn check_tp(tp: Option<u32>) -> Result<Option<u32>, String> {

@@ -10,7 +10,10 @@
 //! 300 s idle cap per session tree, 10 s for the whole replay, a
 //! per-replay cache-bust marker. AgentX runs 3600 s per point; here the
 //! measured-request budget (`num_prompts` / `prompts_per_conc`) ends a point
-//! unless `duration_s` ends it first.
+//! unless `duration_s` ends it first. A timed trace replays whole unless a
+//! request count is given on top of the recipe (`--num-prompts`, a
+//! variant's) or `request_budget = true`; every cut is printed with the
+//! point and recorded in it (`sessions.stopped_by`).
 //!
 //! Timed traces take Mooncake's conventions (kvcache-ai/Mooncake
 //! `FAST25-release/traces/README.md`): 512-token blocks, timestamps in
@@ -109,9 +112,11 @@ pub struct TraceSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_bust: Option<bool>,
     /// Whether the measured-request budget (`num_prompts` /
-    /// `prompts_per_conc`) ends a point (default true); false: only
-    /// `duration_s` does, as in AgentX. Setting a request count in a
-    /// variant or on the command line (`--num-prompts`) brings it back.
+    /// `prompts_per_conc`) ends a point (default: true for AgentX traces;
+    /// false for timed traces, which replay whole as vLLM's timed replay and
+    /// AIPerf's fixed schedule do); false: only `duration_s` or the end of
+    /// the file does, as in AgentX. Setting a request count in a variant or
+    /// on the command line (`--num-prompts`) turns it on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_budget: Option<bool>,
     /// AgentX traces: split the top-level requests and each subagent's into
@@ -217,8 +222,8 @@ pub fn resolve(
             if block_size == 0 {
                 return Err("[sweep.trace] block_size must be at least 1 token".into());
             }
-            if let Some(d) = t.duration_s.filter(|d| !(*d > 0.0)) {
-                return Err(format!("[sweep.trace] duration_s = {d}: give seconds > 0"));
+            if let Some(d) = t.duration_s {
+                check_duration(d).map_err(|why| format!("[sweep.trace] duration_s = {d}: {why}"))?;
             }
             let [lo, hi] = t.start_ratio.unwrap_or(AGENTX_START_RATIO);
             if !(0.0..=1.0).contains(&lo) || !(0.0..=1.0).contains(&hi) || lo > hi {
@@ -259,6 +264,12 @@ pub fn resolve(
             }))
         }
     }
+}
+
+/// A replay's measured seconds per point: > 0 (the caller names the key or
+/// the flag, as [`super::sweep::check_request_rate`]'s callers do).
+pub fn check_duration(d: f64) -> Result<f64, String> {
+    if d > 0.0 && d.is_finite() { Ok(d) } else { Err("give seconds > 0".into()) }
 }
 
 #[cfg(test)]

@@ -48,6 +48,11 @@ pub struct RunResult {
     /// disjoint devices, a Slurm array); absent in results of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution: Option<Execution>,
+    /// Why the run itself stopped, when it could not go on (its folder
+    /// could not be written: a full disk; a worker that could not start);
+    /// absent otherwise (a job's own failure is that job's `error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One engine configuration and what it measured.

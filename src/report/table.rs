@@ -40,18 +40,21 @@ pub fn points_table(points: &[PointResult]) -> String {
                 fmt(f.ms(&format!("p99_{m}_ms")))
             )
         };
-        let done = if f.failed > 0 {
-            format!("{}/{} ({} failed)", f.completed, p.num_prompts, f.failed)
-        } else {
-            format!("{}/{}", f.completed, p.num_prompts)
-        };
+        let mut done = format!("{}/{}", f.completed, p.num_prompts);
+        for (n, what) in [(f.failed, "failed"), (f.not_sent, "not sent")] {
+            if n > 0 {
+                done.push_str(&format!(" ({n} {what})"));
+            }
+        }
+        // "-" where no request completed (the figure is undefined).
+        let rate = |v: f64, digits: usize| if v.is_finite() { format!("{v:.digits$}") } else { "-".into() };
         let mut row = vec![
             p.shape(),
             p.conc.to_string(),
             done,
-            format!("{:.2}", f.request_throughput),
-            format!("{:.1}", f.output_throughput),
-            format!("{:.1}", f.total_token_throughput),
+            rate(f.request_throughput, 2),
+            rate(f.output_throughput, 1),
+            rate(f.total_token_throughput, 1),
             lat("ttft"),
             lat("tpot"),
             lat("itl"),

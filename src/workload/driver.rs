@@ -292,7 +292,7 @@ pub fn drive_stepwise<E: StepEngine>(
             for rid in aborted {
                 out.records[(rid - base) as usize].error = Some(why.into());
             }
-            let unsent = RequestRecord { error: Some("not sent: interrupted".into()), ..RequestRecord::default() };
+            let unsent = RequestRecord { error: Some(crate::protocol::NOT_SENT.into()), ..RequestRecord::default() };
             out.records.extend(std::iter::repeat_n(unsent, schedule.unsent()));
             break;
         }

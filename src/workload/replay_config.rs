@@ -113,11 +113,4 @@ impl ReplayConfig {
     }
 }
 
-/// Why a replay stopped sending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    Duration,
-    MaxRequests,
-    /// Every trace was played (one pass, or the end of a timed trace).
-    Exhausted,
-}
+pub use crate::protocol::StopReason;

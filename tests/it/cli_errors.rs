@@ -109,3 +109,48 @@ fn doctor_releases_prints_the_table_or_names_a_bad_file() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("not-a-table.toml"), "{}", text(&out));
 }
+
+/// A bad value given on the command line is blamed on its flag, not on the
+/// recipe (which holds none of them).
+#[test]
+fn bad_sweep_flags_name_the_flag_not_the_recipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_trace = dir.path().join("notes.jsonl");
+    std::fs::write(&bad_trace, "{\"prompt\": \"hi\"}\n").unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let cases: [(&[&str], &str); 7] = [
+        (&["--num-prompts", "0"], "--num-prompts"),
+        (&["--percentiles", "50,150"], "--percentiles"),
+        (&["--range-ratio", "2"], "--range-ratio"),
+        (&["--request-rate=-1"], "--request-rate"),
+        (&["--trace-file", bad_trace.to_str().unwrap()], "--trace-file"),
+        (&["--trace-file", missing.to_str().unwrap()], "--trace-file"),
+        // Valid alone, not with the recipe's vllm length convention: the flags are named.
+        (&["--range-ratio", "1"], "the command line's sweep flags"),
+    ];
+    for (flags, names) in cases {
+        let mut args = vec!["run", "--no-eval"];
+        args.extend(flags);
+        let out = enginebench(&args);
+        let log = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {log}");
+        assert!(log.contains(names), "{flags:?}: {log}");
+        assert!(!log.contains("[sweep]:") && !log.contains("recipes/cpu/smollm2-135m.toml: "), "{flags:?} blamed on the recipe: {log}");
+    }
+}
+
+/// An interpreter that runs and exits 0 but is no Python (a shell script)
+/// is named with what it printed, not as "no output".
+#[test]
+fn a_python_that_is_a_script_is_named_with_what_it_printed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\necho 'hello from a script'\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = enginebench(&["--python", script.to_str().unwrap(), "run", "--no-eval"]);
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains("it printed \"hello from a script\" instead of the probe's report"), "{log}");
+    assert!(!log.contains("no output"), "{log}");
+}

@@ -76,13 +76,18 @@ fn failed_point_keeps_the_first_and_resume_completes() {
     assert_eq!(v["execution"]["executor"], "local");
 }
 
+/// Ctrl-C: exit 130 and an interrupted result. The point in progress is
+/// kept as partial: its request in flight aborted (failed), the ones never
+/// sent counted apart (not failures), and with nothing completed its
+/// figures are null, not 0. `--resume` re-runs it, and every line of the
+/// files says which attempt wrote it.
 #[test]
-fn ctrl_c_is_130_from_the_runner() {
+fn ctrl_c_is_130_from_the_runner_and_resume_marks_each_attempts_lines() {
     let dir = tempfile::tempdir().unwrap();
     let r = recipe(dir.path(), "");
     let out = dir.path().join("out");
-    // 4 requests x 2000 tokens at 20 ms a step: ~40 s per point.
-    let child = command("step_ms=20", &["run", &r, "--osl", "2000", "--no-eval", "-o", out.to_str().unwrap()])
+    // 4 requests x 400 tokens at 50 ms a step: ~80 s per point (ISL 16 + OSL 400 fits the recipe's 512).
+    let child = command("step_ms=50", &["run", &r, "--osl", "400", "--no-eval", "-o", out.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -96,9 +101,29 @@ fn ctrl_c_is_130_from_the_runner() {
     // SAFETY: SIGINT to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(130), "{log}");
     let v = read_json(&out.join("result.json"));
     assert_eq!((v["status"].as_str(), v["jobs"][0]["status"].as_str()), (Some("interrupted"), Some("interrupted")));
+    // Conc 1: one request in flight (aborted), three never sent.
+    let p = &v["jobs"][0]["points"][0];
+    assert_eq!((p["status"].as_str(), p["completed"].as_u64(), p["failed"].as_u64(), p["not_sent"].as_u64()), (Some("partial"), Some(0), Some(1), Some(3)), "{p}");
+    for key in ["mean_ttft_ms", "median_tpot_ms", "duration_s", "output_throughput"] {
+        assert!(p[key].is_null(), "{key} of a point with no completed request: {p}");
+    }
+    assert!(log.contains("1 requests FAILED, 3 requests not sent"), "{log}");
+
+    let (o, log) = run("step_ms=0", &["run", &r, "--osl", "400", "--no-eval", "--resume", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    for file in ["points.jsonl", "requests.jsonl"] {
+        let lines: Vec<serde_json::Value> =
+            std::fs::read_to_string(out.join(file)).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let attempts = |a: u64| lines.iter().filter(|l| l["attempt"].as_u64() == Some(a)).count();
+        // points: the partial point (attempt 0), both points re-run (attempt 1);
+        // requests: its 4, then 4 + 4.
+        let (first, second) = if file == "points.jsonl" { (1, 2) } else { (4, 8) };
+        assert_eq!((attempts(0), attempts(1), lines.len()), (first, second, first + second), "{file}: {lines:?}");
+    }
 }
 
 #[test]
@@ -254,4 +279,128 @@ fn until_ci_gate_stops_once_every_gated_figure_is_decided() {
     assert!(c["notes"].to_string().contains("--until-ci gate: every gated figure is PASS or FAIL after 2 repeats"), "{}", c["notes"]);
     let tput = &c["rows"][0]["figures"][0];
     assert_eq!(tput["gate"]["outcome"], "fail", "{tput}");
+}
+
+/// A disk that fills after a point has completed: the run stops with exit
+/// 1 naming the file it could not write, the finished point survives whole
+/// (result.json and the .jsonl files), result.json ends `failed` with the
+/// cause instead of `running`, and no temporary file is left.
+#[test]
+fn a_disk_that_fills_mid_run_keeps_the_finished_point_and_ends_failed() {
+    let disk = crate::util::Tmpfs::mount("4m", "");
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    let out = disk.path().join("run");
+    // Conc 2 first (2 x 150 steps of 10 ms: ~3 s), then conc 1 (~6 s).
+    let mut child = command("step_ms=10", &["run", &r, "--conc", "2,1", "--osl", "150", "--no-eval", "-o", out.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let done = |v: &serde_json::Value| v["jobs"][0]["points"].as_array().is_some_and(|p| !p.is_empty());
+    while !std::fs::read_to_string(out.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok()).is_some_and(|v| done(&v)) {
+        assert!(start.elapsed() < Duration::from_secs(60), "the first point did not finish");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its first point");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    disk.fill();
+    let o = child.wait_with_output().unwrap();
+    let log = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{log}");
+    assert!(log.contains("No space left on device") && log.contains(&format!("writing {}", out.display())), "names the file: {log}");
+    assert!(log.contains("keeps its status (failed)"), "says what was kept: {log}");
+    let v = read_json(&out.join("result.json"));
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("No space left on device")), "{}", v["error"]);
+    let job = &v["jobs"][0];
+    assert_eq!(job["status"], "failed");
+    let points = job["points"].as_array().unwrap();
+    assert_eq!((points.len(), points[0]["conc"].as_u64(), points[0]["status"].as_str()), (1, Some(2), Some("ok")), "{job}");
+    assert_eq!(points[0]["completed"], 4);
+    assert!(!out.join("result.json.tmp").exists(), "the temporary file is removed");
+    // The files hold whole lines of the finished point only.
+    let lines = |f: &str| -> Vec<serde_json::Value> { std::fs::read_to_string(out.join(f)).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect() };
+    assert_eq!(lines("points.jsonl").len(), 1);
+    assert_eq!(lines("requests.jsonl").len(), 4);
+}
+
+/// An output folder that cannot be written (a read-only filesystem) is
+/// bad input, found before any worker starts: exit 2, not 1.
+#[test]
+fn an_unwritable_output_folder_is_exit_2_before_any_worker() {
+    let disk = crate::util::Tmpfs::mount("1m", "ro");
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    for out in [disk.path().to_path_buf(), disk.path().join("new")] {
+        let (o, log) = run("step_ms=0", &["run", &r, "--no-eval", "-o", out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{log}");
+        assert!(log.contains(&format!("output folder {} cannot be written", out.display())) && log.contains("Read-only file system"), "{log}");
+        assert!(!log.contains("engine started"), "{log}");
+    }
+}
+
+/// ISL + OSL beyond the recipe's --max-model-len is refused before any
+/// engine starts and before any result folder exists.
+#[test]
+fn lengths_beyond_max_model_len_are_refused_before_any_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    let out = dir.path().join("out");
+    let (o, log) = run("step_ms=0", &["run", &r, "--isl", "999999", "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{log}");
+    assert!(log.contains("ISL 999999 + OSL 8 needs up to 1000007 tokens per request") && log.contains("--max-model-len 512 allows 512"), "{log}");
+    assert!(!out.exists(), "no result folder: {log}");
+    assert!(!log.contains("engine started"), "{log}");
+}
+
+/// Each phase's marker in the telemetry series is where the phase starts:
+/// a point's marker sits at the start of its measured window, not at its
+/// first finished request.
+#[test]
+fn phase_markers_are_placed_at_the_start_of_their_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    let out = dir.path().join("out");
+    // A request takes 32 steps of 20 ms: a marker placed at the first finished
+    // request would come >= 0.64 s after its phase started.
+    let (o, log) = run("step_ms=20", &["run", &r, "--osl", "32", "--warmups", "2", "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let job = &read_json(&out.join("result.json"))["jobs"][0];
+    let markers = job["telemetry"]["markers"].as_array().unwrap();
+    let at = |label: &str| markers.iter().find(|m| m["label"] == label).map(|m| m["t"].as_f64().unwrap()).unwrap_or_else(|| panic!("no marker {label}: {markers:?}"));
+    for p in job["points"].as_array().unwrap() {
+        let conc = p["conc"].as_u64().unwrap();
+        let t0 = p["telemetry"]["t0"].as_f64().unwrap();
+        let measured = at(&format!("16/32 conc {conc}"));
+        assert!((measured - t0).abs() < 0.25, "conc {conc}: marker {measured} against the window's start {t0}");
+        let warmup = at(&format!("warm-up conc {conc}"));
+        assert!(t0 - warmup > 0.4, "conc {conc}: the warm-up (2 requests of 32 steps) starts well before the window: {warmup} vs {t0}");
+    }
+}
+
+/// A timed trace replays whole by default, whatever request count the
+/// recipe's random sweep holds; a count on the command line cuts it, and
+/// the cut is said and recorded. One-request sessions have no session span.
+#[test]
+fn a_timed_trace_replays_whole_unless_cut_and_a_cut_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = recipe(dir.path(), "");
+    let trace = dir.path().join("timed.jsonl");
+    let lines: Vec<String> = (0..12).map(|i| format!(r#"{{"timestamp": {}, "input_length": 32, "output_length": 2, "hash_ids": [{i}]}}"#, i * 10)).collect();
+    std::fs::write(&trace, lines.join("\n")).unwrap();
+    let t = trace.to_str().unwrap();
+    let out = dir.path().join("whole");
+    let (o, log) = run("step_ms=0", &["run", &r, "--trace-file", t, "--conc", "4", "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let p = &read_json(&out.join("result.json"))["jobs"][0]["points"][0];
+    assert_eq!((p["completed"].as_u64(), p["sessions"]["stopped_by"].as_str(), p["sessions"]["file_requests"].as_u64()), (Some(12), Some("exhausted"), Some(12)), "{p}");
+    assert!(p["sessions"].get("session_duration_s").is_none(), "one request per session: {}", p["sessions"]);
+    assert!(!log.contains("cut by"), "{log}");
+    let out = dir.path().join("cut");
+    let (o, log) = run("step_ms=0", &["run", &r, "--trace-file", t, "--conc", "4", "--num-prompts", "5", "--no-eval", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let p = &read_json(&out.join("result.json"))["jobs"][0]["points"][0];
+    assert_eq!((p["completed"].as_u64(), p["sessions"]["stopped_by"].as_str()), (Some(5), Some("max_requests")), "{p}");
+    assert!(log.contains("5 of 12 trace requests: cut by the request budget, num_prompts 5"), "{log}");
 }

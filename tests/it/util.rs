@@ -216,3 +216,40 @@ def make_arg_parser(parser):
         std::fs::write(p, body).unwrap();
     }
 }
+
+/// A small tmpfs mounted for one test (a full or read-only disk on demand),
+/// unmounted when dropped. Mounting needs root, as CI runs the suite.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// A tmpfs of `size` (mount's notation, e.g. `4m`) with the mount
+    /// options `extra` (e.g. `ro`; empty for none).
+    pub fn mount(size: &str, extra: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = if extra.is_empty() { format!("size={size}") } else { format!("size={size},{extra}") };
+        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &opts, "tmpfs"]).arg(dir.path()).output().expect("mount runs");
+        assert!(out.status.success(), "this test mounts a tmpfs and needs root (CI runs as root): {}", text(&out));
+        Tmpfs { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the filesystem: a file written until the disk says it is full.
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.path().join("filler")).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.flush();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).output();
+    }
+}

@@ -33,6 +33,7 @@ pub fn new_result(plan: &Plan) -> RunResult {
         jobs: plan.jobs.iter().map(|j| pending_job(j, &plan.model_path)).collect(),
         resumes: 0,
         execution: None,
+        error: None,
     };
     // The builds the check before the run found, until the engines report.
     r.versions.refresh(&r.jobs);
@@ -118,6 +119,7 @@ pub fn resume(dir: &Path, plan: &mut Plan, force: bool, step_trace: bool) -> Res
     old.resumes += 1;
     old.status = Status::Running;
     old.finished_at = None;
+    old.error = None;
     let mut files = OutputFiles::create(dir, step_trace)?;
     files.resumes = old.resumes;
     Ok((old, files))
@@ -130,6 +132,38 @@ pub fn output_dir(given: Option<&Path>, name: &str) -> Result<PathBuf> {
     let dir = output_path(given, name)?;
     std::fs::create_dir_all(&dir).map_err(|e| usage(format!("cannot create output folder {}: {e}", dir.display())))?;
     Ok(dir)
+}
+
+/// Checks that files can be written in `dir` (or, when it does not exist
+/// yet, in its nearest existing parent) by creating and removing a probe,
+/// so that a read-only or full folder is refused before any
+/// engine starts rather than when the first line is written. Creates
+/// nothing that stays.
+///
+/// Errors (usage): the probe cannot be created; the message names the
+/// folder and the system's reason.
+pub fn check_writable(dir: &Path) -> Result<()> {
+    let existing = dir.ancestors().find(|a| a.is_dir()).unwrap_or(Path::new("."));
+    let probe = existing.join(format!(".enginebench-write-probe-{}", std::process::id()));
+    let made = if existing == dir {
+        // A few bytes written and synced: a full disk refuses them.
+        let written = std::fs::File::create(&probe).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(b"enginebench write probe\n").and_then(|_| f.sync_all())
+        });
+        let _ = std::fs::remove_file(&probe);
+        written
+    } else {
+        std::fs::create_dir(&probe).and_then(|_| std::fs::remove_dir(&probe))
+    };
+    match made {
+        Ok(_) => Ok(()),
+        Err(e) => Err(usage(format!(
+            "output folder {} cannot be written ({}: {e}): choose another --output",
+            dir.display(),
+            if existing == dir { "creating a file there".to_string() } else { format!("creating a folder in {}", existing.display()) }
+        ))),
+    }
 }
 
 /// [`output_dir`]'s folder and check, without creating it (a command that

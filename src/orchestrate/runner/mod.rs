@@ -98,10 +98,17 @@ impl Runner {
     /// is the compute nodes' to judge), then opens the run folder and writes
     /// the (pending) result with the versions found.
     ///
-    /// Errors (usage, before the folder exists): an interpreter without vLLM
+    /// Errors (usage, before the folder exists): a folder that cannot be
+    /// written ([`folder::check_writable`]), an interpreter without vLLM
     /// or torch ([`crate::python::require_engine_packages`]) or whose vLLM
     /// cannot serve; see [`output_dir`] and [`folder::resume`].
     pub fn open(mut plan: Plan, opts: &RunOptions, how: &ExecOptions, folder: Folder<'_>) -> Result<Runner> {
+        // A folder that cannot be written is bad input, found before any worker starts.
+        match &folder {
+            Folder::New { name } => folder::check_writable(&output_path(how.output.as_deref(), name)?)?,
+            Folder::At(dir) | Folder::Resume(dir) => folder::check_writable(dir)?,
+            Folder::Existing(_) => {}
+        }
         for job in &plan.jobs {
             crate::python::require_engine_packages(&job.python)?;
         }
@@ -178,6 +185,10 @@ impl Runner {
     /// Runs the jobs of `groups` (job indices; a group's jobs run one after
     /// another on one node) with `exec`, skipping jobs with nothing left to
     /// do (a resumed run). Returns whether Ctrl-C stopped it.
+    ///
+    /// Errors: the run could not go on (its folder cannot be written, a
+    /// worker cannot start); the result is then left failed with the cause
+    /// ([`Sink::abandon`]) and the error says what the folder kept.
     pub fn run_jobs(&mut self, exec: &mut dyn Executor, groups: &[Vec<usize>], heading: &Heading<'_>) -> Result<bool> {
         let todo: Vec<Vec<usize>> = groups
             .iter()
@@ -187,9 +198,13 @@ impl Runner {
         self.sink.set_execution(exec.describe());
         if !todo.is_empty() && !self.sink.is_interrupted() {
             let (run, sink) = self.parts(heading);
-            exec.execute(&run, sink, &todo)?;
+            if let Err(e) = exec.execute(&run, sink, &todo) {
+                return Err(self.sink.abandon(e));
+            }
         }
-        self.sink.write()?;
+        if let Err(e) = self.sink.write() {
+            return Err(self.sink.abandon(e));
+        }
         Ok(self.sink.is_interrupted())
     }
 

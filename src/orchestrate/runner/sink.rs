@@ -105,10 +105,39 @@ impl Sink {
         self.files.append_point(job_index, job, job.points.len(), point, raw)
     }
 
-    /// Sets the run's final status and end time, and writes the result.
+    /// Sets the run's final status and end time, and writes the result (in
+    /// place when there is no room for a second copy, see
+    /// [`OutputFiles::write_result_last`]).
     pub fn close(&mut self, status: Status) -> Result<()> {
         self.result.status = status;
         self.result.finished_at = Some(super::now_rfc3339());
-        self.write()
+        self.files.write_result_last(&self.result).map(|_| ())
+    }
+
+    /// The run stopped on `e` (its folder cannot be written, a worker
+    /// cannot start): every job still running is failed with that cause,
+    /// the run is failed with it (`error`), and the result is written a last
+    /// time as well as it can be. Returns `e` with what the folder kept.
+    pub fn abandon(&mut self, e: anyhow::Error) -> anyhow::Error {
+        let cause = format!("{e:#}");
+        for j in self.result.jobs.iter_mut().filter(|j| j.status == Status::Running) {
+            j.status = Status::Failed;
+            j.worker_pid = None;
+            j.error.get_or_insert_with(|| crate::report::result::RunError { message: cause.clone(), ..Default::default() });
+        }
+        self.result.error = Some(cause);
+        let points: usize = self.result.jobs.iter().map(|j| j.points.len()).sum();
+        let result_file = self.files.lines_dir.join("result.json");
+        let kept = match self.close(Status::Failed) {
+            Ok(()) => format!(
+                "the run stopped; {} keeps its status (failed), the cause and {points} completed point(s), and the .jsonl files hold whole lines of those points only",
+                result_file.display()
+            ),
+            Err(w) => format!(
+                "the run stopped; {} could not be updated either ({w:#}): it holds the last state written, and the .jsonl files whole lines only",
+                result_file.display()
+            ),
+        };
+        e.context(kept)
     }
 }

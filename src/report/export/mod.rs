@@ -101,18 +101,22 @@ pub(super) fn spec_decode_fields(p: &PointResult) -> Vec<(&'static str, Value)> 
     ]
 }
 
-/// Reads the `requests.jsonl` next to a result file (empty when absent).
+/// Reads the `requests.jsonl` next to a result file (empty when absent):
+/// its current lines, without those an interrupted attempt left before a
+/// `--resume` ([`crate::report::files::current_attempt`]).
 pub fn read_requests(result_path: &Path) -> Result<Vec<Value>> {
     let path = result_path.with_file_name("requests.jsonl");
     let Ok(file) = std::fs::File::open(&path) else { return Ok(Vec::new()) };
-    BufReader::new(file)
+    let lines = BufReader::new(file)
         .lines()
         .enumerate()
         .map(|(i, line)| {
             let line = line?;
             serde_json::from_str(&line).map_err(|e| usage(format!("{}:{}: {e}", path.display(), i + 1)))
         })
-        .collect()
+        .collect::<Result<Vec<Value>>>()?;
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    Ok(crate::report::files::current_attempt(lines, |v| (n(v, "job") as usize, n(v, "point") as usize, n(v, "attempt") as u32)))
 }
 
 /// `enginebench export`: writes one file per point into `out_dir`, or prints
