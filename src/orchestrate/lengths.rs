@@ -14,21 +14,32 @@ use crate::recipe::parallel::flag_value;
 
 /// The context limit a configuration's engine will have, as far as it can be
 /// known without vLLM: (tokens, where the figure came from). `None` when the
-/// flags leave it to vLLM (`auto`, `-1`, none given) and the model is not a
-/// local folder with a `config.json`.
+/// flags leave it to vLLM (`auto`, `-1`, none given) and the model's own
+/// limit is not plain to read (see [`model_max_len`]; `--hf-overrides` may
+/// change it).
 pub fn context_limit(args: &[String], model_path: &str) -> Option<(u64, String)> {
     if let Some(v) = flag_value(args, &["--max-model-len", "--max_model_len"]) {
         if let Some(n) = human_readable_int(&v) {
             return Some((n, format!("--max-model-len {v}")));
         }
     }
+    if flag_value(args, &["--hf-overrides", "--hf_overrides"]).is_some() {
+        return None;
+    }
     model_max_len(Path::new(model_path)).map(|n| (n, format!("the model's max_position_embeddings ({n})")))
 }
 
-/// `max_position_embeddings` of a local model folder's `config.json`.
+/// `max_position_embeddings` of a local model folder's `config.json`;
+/// `None` when there is none, or when the config scales its rope
+/// (`rope_scaling` / `rope_parameters` with a `factor`: vLLM then derives a
+/// longer context from it, vllm/config/model.py `_get_and_verify_max_len`).
 pub fn model_max_len(dir: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let scaled = ["rope_scaling", "rope_parameters"].iter().any(|k| v.get(*k).is_some_and(|r| r.get("factor").is_some()));
+    if scaled {
+        return None;
+    }
     v.get("max_position_embeddings").and_then(|m| m.as_u64())
 }
 
@@ -113,6 +124,9 @@ mod tests {
         assert_eq!(context_limit(&args(&["--max-model-len=auto"]), model).map(|l| l.0), Some(8192));
         assert_eq!(context_limit(&args(&[]), model).map(|l| l.0), Some(8192));
         assert_eq!(context_limit(&args(&[]), "org/hub-model"), None);
+        assert_eq!(context_limit(&args(&["--hf-overrides", "{}"]), model), None, "overrides may change the limit");
+        std::fs::write(dir.path().join("config.json"), r#"{"max_position_embeddings": 8192, "rope_scaling": {"type": "yarn", "factor": 4.0}}"#).unwrap();
+        assert_eq!(context_limit(&args(&[]), model), None, "a scaled rope: vLLM derives the limit");
 
         let d = RandomDataset { isl: 999_999, osl: 128, convention: LengthConvention::Vllm, range_ratio: 0.0, prefix_len: 0, seed: 0 };
         let e = too_long(&d, 2048, "--max-model-len 2048").unwrap();
