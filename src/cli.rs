@@ -135,6 +135,50 @@ pub struct CheckoutArgs {
     /// read-only machine commands run here and files are read here.
     #[arg(long, value_name = "CMD=OUTPUT", requires = "inferencex_checkout")]
     pub machine_fact: Vec<String>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// How `import inferencex` (and `--inferencex-checkout`) runs launchers in
+/// its sandbox (docs/import.md, "The sandbox").
+#[derive(Debug, Args, Clone)]
+pub struct SandboxArgs {
+    /// Seconds one launcher evaluation (one search-space point) may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::import::sandbox::POINT_LIMIT.as_secs_f64(), value_parser = positive_seconds)]
+    pub launcher_timeout: f64,
+    /// Seconds the whole import (every point) may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::import::sandbox::IMPORT_LIMIT.as_secs_f64(), value_parser = positive_seconds)]
+    pub import_timeout: f64,
+    /// As root where bubblewrap cannot run launchers as an unprivileged user:
+    /// run them as root (every capability dropped, but no process limit).
+    #[arg(long)]
+    pub unsafe_import: bool,
+}
+
+impl Default for SandboxArgs {
+    fn default() -> Self {
+        let d = crate::import::sandbox::Settings::default();
+        SandboxArgs { launcher_timeout: d.point_limit.as_secs_f64(), import_timeout: d.import_limit.as_secs_f64(), unsafe_import: false }
+    }
+}
+
+impl SandboxArgs {
+    /// The sandbox settings these flags ask for.
+    pub fn settings(&self) -> crate::import::sandbox::Settings {
+        crate::import::sandbox::Settings {
+            point_limit: std::time::Duration::from_secs_f64(self.launcher_timeout),
+            import_limit: std::time::Duration::from_secs_f64(self.import_timeout),
+            unsafe_import: self.unsafe_import,
+        }
+    }
+}
+
+/// A number of seconds above 0 (at most a day).
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("{s:?}: give a number of seconds above 0 and at most 86400, e.g. 20")),
+    }
 }
 
 /// `run`, `overhead` and the run part of `ab`: the recipe and the variants,
@@ -272,6 +316,8 @@ pub struct ImportArgs {
     /// read-only machine commands run here and files are read here.
     #[arg(long, value_name = "CMD=OUTPUT")]
     pub machine_fact: Vec<String>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Write the recipe here (default: stdout).
     #[arg(long, short)]
     pub output: Option<PathBuf>,

@@ -16,7 +16,7 @@ use crate::ab;
 /// `--inferencex-checkout DIR --key K`: the imported recipe, or None without it.
 pub fn from_checkout(c: &cli::CheckoutArgs) -> anyhow::Result<Option<import::checkout::Prepared>> {
     match (&c.inferencex_checkout, &c.key) {
-        (Some(dir), Some(key)) => import::checkout::prepare(dir, key, c.scenario.as_deref(), &c.machine_fact).map(Some),
+        (Some(dir), Some(key)) => import::checkout::prepare(dir, key, c.scenario.as_deref(), &c.machine_fact, &c.sandbox.settings()).map(Some),
         _ => Ok(None),
     }
 }

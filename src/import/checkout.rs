@@ -9,8 +9,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::confined;
 use super::inferencex::{Imported, import_with};
 use super::master_config::{Entry, keys, read_entry};
+use super::sandbox::Settings;
 use super::workflow::{Kind, MatrixPoint, hardware_for};
 
 /// Folders of single-node fixed-seq-len launchers, in the order tried.
@@ -40,16 +42,19 @@ pub fn master_configs(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The master config defining `key` and its entry.
+/// The master config defining `key` and its entry; `root` is a real path
+/// (canonical).
 ///
-/// Errors: not a checkout (no master configs), or no file defines the key.
+/// Errors: not a checkout (no master configs), a master config that is a
+/// link out of the checkout ([`confined::read`]), or no file defines the
+/// key.
 pub fn find_entry(root: &Path, key: &str) -> Result<(PathBuf, Entry), String> {
     let files = master_configs(root);
     if files.is_empty() {
         return Err(format!("{}: no configs/*master*.yaml: not an InferenceX checkout?", root.display()));
     }
     for f in &files {
-        let yaml = std::fs::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+        let yaml = confined::read(root, f)?;
         if keys(&yaml).map_err(|e| format!("{}: {e}", f.display()))?.iter().any(|k| k == key) {
             let entry = read_entry(&yaml, key).map_err(|e| format!("{}: {e}", f.display()))?;
             return Ok((f.clone(), entry));
@@ -59,7 +64,11 @@ pub fn find_entry(root: &Path, key: &str) -> Result<(PathBuf, Entry), String> {
 }
 
 /// The launcher names tried for a point, in order (relative to the checkout).
-pub fn candidates(e: &Entry, p: &MatrixPoint) -> Vec<PathBuf> {
+///
+/// Errors: the entry's fields (model prefix, precision, runner, framework)
+/// make a name that is not a plain file name (`/`, a leading `.`, NUL):
+/// it could leave its folder.
+pub fn candidates(e: &Entry, p: &MatrixPoint) -> Result<Vec<PathBuf>, String> {
     let prefix = e.model_prefix.clone().unwrap_or_else(|| e.key.split('-').next().unwrap_or("").to_string());
     // `mi355x`, `b200-dgxc` and `cluster:mi325x` all name the hardware `mi355x`/`b200`/`mi325x`.
     let runner = e.runner.as_deref().unwrap_or("");
@@ -73,6 +82,12 @@ pub fn candidates(e: &Entry, p: &MatrixPoint) -> Vec<PathBuf> {
         _ => "",
     };
     let names = [format!("{base}_{framework}{spec}.sh"), format!("{base}{fw_suffix}{spec}.sh")];
+    if let Some(bad) = names.iter().find(|n| n.contains(['/', '\0']) || n.starts_with('.')) {
+        return Err(format!(
+            "entry {}: the launcher name {bad:?} (from its model-prefix, precision, runner and framework) is not a plain file name",
+            e.key
+        ));
+    }
     let dirs: &[&str] = match p.kind {
         Kind::FixedSeqLen => &LAUNCHER_DIRS,
         Kind::Agentic => &AGENTIC_DIRS,
@@ -86,26 +101,44 @@ pub fn candidates(e: &Entry, p: &MatrixPoint) -> Vec<PathBuf> {
             }
         }
     }
-    out
+    Ok(out)
 }
 
-/// The launcher for a point: the first candidate that exists.
+/// The launcher for a point: the first candidate that exists; `root` is a
+/// real path (canonical).
+///
+/// Errors: as [`candidates`]; no candidate exists; the launcher found (or
+/// `benchmarks/`) is a link out of the checkout's `benchmarks/`
+/// ([`confined::inside`]).
 pub fn launcher_for(root: &Path, e: &Entry, p: &MatrixPoint) -> Result<PathBuf, String> {
-    let c = candidates(e, p);
-    c.iter().find(|rel| root.join(rel).is_file()).cloned().ok_or_else(|| {
-        format!(
-            "no launcher for entry {} (spec-decoding {}): tried {}",
-            e.key,
-            p.spec,
-            c.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        )
-    })
+    let c = candidates(e, p)?;
+    let benchmarks = root.join("benchmarks");
+    let benchmarks = if benchmarks.symlink_metadata().is_ok() { confined::inside(root, &benchmarks)? } else { benchmarks };
+    for rel in &c {
+        let path = root.join(rel);
+        if std::fs::symlink_metadata(&path).is_ok() && confined::inside(&benchmarks, &path)?.is_file() {
+            return Ok(rel.clone());
+        }
+    }
+    Err(format!(
+        "no launcher for entry {} (spec-decoding {}): tried {}",
+        e.key,
+        p.spec,
+        c.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    ))
 }
 
-/// Imports entry `key` of the checkout at `root`.
+/// Imports entry `key` of the checkout at `root`, running its launchers
+/// as `settings` say.
 ///
 /// Errors: as [`find_entry`], [`launcher_for`] and the import.
-pub fn import_key(root: &Path, key: &str, scenario: Option<&str>, machine_facts: &[String]) -> Result<(PathBuf, Imported), String> {
+pub fn import_key(
+    root: &Path,
+    key: &str,
+    scenario: Option<&str>,
+    machine_facts: &[String],
+    settings: &Settings,
+) -> Result<(PathBuf, Imported), String> {
     let root = root.canonicalize().map_err(|e| format!("InferenceX checkout {}: {e}", root.display()))?;
     let (master, entry) = find_entry(&root, key)?;
     if entry.framework.as_deref().is_some_and(|f| f != "vllm") {
@@ -114,9 +147,9 @@ pub fn import_key(root: &Path, key: &str, scenario: Option<&str>, machine_facts:
     if entry.multinode {
         return Err(format!("entry {key} is multi-node: only single-node entries can be imported"));
     }
-    let hardware = hardware_for(&master, &entry)?;
-    let evals = super::render::CheckoutEvals::beside(&master)?;
-    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware, &evals, machine_facts)?;
+    let hardware = hardware_for(&master, &entry, &root)?;
+    let evals = super::render::CheckoutEvals::beside(&master, &root)?;
+    let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware, &evals, machine_facts, settings)?;
     Ok((master, imported))
 }
 
@@ -131,21 +164,23 @@ pub struct Prepared {
 }
 
 /// `--inferencex-checkout DIR --key KEY [--scenario S] [--machine-fact
-/// 'CMD=OUTPUT' ...]`: imports the entry,
+/// 'CMD=OUTPUT' ...]` (and the sandbox's `settings`): imports the entry,
 /// prints the resolved plan (jobs, launcher lines, points) to stderr and
 /// writes the recipe to a temp file.
 ///
 /// Errors (usage, exit 2): as [`import_key`]; the file cannot be written.
-pub fn prepare(root: &Path, key: &str, scenario: Option<&str>, machine_facts: &[String]) -> anyhow::Result<Prepared> {
-    let (master, imported) = import_key(root, key, scenario, machine_facts).map_err(crate::error::usage)?;
+pub fn prepare(root: &Path, key: &str, scenario: Option<&str>, machine_facts: &[String], settings: &Settings) -> anyhow::Result<Prepared> {
+    let (master, imported) = import_key(root, key, scenario, machine_facts, settings).map_err(crate::error::usage)?;
     let dir = std::env::temp_dir().join("enginebench-inferencex");
     std::fs::create_dir_all(&dir).map_err(|e| crate::error::usage(format!("cannot make {}: {e}", dir.display())))?;
     let file = dir.join(format!("{key}{}.toml", scenario.map(|s| format!("-{s}")).unwrap_or_default()));
     std::fs::write(&file, &imported.toml).map_err(|e| crate::error::usage(format!("cannot write {}: {e}", file.display())))?;
-    errln!("InferenceX entry {key} ({}): {} job(s)", master.display(), imported.jobs.len());
+    // What the checkout and its launchers wrote, with control characters escaped.
+    let say = |line: String| errln!("{}", super::render::printable(&line));
+    say(format!("InferenceX entry {key} ({}): {} job(s)", master.display(), imported.jobs.len()));
     for (i, j) in imported.jobs.iter().enumerate() {
         let concs: Vec<String> = j.points.iter().map(|p| format!("{}:{}", p.scenario(), p.conc)).collect();
-        errln!(
+        say(format!(
             "  {} ({}): {} line {}; model {}; {} point(s) [{}]",
             j.name,
             if i == 0 { "base" } else { "variant" },
@@ -154,14 +189,14 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>, machine_facts: &[
             j.engine.model,
             j.points.len(),
             concs.join(" ")
-        );
-        errln!("    vllm serve {} {}", j.engine.model, shell_words::join(&j.engine.args));
+        ));
+        say(format!("    vllm serve {} {}", j.engine.model, shell_words::join(&j.engine.args)));
         for (k, v) in &j.engine.env {
-            errln!("    env {k}={v}");
+            say(format!("    env {k}={v}"));
         }
     }
     for n in &imported.notes {
-        errln!("  note: {n}");
+        say(format!("  note: {n}"));
     }
     errln!("  recipe: {}", file.display());
     // Every job runs, data-parallel ones too (one worker per DP rank).

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
@@ -18,7 +19,7 @@ use super::client;
 use super::job::{Bench, Engine, Job, Service};
 use super::machine::{Facts, Source};
 use super::master_config::Entry;
-use super::sandbox::{self, Call, Script};
+use super::sandbox::{self, Call, Script, Settings};
 use super::workflow::{self, Hardware, Kind, MatrixPoint};
 use crate::error::usage;
 use crate::recipe::args::is_flag;
@@ -82,17 +83,26 @@ struct PointEval {
 struct PointFailure {
     problems: Vec<String>,
     facts_needed: Vec<(u32, String)>,
+    /// The launcher was stopped at its time limit.
+    timed_out: bool,
 }
 
 impl From<String> for PointFailure {
     fn from(why: String) -> Self {
-        PointFailure { problems: vec![why], facts_needed: vec![] }
+        PointFailure { problems: vec![why], facts_needed: vec![], timed_out: false }
     }
 }
 
-/// One point's evaluation with the machine facts `facts`.
-fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint, facts: &BTreeMap<String, String>) -> Result<PointEval, PointFailure> {
-    let outcome = sandbox::evaluate(&Script { root, rel }, &p.env, facts)?;
+/// One point's evaluation with the machine facts `facts`, for at most `limit`.
+fn evaluate_point(
+    root: &Path,
+    rel: &Path,
+    p: &MatrixPoint,
+    facts: &BTreeMap<String, String>,
+    limit: Duration,
+    settings: &Settings,
+) -> Result<PointEval, PointFailure> {
+    let outcome = sandbox::evaluate(&Script { root, rel }, &p.env, facts, limit, settings)?;
     let mut problems: Vec<String> = outcome.problems.iter().map(|(l, w)| at_line(*l, w)).collect();
     let served = one_call(&outcome.serves, "`vllm serve`", |a, b| a.args == b.args && a.env == b.env).map_err(|e| problems.push(e)).ok();
     let bench = match p.kind {
@@ -109,7 +119,7 @@ fn evaluate_point(root: &Path, rel: &Path, p: &MatrixPoint, facts: &BTreeMap<Str
     };
     let bench = bench.map_err(|e| problems.push(e)).ok();
     if !problems.is_empty() {
-        return Err(PointFailure { problems, facts_needed: outcome.facts_needed });
+        return Err(PointFailure { problems, facts_needed: outcome.facts_needed, timed_out: outcome.timed_out });
     }
     let (served, (bench, bench_line)) = (served.expect("no problems"), bench.expect("no problems"));
     let engine = engine_of(served, &p.env).map_err(|why| at_line(served.line, &why))?;
@@ -135,19 +145,58 @@ const FACT_ROUNDS: usize = 20;
 /// points read ([`super::machine`]: given, or run here, then every point
 /// again), and groups the points into jobs.
 ///
+/// Each point runs for at most the settings' point limit and what is left
+/// until `deadline`; after a point stopped at its limit, or past the
+/// deadline, the remaining points are not run (they fail, saying why).
+///
 /// Errors: a machine fact without a value here (the command, its line and
 /// the flag); otherwise every problem of every point, each as `point: line
 /// N: reason` (the first few points' problems; the count of the rest).
-pub fn evaluate(root: &Path, launcher: Launcher, e: &Entry, points: Vec<MatrixPoint>, facts: &mut Facts) -> Result<Vec<Job>, String> {
+pub fn evaluate(
+    root: &Path,
+    launcher: Launcher,
+    e: &Entry,
+    points: Vec<MatrixPoint>,
+    facts: &mut Facts,
+    settings: &Settings,
+    deadline: Instant,
+) -> Result<Vec<Job>, String> {
+    let past_deadline = || {
+        format!("not evaluated: the import ran past its limit of {} (--import-timeout)", sandbox::seconds(settings.import_limit))
+    };
     for round in 1..=FACT_ROUNDS {
         let known: BTreeMap<String, String> = facts.known.iter().map(|(c, f)| (c.clone(), f.output.clone())).collect();
+        // Why the points left are not run, once one is.
+        let mut stop: Option<String> = None;
         let evaluated: Vec<(MatrixPoint, Result<(std::path::PathBuf, PointEval), PointFailure>)> = points
             .iter()
             .map(|p| {
-                let ev = launcher(p).map_err(PointFailure::from).and_then(|rel| evaluate_point(root, &rel, p, &known).map(|ev| (rel, ev)));
+                let left = deadline.saturating_duration_since(Instant::now());
+                if stop.is_none() && left.is_zero() {
+                    stop = Some(past_deadline());
+                }
+                if let Some(why) = &stop {
+                    return (p.clone(), Err(PointFailure::from(why.clone())));
+                }
+                let limit = settings.point_limit.min(left);
+                let ev = launcher(p)
+                    .map_err(PointFailure::from)
+                    .and_then(|rel| evaluate_point(root, &rel, p, &known, limit, settings).map(|ev| (rel, ev)));
+                if let Err(f) = &ev {
+                    if f.timed_out {
+                        stop = Some(if limit < settings.point_limit {
+                            past_deadline()
+                        } else {
+                            "not evaluated: an earlier point ran past the launcher's time limit (--launcher-timeout)".to_string()
+                        });
+                    }
+                }
                 (p.clone(), ev)
             })
             .collect();
+        if stop.is_some() {
+            return group(e, evaluated);
+        }
         let mut needed: Vec<(String, u32, String)> = Vec::new();
         for (p, ev) in &evaluated {
             if let Err(f) = ev {
@@ -356,7 +405,8 @@ fn name_jobs(jobs: &mut [Job]) {
 /// Evaluates and renders, then parses the recipe back and checks that every
 /// job's flags, environment, points and workload settings are exactly the
 /// recorded ones. `hardware` is the runner's (DRAM budgets of agentic
-/// offload points); `machine_facts` are the `--machine-fact` values.
+/// offload points); `machine_facts` are the `--machine-fact` values;
+/// `settings` the sandbox's time limits (the import's counted from here).
 ///
 /// Errors: any point that cannot be evaluated (with its line), jobs with
 /// different models, or a recipe that does not reproduce the jobs.
@@ -368,12 +418,14 @@ pub fn import_with(
     hardware: Option<Hardware>,
     evals: &super::render::CheckoutEvals,
     machine_facts: &[String],
+    settings: &Settings,
 ) -> Result<Imported, String> {
+    let deadline = Instant::now() + settings.import_limit;
     let points = workflow::matrix(e, scenario, hardware)?;
     // This machine answers for the recipe's only when it is that kind of machine.
     let target = super::machine::Target::of(e.runner.as_deref(), &crate::report::host::Host::detect().gpus);
     let mut facts = Facts::new(machine_facts, target)?;
-    let jobs = evaluate(root, launcher, e, points, &mut facts)?;
+    let jobs = evaluate(root, launcher, e, points, &mut facts, settings, deadline)?;
     if let Some(other) = jobs.iter().find(|j| j.engine.model != jobs[0].engine.model) {
         return Err(format!(
             "jobs {} and {} serve different models ({} and {}): one recipe has one model",
@@ -392,9 +444,9 @@ pub fn import_with(
     }
     notes.extend(fact_notes(&jobs, &facts));
     notes.extend(jobs.iter().flat_map(Job::notes));
-    let toml = super::render::render(e, &jobs, &notes, evals);
-    super::render::verify(&toml, &jobs)?;
-    Ok(Imported { toml, jobs, notes })
+    let doc = super::render::render(e, &jobs, &notes, evals);
+    super::render::verify(&doc, &jobs)?;
+    Ok(Imported { toml: doc.toml, jobs, notes })
 }
 
 /// The machine facts the jobs read (command, lines, output, source) and the
@@ -447,6 +499,7 @@ pub fn run_import(
     master: (&Path, &str),
     scenario: Option<&str>,
     machine_facts: &[String],
+    settings: &Settings,
     output: Option<&Path>,
 ) -> Result<crate::error::ExitStatus> {
     let (path, key) = master;
@@ -454,9 +507,11 @@ pub fn run_import(
     let entry = super::master_config::read_entry(&yaml, key).map_err(|e| usage(format!("{}: {e}", path.display())))?;
     let abs = launcher.canonicalize().map_err(|e| usage(format!("cannot read launcher {}: {e}", launcher.display())))?;
     let (root, name) = (abs.parent().unwrap_or(Path::new("/")), abs.file_name().map(Path::new).unwrap_or(Path::new("")));
-    let hardware = workflow::hardware_for(path, &entry).map_err(usage)?;
-    let evals = super::render::CheckoutEvals::beside(path).map_err(usage)?;
-    let imported = import_with(root, &|_| Ok(name.to_path_buf()), &entry, scenario, hardware, &evals, machine_facts).map_err(usage)?;
+    let checkout = super::confined::root_of_master(path).map_err(usage)?;
+    let hardware = workflow::hardware_for(path, &entry, &checkout).map_err(usage)?;
+    let evals = super::render::CheckoutEvals::beside(path, &checkout).map_err(usage)?;
+    let imported =
+        import_with(root, &|_| Ok(name.to_path_buf()), &entry, scenario, hardware, &evals, machine_facts, settings).map_err(usage)?;
     write_out(&imported, output)
 }
 
@@ -466,7 +521,7 @@ pub fn write_out(imported: &Imported, output: Option<&Path>) -> Result<crate::er
         errln!("job {}: {} point(s), vllm serve at line {}", j.name, j.points.len(), j.line);
     }
     for n in &imported.notes {
-        errln!("note: {n}");
+        errln!("note: {}", super::render::printable(n));
     }
     match output {
         Some(p) => {

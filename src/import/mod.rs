@@ -28,6 +28,7 @@
 
 pub mod checkout;
 pub mod client;
+pub mod confined;
 pub mod inferencex;
 pub mod job;
 pub mod machine;

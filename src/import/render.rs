@@ -35,14 +35,20 @@ pub struct CheckoutEvals {
 
 impl CheckoutEvals {
     /// The checkout's evals beside a master config (`configs/X.yaml`, or
-    /// `configs/deprecated/X.yaml`): `utils/evals/` one or two folders up.
+    /// `configs/deprecated/X.yaml`): `utils/evals/` one or two folders up,
+    /// within the checkout `root` (a real path).
     ///
-    /// Errors: a thresholds.yaml that is there but does not read.
-    pub fn beside(master: &Path) -> Result<CheckoutEvals, String> {
+    /// Errors: a thresholds.yaml that is there but does not read, or is a
+    /// link out of the checkout ([`super::confined::read`]; its target is
+    /// never read).
+    pub fn beside(master: &Path, root: &Path) -> Result<CheckoutEvals, String> {
         let configs = master.parent().unwrap_or(Path::new("."));
-        let dir = configs.ancestors().skip(1).take(2).map(|d| d.join("utils/evals")).find(|d| d.is_dir());
-        let thresholds = match dir.as_ref().map(|d| d.join("thresholds.yaml")).filter(|f| f.is_file()) {
-            Some(f) => Some(crate::eval::thresholds::Thresholds::load(&f).map_err(|e| e.to_string())?),
+        let dir = configs.ancestors().skip(1).take(2).filter(|d| d.starts_with(root)).map(|d| d.join("utils/evals")).find(|d| d.is_dir());
+        let thresholds = match dir.as_ref().map(|d| d.join("thresholds.yaml")).filter(|f| f.symlink_metadata().is_ok()) {
+            Some(f) => {
+                let text = super::confined::read(root, &f)?;
+                Some(crate::eval::thresholds::Thresholds::parse(&text, &f.display().to_string()).map_err(|e| e.to_string())?)
+            }
             None => None,
         };
         Ok(CheckoutEvals { dir, thresholds })
@@ -56,30 +62,33 @@ impl CheckoutEvals {
 /// concurrency (InferenceX runs evals at `CONC` of its highest and median
 /// eval points), and the checkout's thresholds for the entry's model prefix
 /// (every task of its thresholds file, resolved), else InferenceX's 0.90.
-fn eval_section(e: &Entry, jobs: &[Job], evals: &CheckoutEvals) -> String {
+fn eval_section(t: &mut Doc, e: &Entry, jobs: &[Job], evals: &CheckoutEvals) {
     let base = &jobs[0];
-    let mut t = String::from("\n[eval]\n");
+    t.data("\n[eval]");
     let tasks_dir = base.eval_env.get("EVAL_TASKS_DIR").filter(|d| !d.ends_with("gsm8k.yaml"));
     match tasks_dir {
         Some(d) => {
             let path = evals.dir.as_ref().and_then(|e| e.parent()).and_then(Path::parent).map_or_else(|| PathBuf::from(d), |root| root.join(d));
-            t.push_str(&format!("# EVAL_TASKS_DIR={d}: run through lm-eval (needs `pip install lm-eval` in the engine's Python)\n"));
-            t.push_str(&format!("tasks = [{}]\n", q(&path.display().to_string())));
+            t.comment(&format!("EVAL_TASKS_DIR={d}: run through lm-eval (needs `pip install lm-eval` in the engine's Python)"));
+            t.data(&format!("tasks = [{}]", q(&path.display().to_string())));
         }
-        None => t.push_str("# InferenceX's utils/evals/gsm8k.yaml through lm-eval, built in (no lm-eval needed)\ntasks = [\"gsm8k_inferencex\"]\n"),
+        None => {
+            t.comment("InferenceX's utils/evals/gsm8k.yaml through lm-eval, built in (no lm-eval needed)");
+            t.data("tasks = [\"gsm8k_inferencex\"]");
+        }
     }
     let concurrency = match base.eval_env.get("EVAL_CONCURRENT_REQUESTS").and_then(|c| c.parse::<u32>().ok()) {
         Some(c) => {
-            t.push_str("# EVAL_CONCURRENT_REQUESTS of the launcher\n");
+            t.comment("EVAL_CONCURRENT_REQUESTS of the launcher");
             Some(c)
         }
         None => {
-            t.push_str("# InferenceX evaluates at CONC of its highest (and median) eval point: the highest\n");
+            t.comment("InferenceX evaluates at CONC of its highest (and median) eval point: the highest");
             jobs.iter().flat_map(|j| &j.points).map(|p| p.conc).max()
         }
     };
     if let Some(c) = concurrency {
-        t.push_str(&format!("concurrency = {c}\n"));
+        t.data(&format!("concurrency = {c}"));
     }
     match &evals.thresholds {
         Some(th) => {
@@ -92,18 +101,13 @@ fn eval_section(e: &Entry, jobs: &[Job], evals: &CheckoutEvals) -> String {
                 .filter_map(|task| th.resolve(prefix, task).map(|(v, _)| format!("{} = {v}", q(task))))
                 .collect();
             if let Some(p) = prefix {
-                t.push_str(&format!("model_prefix = {}\n", q(p)));
+                t.data(&format!("model_prefix = {}", q(p)));
             }
-            t.push_str(&format!(
-                "# from {} for model prefix {}: models.<prefix> over default\nthresholds = {{ {} }}\n",
-                th.origin,
-                prefix.unwrap_or("(none)"),
-                resolved.join(", ")
-            ));
+            t.comment(&format!("from {} for model prefix {}: models.<prefix> over default", th.origin, prefix.unwrap_or("(none)")));
+            t.data(&format!("thresholds = {{ {} }}", resolved.join(", ")));
         }
-        None => t.push_str("min_accuracy = 0.90\n"),
+        None => t.data("min_accuracy = 0.90"),
     }
-    t
 }
 
 /// Flags whose value may be the matrix TP.
@@ -216,20 +220,53 @@ pub fn agentic_notes(r: &Replay) -> Vec<String> {
     ]
 }
 
+/// A recipe being written: its whole text, and its data lines alone (no
+/// comment), which [`verify`] parses against the whole.
+#[derive(Debug, Clone, Default)]
+pub struct Doc {
+    /// The recipe, comments included.
+    pub toml: String,
+    data: String,
+}
+
+impl Doc {
+    /// A `# ` comment line: `text` from a checkout or a launcher cannot end
+    /// it and start a TOML line, its control characters are escaped
+    /// ([`printable`]).
+    fn comment(&mut self, text: &str) {
+        self.toml.push_str(&format!("# {}\n", printable(text)));
+    }
+
+    /// TOML lines, written by this module with every value quoted ([`q`]).
+    fn data(&mut self, lines: &str) {
+        for t in [&mut self.toml, &mut self.data] {
+            t.push_str(lines);
+            t.push('\n');
+        }
+    }
+}
+
+/// `text` with every control character but the tab escaped as Rust writes
+/// it (`\n`, `\r`, `\u{1b}`): one line a terminal shows as it is, and a
+/// valid TOML comment (TOML 1.0: no control characters but tab).
+pub fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() && c != '\t' { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 /// The recipe for `jobs`: the first is the base, the others variants that
 /// replace the flag list and environment; each with its own search space
 /// and workload settings.
-pub fn render(e: &Entry, jobs: &[Job], notes: &[String], evals: &CheckoutEvals) -> String {
+pub fn render(e: &Entry, jobs: &[Job], notes: &[String], evals: &CheckoutEvals) -> Doc {
     let base = &jobs[0];
-    let mut t = String::new();
-    t.push_str(&format!("# Imported by `enginebench import inferencex` from master-config entry {}:\n", e.key));
-    t.push_str("# the launcher ran under bash at every search-space point (vllm serve and the client recorded, not run).\n");
+    let mut t = Doc::default();
+    t.comment(&format!("Imported by `enginebench import inferencex` from master-config entry {}:", e.key));
+    t.comment("the launcher ran under bash at every search-space point (vllm serve and the client recorded, not run).");
     if let Some(img) = &e.image {
-        t.push_str(&format!("# InferenceX ran it in image {img}.\n"));
+        t.comment(&format!("InferenceX ran it in image {img}."));
     }
     for j in jobs {
-        t.push_str(&format!(
-            "# job {}{}: {} line {} ({} line {}), {} point(s)\n",
+        t.comment(&format!(
+            "job {}{}: {} line {} ({} line {}), {} point(s)",
             j.name,
             if std::ptr::eq(j, base) { " (the base)" } else { "" },
             j.launcher.display(),
@@ -244,42 +281,42 @@ pub fn render(e: &Entry, jobs: &[Job], notes: &[String], evals: &CheckoutEvals) 
     }
     if jobs.len() > 1 {
         let names: Vec<&str> = std::iter::once("base").chain(jobs[1..].iter().map(|j| j.name.as_str())).collect();
-        t.push_str(&format!("# Run every job: enginebench run FILE --variants {}\n", names.join(",")));
+        t.comment(&format!("Run every job: enginebench run FILE --variants {}", names.join(",")));
     }
     for n in notes {
-        t.push_str(&format!("# {n}\n"));
+        t.comment(n);
     }
-    t.push_str(&format!("name = {}\nmodel = {}\n", q(&e.key), q(&base.engine.model)));
+    t.data(&format!("name = {}\nmodel = {}", q(&e.key), q(&base.engine.model)));
     if let Some(r) = &e.runner {
-        t.push_str(&format!("hardware = {}\n", q(r)));
+        t.data(&format!("hardware = {}", q(r)));
     }
     if let Some(p) = &e.precision {
-        t.push_str(&format!("precision = {}\n", q(p)));
+        t.data(&format!("precision = {}", q(p)));
     }
     if let Some(img) = &e.image {
-        t.push_str(&format!("image = {}\n", q(img)));
+        t.data(&format!("image = {}", q(img)));
     }
-    t.push_str("framework = \"vllm\"\n\n[env]\n");
+    t.data("framework = \"vllm\"\n\n[env]");
     for (k, v) in &base.engine.env {
-        t.push_str(&format!("{} = {}\n", q(k), q(v)));
+        t.data(&format!("{} = {}", q(k), q(v)));
     }
-    t.push_str(&format!("\n[engine]\nargs = {}\n\n[sweep]\n", list(&written_args(base).0)));
+    t.data(&format!("\n[engine]\nargs = {}\n\n[sweep]", list(&written_args(base).0)));
     for (k, v) in sweep_keys(base) {
-        t.push_str(&format!("{k} = {v}\n"));
+        t.data(&format!("{k} = {v}"));
     }
     if jobs.iter().any(|j| matches!(j.bench, Bench::Fixed(_))) {
-        t.push_str(&eval_section(e, jobs, evals));
+        eval_section(&mut t, e, jobs, evals);
     }
     for j in &jobs[1..] {
-        t.push_str(&format!("\n[variants.{}]\n", q(&j.name)));
+        t.data(&format!("\n[variants.{}]", q(&j.name)));
         let removed: Vec<String> = flag_names(&base.engine.args);
         if !removed.is_empty() {
-            t.push_str(&format!("args_remove = {}\n", list(&removed)));
+            t.data(&format!("args_remove = {}", list(&removed)));
         }
-        t.push_str(&format!("args_add = {}\n", list(&written_args(j).0)));
+        t.data(&format!("args_add = {}", list(&written_args(j).0)));
         let unset: Vec<String> = base.engine.env.keys().filter(|k| !j.engine.env.contains_key(*k)).cloned().collect();
         if !unset.is_empty() {
-            t.push_str(&format!("env_unset = {}\n", list(&unset)));
+            t.data(&format!("env_unset = {}", list(&unset)));
         }
         let env: Vec<String> = j
             .engine
@@ -289,10 +326,10 @@ pub fn render(e: &Entry, jobs: &[Job], notes: &[String], evals: &CheckoutEvals) 
             .map(|(k, v)| format!("{} = {}", q(k), q(v)))
             .collect();
         if !env.is_empty() {
-            t.push_str(&format!("env = {{ {} }}\n", env.join(", ")));
+            t.data(&format!("env = {{ {} }}", env.join(", ")));
         }
         let sweep: Vec<String> = sweep_keys(j).into_iter().map(|(k, v)| format!("{k} = {v}")).collect();
-        t.push_str(&format!("sweep = {{ {} }}\n", sweep.join(", ")));
+        t.data(&format!("sweep = {{ {} }}", sweep.join(", ")));
     }
     t
 }
@@ -318,11 +355,19 @@ fn list(items: &[String]) -> String {
     format!("[{}]", items.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "))
 }
 
-/// The round trip: the recipe loader must read `toml` and give each job
-/// exactly its recorded flags, environment, TP, points and workload
-/// settings (the client's or the replay's).
-pub fn verify(toml: &str, jobs: &[Job]) -> Result<(), String> {
-    let recipe = crate::recipe::Recipe::parse(toml, "the imported recipe").map_err(|e| format!("{e:#}"))?;
+/// The round trip: the whole recipe must parse to exactly what its data
+/// lines alone parse to (every key: nothing a comment carried became
+/// data), and the recipe loader must read it and give each job exactly its
+/// recorded flags, environment, TP, points and workload settings (the
+/// client's or the replay's).
+pub fn verify(doc: &Doc, jobs: &[Job]) -> Result<(), String> {
+    let whole: toml::Table = toml::from_str(&doc.toml).map_err(|e| format!("the imported recipe is not TOML: {e}"))?;
+    let data: toml::Table = toml::from_str(&doc.data).map_err(|e| format!("the imported recipe's data is not TOML: {e}"))?;
+    if whole != data {
+        let keys = |t: &toml::Table| t.keys().cloned().collect::<Vec<_>>().join(", ");
+        return Err(format!("the imported recipe's comments changed its data (keys {} against {}): not written", keys(&whole), keys(&data)));
+    }
+    let recipe = crate::recipe::Recipe::parse(&doc.toml, "the imported recipe").map_err(|e| format!("{e:#}"))?;
     for (i, j) in jobs.iter().enumerate() {
         let variant = if i == 0 { vec![] } else { vec![j.name.clone()] };
         let configs = recipe.engine_configs(&variant, &crate::recipe::Sweep::default())?;
@@ -385,4 +430,25 @@ pub fn verify(toml: &str, jobs: &[Job]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A comment cannot carry data: its control characters are escaped, and
+    /// the round trip refuses a recipe whose comments hold a TOML line.
+    #[test]
+    fn comments_stay_comments() {
+        let mut d = Doc::default();
+        d.comment("image x\nstart_timeout_s = 1.0\r\u{1b}[2J\tend");
+        d.data("name = \"n\"");
+        assert_eq!(d.toml, "# image x\\nstart_timeout_s = 1.0\\r\\u{1b}[2J\tend\nname = \"n\"\n");
+        let whole: toml::Table = toml::from_str(&d.toml).unwrap();
+        assert_eq!(whole.keys().collect::<Vec<_>>(), ["name"]);
+        // Written raw, the newline would start a key of its own: verify says so.
+        let forged = Doc { toml: "# image x\nstart_timeout_s = 1.0\nname = \"n\"\n".into(), data: "name = \"n\"\n".into() };
+        let err = verify(&forged, &[]).unwrap_err();
+        assert!(err.contains("comments changed its data") && err.contains("start_timeout_s"), "{err}");
+    }
 }

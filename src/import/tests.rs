@@ -12,6 +12,7 @@ use super::inferencex::{Imported, import_with};
 use super::job::Job;
 use super::workflow::matrix;
 use super::master_config::read_entry;
+use super::sandbox::Settings;
 use crate::recipe::{Recipe, Sweep};
 
 fn root() -> PathBuf {
@@ -19,7 +20,7 @@ fn root() -> PathBuf {
 }
 
 fn import(key: &str) -> Imported {
-    import_key(&root(), key, None, &[]).unwrap_or_else(|e| panic!("{key}: {e}")).1
+    import_key(&root(), key, None, &[], &Settings::default()).unwrap_or_else(|e| panic!("{key}: {e}")).1
 }
 
 fn job<'a>(imported: &'a Imported, name: &str) -> &'a Job {
@@ -190,27 +191,32 @@ fn eval_selection_and_checkout_thresholds_come_along() {
 
 #[test]
 fn scenario_filter_and_unknown_scenario() {
-    let (_, im) = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("8k1k"), &[]).unwrap();
+    let (_, im) = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("8k1k"), &[], &Settings::default()).unwrap();
     assert_eq!(im.jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>(), ["tp8", "tp4-mtp"]);
-    let err = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("1k8k"), &[]).unwrap_err();
+    let err = import_key(&root(), "shapes-fp4-mi355x-vllm", Some("1k8k"), &[], &Settings::default()).unwrap_err();
     assert!(err.contains("1k1k, 8k1k"), "{err}");
-    let err = import_key(&root(), "no-such-key", None, &[]).unwrap_err();
+    let err = import_key(&root(), "no-such-key", None, &[], &Settings::default()).unwrap_err();
     assert!(err.contains("no-such-key"), "{err}");
 }
 
 #[test]
 fn machine_dependent_value_fails_with_its_line() {
-    let err = import_key(&root(), "broken-fp8-h200-vllm", None, &[]).unwrap_err();
+    let err = import_key(&root(), "broken-fp8-h200-vllm", None, &[], &Settings::default()).unwrap_err();
     assert!(err.contains("line 5: the output of `nvidia-smi -L` is used"), "{err}");
 }
 
 /// Imports a launcher written by the test with the tiny entry's matrix.
 fn import_text(script: &str) -> Result<Imported, String> {
+    import_text_with(script, &Settings::default())
+}
+
+/// The same, with the sandbox's `settings`.
+fn import_text_with(script: &str, settings: &Settings) -> Result<Imported, String> {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("l.sh"), script).unwrap();
     let yaml = std::fs::read_to_string(root().join("configs/demo-master.yaml")).unwrap();
     let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
-    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &[])
+    import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &[], settings)
 }
 
 #[test]
@@ -221,8 +227,11 @@ fn unresolvable_constructs_fail_with_the_line() {
     assert!(err.contains("`vllm serve` never ran"), "{err}");
     let err = import_text("set -e\nN=$(( CONC / 0 ))\nvllm serve \"$MODEL\"\n").unwrap_err();
     assert!(err.contains("line 2: bash (l.sh): ") && err.contains("division by 0"), "{err}");
-    let err = import_text("while true; do sleep 1; done\n").unwrap_err();
-    assert!(err.contains("did not finish within"), "{err}");
+    // `sleep` is a recorder: the loop spins until the limit; the second point is not run.
+    let quick = Settings { point_limit: std::time::Duration::from_secs(1), ..Settings::default() };
+    let err = import_text_with("while true; do sleep 1; done\n", &quick).unwrap_err();
+    assert!(err.contains("conc 1: the launcher did not finish within 1 s"), "{err}");
+    assert!(err.contains("conc 2: not evaluated: an earlier point ran past the launcher's time limit"), "{err}");
     let err = import_text("vllm serve \"$MODEL\" -tp 1\nvllm serve \"$MODEL\" -tp 2\n").unwrap_err();
     assert!(err.contains("ran 2 times with different arguments (lines 1, 2)"), "{err}");
 }
@@ -341,7 +350,7 @@ run_benchmark_serving --model "$MODEL" --port "$PORT" --backend vllm --result-fi
     let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
     let with = |facts: &[&str]| {
         let facts: Vec<String> = facts.iter().map(|f| f.to_string()).collect();
-        import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &facts)
+        import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &facts, &Settings::default())
     };
     let err = with(&[]).unwrap_err();
     assert!(err.contains("l.sh line 3: the output of `rocm-smi --showfw` is used"), "{err}");
@@ -393,7 +402,7 @@ run_benchmark_serving --model "$MODEL" --port "$PORT" --backend vllm --result-fi
     let e = read_entry(&yaml, "tiny-fp32-cpu-vllm").unwrap();
     let with = |facts: &[&str]| {
         let facts: Vec<String> = facts.iter().map(|f| f.to_string()).collect();
-        import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &facts)
+        import_with(dir.path(), &|_| Ok(PathBuf::from("l.sh")), &e, None, None, &crate::import::render::CheckoutEvals::default(), &facts, &Settings::default())
     };
     let state = |d: &str| format!("/sys/class/infiniband/{d}/ports/1/state");
     let err = with(&[]).unwrap_err();

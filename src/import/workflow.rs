@@ -117,10 +117,12 @@ pub fn read_hardware(yaml: &str, runner: &str) -> Result<Hardware, String> {
 }
 
 /// The runners.yaml that describes a master config's runners: beside it,
-/// or one folder up (for `configs/deprecated/`).
-pub fn runners_yaml(master: &Path) -> Option<std::path::PathBuf> {
+/// or one folder up (for `configs/deprecated/`), within the checkout `root`.
+pub fn runners_yaml(master: &Path, root: &Path) -> Option<std::path::PathBuf> {
     let dir = master.parent()?;
-    [dir.join("runners.yaml"), dir.parent()?.join("runners.yaml")].into_iter().find(|p| p.is_file())
+    [dir.join("runners.yaml"), dir.parent()?.join("runners.yaml")]
+        .into_iter()
+        .find(|p| p.starts_with(root) && p.symlink_metadata().is_ok())
 }
 
 /// `TOTAL_CPU_DRAM_GB` of an agentic point, as InferenceX's sweep generator
@@ -344,19 +346,21 @@ pub fn matrix(e: &Entry, scenario: Option<&str>, hardware: Option<Hardware>) -> 
 }
 
 /// The entry's runner hardware from the runners.yaml beside its master
-/// config, when the entry offloads KV to DRAM (the budget needs it);
-/// `None` otherwise.
+/// config in the checkout `root` (a real path), when the entry offloads KV
+/// to DRAM (the budget needs it); `None` otherwise.
 ///
-/// Errors: DRAM offload without a runners.yaml, or without the runner in it.
-pub fn hardware_for(master: &Path, e: &Entry) -> Result<Option<Hardware>, String> {
+/// Errors: DRAM offload without a runners.yaml, or without the runner in
+/// it; a runners.yaml that is a link out of the checkout
+/// ([`super::confined::read`]).
+pub fn hardware_for(master: &Path, e: &Entry, root: &Path) -> Result<Option<Hardware>, String> {
     let dram = e.agentic_configs.iter().flat_map(|c| &c.spaces).any(|s| s.kv_offloading.as_deref() == Some("dram"));
     if !dram {
         return Ok(None);
     }
-    let file = runners_yaml(master).ok_or_else(|| {
+    let file = runners_yaml(master, root).ok_or_else(|| {
         format!("entry {} offloads KV to DRAM: its budget needs the runner's CPU DRAM from runners.yaml, found neither beside {} nor one folder up", e.key, master.display())
     })?;
-    let yaml = std::fs::read_to_string(&file).map_err(|err| format!("cannot read {}: {err}", file.display()))?;
+    let yaml = super::confined::read(root, &file)?;
     read_hardware(&yaml, e.runner.as_deref().unwrap_or("")).map(Some).map_err(|err| format!("{}: {err}", file.display()))
 }
 

@@ -42,8 +42,21 @@ struct Findings {
     #[serde(skip_serializing_if = "Option::is_none")]
     release: Option<ReleaseLine>,
     telemetry_sources: Vec<SourceStatus>,
+    /// The InferenceX importer's sandbox: how it runs launchers here, or
+    /// why it cannot (not a problem for a run).
+    import_sandbox: ImportSandbox,
     problems: Vec<String>,
     can_run: bool,
+}
+
+/// The import sandbox's state ([`crate::import::sandbox::probe::report`]).
+#[derive(Debug, Serialize)]
+struct ImportSandbox {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<crate::import::sandbox::probe::Report>,
+    /// Why `import inferencex` cannot run launchers here (without `--unsafe-import`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unavailable: Option<String>,
 }
 
 /// One line on where the release stands, and whether it is a warning.
@@ -116,6 +129,10 @@ pub fn doctor(json: bool, python: Option<&std::path::Path>) -> Result<ExitStatus
     });
     let telemetry_sources = telemetry.sources().to_vec();
     drop(telemetry.stop());
+    let import_sandbox = match crate::import::sandbox::probe::report(false) {
+        Ok(state) => ImportSandbox { state: Some(state), unavailable: None },
+        Err(why) => ImportSandbox { state: None, unavailable: Some(why) },
+    };
     let found = Findings {
         python_chosen_by: python.origin.source(),
         python,
@@ -125,6 +142,7 @@ pub fn doctor(json: bool, python: Option<&std::path::Path>) -> Result<ExitStatus
         engine,
         release,
         telemetry_sources,
+        import_sandbox,
         can_run: problems.is_empty(),
         problems,
     };
@@ -201,6 +219,15 @@ fn print_human(f: &Findings) {
     for src in &f.telemetry_sources {
         let used = if src.used { "used" } else { "not used" };
         outln!("  {:<9} {:<8} {}", src.name, used, src.reason);
+    }
+    match (&f.import_sandbox.state, &f.import_sandbox.unavailable) {
+        (Some(r), _) => {
+            let inside: Vec<String> = r.inside.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            outln!("import sandbox {}: launchers run as {}", r.bwrap, r.runs_as);
+            outln!("  inside: {}", inside.join(", "));
+            outln!("  limits: {}", r.limits);
+        }
+        (None, why) => outln!("import sandbox unavailable: {}", why.as_deref().unwrap_or("-")),
     }
     if let Some(r) = f.release.as_ref().filter(|r| r.warning) {
         outln!("warning: {}", r.text);
