@@ -14,6 +14,7 @@ mod agentic_e2e;
 mod cli_errors;
 mod dp_e2e;
 mod faults;
+mod import_sandbox;
 mod inferencex_import;
 mod knobs;
 mod lm_eval_tasks;
