@@ -214,10 +214,11 @@ fn a_launcher_path_cannot_leave_benchmarks() {
         ("traversal-fp32-cpu-vllm", "\"../../../../../../../tmp/escape_fp32_cpu_vllm.sh\""),
         ("absolute-fp32-cpu-vllm", "\"/tmp/escape_fp32_cpu_vllm.sh\""),
     ] {
-        let (out, log, _) = h.import(key, &[]);
+        let (out, log, took) = h.import(key, &[]);
         assert_eq!(out.status.code(), Some(2), "{log}");
         assert!(log.contains(&format!("the launcher name {name}")) && log.contains("is not a plain file name"), "{log}");
         h.assert_untouched(&log);
+        assert!(took < Duration::from_secs(20), "{took:?}");
     }
 }
 
@@ -226,7 +227,7 @@ fn a_launcher_path_cannot_leave_benchmarks() {
 #[test]
 fn a_newline_in_image_starts_no_recipe_line() {
     let h = Hostile::new();
-    let (out, log, _) = h.import("inject-fp32-cpu-vllm", &[]);
+    let (out, log, took) = h.import("inject-fp32-cpu-vllm", &[]);
     assert_eq!(out.status.code(), Some(0), "{log}");
     assert!(log.contains("# InferenceX ran it in image vllm-cpu:0.32.0\\nstart_timeout_s = 1.0."), "{log}");
     let toml_start = log.find("# Imported by").unwrap();
@@ -234,6 +235,7 @@ fn a_newline_in_image_starts_no_recipe_line() {
     assert!(!recipe.contains_key("start_timeout_s"), "{recipe:?}");
     assert_eq!(recipe["image"].as_str(), Some("vllm-cpu:0.32.0\nstart_timeout_s = 1.0"));
     h.assert_untouched(&log);
+    assert!(took < Duration::from_secs(20), "{took:?}");
 }
 
 /// 2,000 processes stop at the process limit: no uid of a sandbox ever
@@ -349,13 +351,14 @@ fn endless_and_slow_launchers_stop_at_the_time_limits() {
 #[test]
 fn programs_by_path_pass_no_recorder() {
     let h = Hostile::new();
-    let (out, log, _) = h.import("bypass-fp32-cpu-vllm", &[]);
+    let (out, log, took) = h.import("bypass-fp32-cpu-vllm", &[]);
     assert_eq!(out.status.code(), Some(2), "{log}");
     let refused = |p: &str| format!("`{p}` was run by its path, which bypasses its recorder");
     assert!(log.contains(&refused("/usr/bin/python3")) || !Path::new("/usr/bin/python3").exists(), "{log}");
     assert!(log.contains(&refused("/usr/bin/curl")) || !Path::new("/usr/bin/curl").exists(), "{log}");
     assert!(!log.contains("A tree laid out like an InferenceX checkout"), "python ran:\n{log}");
     h.assert_untouched(&log);
+    assert!(took < Duration::from_secs(20), "{took:?}");
 }
 
 /// As root where bubblewrap cannot run as an unprivileged uid (here a

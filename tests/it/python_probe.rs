@@ -129,6 +129,18 @@ fn doctor_lists_every_missing_package_and_devices_in_words() {
     let d: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&json)));
     assert_eq!(d["problems"].as_array().unwrap().len(), 2, "{d}");
     assert_eq!(d["engine"]["missing"], serde_json::json!(["torch", "vllm"]), "{d}");
+    // The import sandbox is reported whatever the Python (issue 47): found
+    // by running one, with no capability, no remount, and its limits.
+    let sandbox = &d["import_sandbox"]["state"];
+    assert_eq!(sandbox["inside"]["capabilities"], "0000000000000000", "{d}");
+    assert_eq!(sandbox["inside"]["remount"], "refused", "{d}");
+    assert_eq!(sandbox["inside"]["uid"], "1000", "{d}");
+    assert_eq!(sandbox["inside"]["processes"], "128", "{d}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(sandbox["runs_as"].as_str().unwrap().contains("a uid of its own"), "{d}");
+    }
+    assert!(log.contains("import sandbox ") && log.contains("launchers run as uid "), "{log}");
 
     // vLLM installed but broken: named as such, beside the devices torch sees.
     let broken = broken_vllm_venv(&dir.path().join("broken"));

@@ -21,8 +21,8 @@
 //! the host folders given are bound read-only from file descriptors opened
 //! here (bubblewrap closes each after mounting it), `/dev` holds only
 //! `null`, `zero`, `full`, `random` and `urandom`; `/proc` is the sandbox's
-//! own, with `/proc/sys` hidden (procfs lets uid 0 write the host's sysctls
-//! without a capability). The record folder `/eb/rec` is a tmpfs of
+//! own, read-only, with `/proc/sys` hidden (procfs lets uid 0 write the
+//! host's sysctls, and its other root-owned files, without a capability). The record folder `/eb/rec` is a tmpfs of
 //! [`RECORD_BYTES`] the host holds open (`/proc/PID/root/eb/rec`, opened
 //! before the launcher starts), so it outlives the sandbox and is read
 //! with [`super::records`], never through a path the launcher could bend.
@@ -190,8 +190,11 @@ pub fn run(spec: &Spec) -> Result<Ended, String> {
     }
     // /proc/sys hidden (an empty read-only tmpfs): procfs lets a uid 0
     // write the host's sysctls without any capability (--unsafe-import),
-    // and its values are machine facts nobody recorded.
-    cmd.args(["--proc", "/proc", "--size", "4096", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys", "--dir", "/dev"]);
+    // and its values are machine facts nobody recorded. The rest of /proc
+    // read-only: its root-owned files (sysrq-trigger, ...) check the owner,
+    // not a capability, and nothing of a launcher writes there.
+    cmd.args(["--proc", "/proc", "--size", "4096", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys", "--remount-ro", "/proc"]);
+    cmd.args(["--dir", "/dev"]);
     for dev in ["null", "zero", "full", "random", "urandom"] {
         cmd.args(["--dev-bind", &format!("/dev/{dev}"), &format!("/dev/{dev}")]);
     }

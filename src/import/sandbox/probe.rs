@@ -1,7 +1,8 @@
 //! What a launcher finds in the import sandbox on this machine, found by
 //! running a sandbox (`sandbox/probe.sh`): its uid inside, its
 //! capabilities, its process limit, whether it may make a user namespace
-//! or remount `/usr` read-write, whether it sees `/proc/sys`. `doctor` prints it ([`report`]); as root,
+//! or remount `/usr` read-write, whether it may write to `/proc` or sees
+//! `/proc/sys`. `doctor` prints it ([`report`]); as root,
 //! [`switched`] tells (once per process) whether a sandbox runs as a uid of
 //! its own here at all.
 
@@ -25,7 +26,8 @@ pub struct Report {
     /// Whom launchers run as ([`Identity::describe`]).
     pub runs_as: String,
     /// `KEY -> VALUE` from inside: `uid`, `capabilities` (CapEff, hex),
-    /// `processes` (`ulimit -u`), `user_namespaces`, `remount`, `proc_sys`.
+    /// `processes` (`ulimit -u`), `user_namespaces`, `remount`, `proc`
+    /// (`read-only`), `proc_sys` (`hidden`).
     pub inside: BTreeMap<String, String>,
     /// The limits, in words.
     pub limits: String,
@@ -61,7 +63,7 @@ pub fn switched() -> Result<(), String> {
 }
 
 /// Errors: the probe's findings show a privilege (capabilities, a
-/// remount, a visible /proc/sys).
+/// remount, a visible /proc/sys, a writable /proc).
 fn unprivileged(found: &BTreeMap<String, String>) -> Result<(), String> {
     let caps = found.get("capabilities").map(String::as_str).unwrap_or("");
     if caps.is_empty() || caps.chars().any(|c| c != '0') {
@@ -72,6 +74,9 @@ fn unprivileged(found: &BTreeMap<String, String>) -> Result<(), String> {
     }
     if found.get("proc_sys").map(String::as_str) != Some("hidden") {
         return Err("the sandbox could see /proc/sys".into());
+    }
+    if found.get("proc").map(String::as_str) != Some("read-only") {
+        return Err("the sandbox could write to /proc".into());
     }
     Ok(())
 }
@@ -118,7 +123,7 @@ mod tests {
     /// no remount of /usr, no user namespace; with a uid of its own (root)
     /// or the caller's, the process limit is in force; as root with
     /// `--unsafe-import`'s identity there is none (uid 0), the rest holds;
-    /// /proc/sys is hidden from all.
+    /// /proc/sys is hidden from all, and the rest of /proc read-only.
     #[test]
     fn sandboxes_hold_no_privilege() {
         // SAFETY: geteuid has no preconditions.
@@ -134,6 +139,7 @@ mod tests {
             assert_eq!(get("uid"), launch::INNER_UID.to_string(), "{identity:?} {found:?}");
             assert!(unprivileged(&found).is_ok(), "{identity:?} {found:?}");
             assert_eq!((get("remount"), get("user_namespaces")), ("refused", "refused"), "{identity:?} {found:?}");
+            assert_eq!((get("proc"), get("proc_sys")), ("read-only", "hidden"), "{identity:?} {found:?}");
             match identity {
                 Identity::Switched(_) => assert_eq!(get("processes"), launch::PROCESSES.to_string()),
                 // Whatever root's limit is: the kernel does not apply it to uid 0.

@@ -19,6 +19,12 @@
     else
         printf 'remount\trefused\n'
     fi
+    # The sandbox's own process name: harmless to write, refused when /proc is read-only.
+    if (echo probe > /proc/self/comm) 2>/dev/null; then
+        printf 'proc\twritable\n'
+    else
+        printf 'proc\tread-only\n'
+    fi
     # Only looked at, never written.
     if [ -e /proc/sys/kernel/core_pattern ]; then
         printf 'proc_sys\tvisible\n'
