@@ -245,6 +245,12 @@ fn a_newline_in_image_starts_no_recipe_line() {
 fn two_thousand_processes_stop_at_the_process_limit() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test checks the uid a sandbox gets from root: run the suite as root (as CI does)");
+    // Never fork 2,000 without the limit: a sandbox as root's import runs it
+    // must show the process limit inside before the launcher runs at all.
+    use enginebench::import::sandbox::{launch, probe};
+    let found = probe::run(launch::Identity::Switched(launch::sandbox_uid())).expect("a sandbox with a uid of its own runs here");
+    assert_eq!(found.get("processes").map(String::as_str), Some(launch::PROCESSES.to_string().as_str()), "no process limit inside: {found:?}");
+    assert!(probe::switched().is_ok(), "import would not run as a uid of its own here: {:?}", probe::switched());
     let h = Hostile::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watch = {
