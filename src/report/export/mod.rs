@@ -59,7 +59,7 @@ pub fn export(result: &RunResult, requests: &[Value], format: Format) -> Vec<(St
                     (format!("agg_{stem}.json"), agentx::aggregate(result, job, p, &point_lines(requests, ji, pi)))
                 }
                 Format::Inferencex => (format!("agg_{stem}.json"), inferencex::aggregate(result, job, p)),
-                Format::VllmBench => (format!("{stem}.json"), vllm_bench::document(result, p, &point_lines(requests, ji, pi))),
+                Format::VllmBench => (format!("{stem}.json"), vllm_bench::document(result, job, p, &point_lines(requests, ji, pi))),
             });
         }
     }

@@ -1,15 +1,21 @@
 //! The `vllm-bench` export: one object per point shaped like `vllm bench
 //! serve`'s `--save-result` JSON (duration, completed, failed, token totals,
 //! throughputs, `*_ms` figures, and the per-request `input_lens`,
-//! `output_lens`, `ttfts`, `itls`, `latencies` (s) from `requests.jsonl`).
+//! `output_lens`, `ttfts`, `itls`, `latencies` (s) from `requests.jsonl`),
+//! plus, as `vllm bench serve --metadata KEY=VALUE` would add them, the
+//! workload and layout the file itself does not record: `random_input_len`,
+//! `random_output_len`, `random_range_ratio`, `random_prefix_len`,
+//! `ignore_eos`, `use_chat_template`, `tp`, `pp` and
+//! `enginebench_length_convention` (which range the ratio describes), so
+//! `compare` can match the file to a run again.
 
 use serde_json::{Map, Value, json};
 
-use super::{latency_figures, spec_decode_fields};
-use crate::report::result::{PointResult, RunResult};
+use super::{engine_size, latency_figures, spec_decode_fields};
+use crate::report::result::{JobResult, PointResult, RunResult};
 
-/// The bench-serve result of one point from its request lines.
-pub(super) fn document(result: &RunResult, p: &PointResult, requests: &[&Value]) -> Value {
+/// The bench-serve result of one point of `job` from its request lines.
+pub(super) fn document(result: &RunResult, job: &JobResult, p: &PointResult, requests: &[&Value]) -> Value {
     let f = &p.figures;
     let secs = |v: &Value| v.as_f64().map_or(0.0, |ms| ms / 1000.0);
     let mut m = Map::new();
@@ -26,6 +32,15 @@ pub(super) fn document(result: &RunResult, p: &PointResult, requests: &[&Value])
     put("request_rate", p.request_rate.map_or(json!("inf"), |r| json!(r)));
     put("burstiness", json!(p.burstiness.unwrap_or(1.0)));
     put("max_concurrency", json!(p.conc));
+    put("random_input_len", json!(p.isl));
+    put("random_output_len", json!(p.osl));
+    put("random_range_ratio", json!(p.range_ratio));
+    put("random_prefix_len", json!(p.prefix_len));
+    put("ignore_eos", json!(p.ignore_eos));
+    put("use_chat_template", json!(p.workload == crate::protocol::Workload::ChatRandom));
+    put("enginebench_length_convention", json!(p.length_convention));
+    put("tp", json!(engine_size(job, |e| e.tensor_parallel_size)));
+    put("pp", json!(engine_size(job, |e| e.pipeline_parallel_size)));
     put("duration", json!(f.duration_s));
     put("completed", json!(f.completed));
     put("failed", json!(f.failed));
