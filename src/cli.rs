@@ -412,9 +412,11 @@ pub struct GateArgs {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The baseline's result.json (requests.jsonl and gsm8k_samples.jsonl are read from beside it).
+    /// The baseline: a result.json (requests.jsonl and gsm8k_samples.jsonl are
+    /// read from beside it), or another tool's file or folder of files: a `vllm
+    /// bench serve` result, InferenceX aggregate rows, an lm-eval results file.
     pub baseline: PathBuf,
-    /// The candidate's result.json (may be the same file, with two labels).
+    /// The candidate, as the baseline (a result.json may be the same file, with two labels).
     pub candidate: PathBuf,
     /// The baseline's job label (needed when its file has several).
     #[arg(long)]
@@ -427,6 +429,23 @@ pub struct CompareArgs {
     /// Write ab.md, ab.json, changelog.yaml and the plots here (default: beside the candidate).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// ISL/OSL of another tool's bench-serve file that records none (vLLM's
+    /// writes no ISL/OSL unless `--metadata isl=.. osl=..` put them there), e.g. 1024/1024.
+    #[arg(long, value_name = "ISL/OSL", value_parser = parse_one_isl_osl)]
+    pub foreign_isl_osl: Option<(u32, u32)>,
+    /// TP (GPU count) of another tool's bench-serve file that records none:
+    /// without it tok/s/gpu is not compared.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub foreign_tp: Option<u32>,
+}
+
+/// One `ISL/OSL` pair (`--foreign-isl-osl 1024/1024`).
+fn parse_one_isl_osl(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("give one ISL/OSL pair in tokens, e.g. 1024/1024 (got {s:?})");
+    match crate::recipe::sweep::parse_isl_osl(s).map_err(|_| bad())?.as_slice() {
+        [[i, o]] => Ok((*i, *o)),
+        _ => Err(bad()),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -84,6 +84,19 @@ fn gate_line(c: &Comparison) -> String {
     }
 }
 
+/// One line per side that is another tool's file: its tool, engine and
+/// version as the file says them, and its model.
+fn source_lines(c: &Comparison) -> Vec<String> {
+    [(&c.baseline_source, "before", &c.baseline_label), (&c.candidate_source, "after", &c.candidate_label)]
+        .into_iter()
+        .filter_map(|(s, role, label)| {
+            let s = s.as_ref()?;
+            let model = s.model.as_ref().map_or(String::new(), |m| format!(", model {m}"));
+            Some(format!("{role} ({label}): {}{model}", s.describe()))
+        })
+        .collect()
+}
+
 /// The file for an INCONCLUSIVE gate: YAML comments only (no entry).
 fn no_entry(c: &Comparison) -> String {
     let mut s = format!(
@@ -97,6 +110,9 @@ fn no_entry(c: &Comparison) -> String {
     );
     if !c.changes.is_empty() {
         s.push_str(&format!("# change: {}\n", c.changes.join("; ")));
+    }
+    for line in source_lines(c) {
+        s.push_str(&format!("# {line}\n"));
     }
     if let Some(t) = super::markdown::to_decide_text(&c.gate) {
         s.push_str(&format!("# {}\n", t.replace('`', "")));
@@ -112,8 +128,14 @@ pub fn render(c: &Comparison) -> String {
     }
     let key = c.context.config_key.clone().unwrap_or_else(|| c.context.recipe.name.clone());
     let mut desc = Vec::new();
-    let changes = if c.changes.is_empty() { "no engine flag or env difference".to_string() } else { c.changes.join("; ") };
+    let foreign = source_lines(c);
+    let changes = match (c.changes.is_empty(), foreign.is_empty()) {
+        (false, _) => c.changes.join("; "),
+        (true, true) => "no engine flag or env difference".to_string(),
+        (true, false) => "against another tool's published figures".to_string(),
+    };
     desc.push(format!("{} vs {}: {changes}", c.candidate_label, c.baseline_label));
+    desc.extend(foreign);
     desc.extend(range_line(c, Metric::TputPerGpu, "total tok/s/gpu"));
     desc.extend(range_line(c, Metric::MedianTpot, "median TPOT"));
     if let Some(a) = &c.accuracy {

@@ -10,6 +10,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::input::{Arm, Repeat, RequestRow, TaskSample};
+use super::source::{PointRecord, Source};
 use super::distributions::{self, McNemar};
 use super::gate::{AccuracyGate, FigureGate, Needed, Outcome, PerfInput};
 use super::stats::{self, BootstrapOptions, IntervalMethod, RepeatData, Verdict};
@@ -54,85 +55,32 @@ pub struct Context {
     pub config_key: Option<String>,
 }
 
-/// A figure of a point that is compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// Total (input + output) tokens per second per GPU, tok/s/gpu
-    /// (InferenceX `tput_per_gpu`); higher is better.
-    TputPerGpu,
-    /// Output tokens per second of the engine, tok/s; higher is better.
-    OutputTput,
-    /// Median time per output token, ms; lower is better.
-    MedianTpot,
-    /// Median time to first token, ms; lower is better.
-    MedianTtft,
-}
+pub use super::metric::{METRICS, Metric};
 
-/// Every compared figure, in table order.
-pub const METRICS: [Metric; 4] = [Metric::TputPerGpu, Metric::OutputTput, Metric::MedianTpot, Metric::MedianTtft];
-
-impl Metric {
-    /// Long name with unit, for table captions.
-    pub fn title(self) -> &'static str {
-        match self {
-            Metric::TputPerGpu => "Total throughput per GPU (tok/s/gpu)",
-            Metric::OutputTput => "Output throughput (tok/s)",
-            Metric::MedianTpot => "Median TPOT (ms)",
-            Metric::MedianTtft => "Median TTFT (ms)",
-        }
-    }
-
-    /// Short name with unit, for column heads.
-    pub fn short(self) -> &'static str {
-        match self {
-            Metric::TputPerGpu => "tok/s/gpu",
-            Metric::OutputTput => "out tok/s",
-            Metric::MedianTpot => "TPOT ms (median)",
-            Metric::MedianTtft => "TTFT ms (median)",
-        }
-    }
-
-    /// Throughputs: higher is better; latencies: lower is better.
-    pub fn higher_is_better(self) -> bool {
-        matches!(self, Metric::TputPerGpu | Metric::OutputTput)
-    }
-
-    /// The figure as `result.json` reports it for the point.
-    pub fn of_point(self, p: &PointResult) -> f64 {
-        match self {
-            Metric::TputPerGpu => p.figures.tput_per_gpu,
-            Metric::OutputTput => p.figures.output_throughput,
-            Metric::MedianTpot => p.figures.ms("median_tpot_ms"),
-            Metric::MedianTtft => p.figures.ms("median_ttft_ms"),
-        }
-    }
-
-    /// What one repeat contributes to the bootstrap (see [`stats`]):
-    /// throughputs are the point's figure with the Little's-law request term
-    /// (none in request-rate mode or without requests), latency medians the
-    /// completed requests' values.
-    fn repeat_data(self, p: &PointResult, requests: &[&RequestRow]) -> RepeatData {
-        let ok: Vec<&&RequestRow> = requests.iter().filter(|r| r.ok()).collect();
-        let observed = self.of_point(p);
-        let ratio = |num: &dyn Fn(&RequestRow) -> f64| {
-            if p.request_rate.is_some() || ok.is_empty() {
-                RepeatData::Fixed(observed)
-            } else {
-                RepeatData::Ratio {
-                    observed,
-                    num: ok.iter().map(|r| num(r)).collect(),
-                    den: ok.iter().map(|r| r.e2el_ms.unwrap_or(0.0) / 1000.0).collect(),
-                }
+/// What one repeat contributes to the bootstrap (see [`stats`]) for
+/// `metric`: throughputs are the point's figure with the Little's-law
+/// request term (none in request-rate mode or without requests), latency
+/// medians the completed requests' values.
+fn repeat_data(metric: Metric, p: &PointResult, requests: &[&RequestRow]) -> RepeatData {
+    let ok: Vec<&&RequestRow> = requests.iter().filter(|r| r.ok()).collect();
+    let observed = metric.of_point(p);
+    let ratio = |num: &dyn Fn(&RequestRow) -> f64| {
+        if p.request_rate.is_some() || ok.is_empty() {
+            RepeatData::Fixed(observed)
+        } else {
+            RepeatData::Ratio {
+                observed,
+                num: ok.iter().map(|r| num(r)).collect(),
+                den: ok.iter().map(|r| r.e2el_ms.unwrap_or(0.0) / 1000.0).collect(),
             }
-        };
-        let median = |v: Vec<f64>| if v.is_empty() { RepeatData::Fixed(observed) } else { RepeatData::Median(v) };
-        match self {
-            Metric::TputPerGpu => ratio(&|r| f64::from(r.input_tokens) + f64::from(r.output_tokens)),
-            Metric::OutputTput => ratio(&|r| f64::from(r.output_tokens)),
-            Metric::MedianTpot => median(ok.iter().filter_map(|r| r.tpot_ms).collect()),
-            Metric::MedianTtft => median(ok.iter().filter_map(|r| r.ttft_ms).collect()),
         }
+    };
+    let median = |v: Vec<f64>| if v.is_empty() { RepeatData::Fixed(observed) } else { RepeatData::Median(v) };
+    match metric {
+        Metric::TputPerGpu => ratio(&|r| f64::from(r.input_tokens) + f64::from(r.output_tokens)),
+        Metric::OutputTput => ratio(&|r| f64::from(r.output_tokens)),
+        Metric::MedianTpot => median(ok.iter().filter_map(|r| r.tpot_ms).collect()),
+        Metric::MedianTtft => median(ok.iter().filter_map(|r| r.ttft_ms).collect()),
     }
 }
 
@@ -173,6 +121,10 @@ pub struct Figure {
     /// The gate's decision on this figure; `None` where performance is not
     /// gated (one repeat on a side).
     pub gate: Option<FigureGate>,
+    /// Why this figure is not compared at this point (a foreign file lacks
+    /// it or defines it otherwise); its delta is then not a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_compared: Option<String>,
 }
 
 impl Figure {
@@ -204,6 +156,14 @@ pub struct Row {
     pub intvty: (f64, f64),
     /// [`Verdict::combine`] of the figures' verdicts.
     pub verdict: Verdict,
+    /// Against another tool's file: the workload settings that differ
+    /// between the sides, or that the file does not record (one phrase each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_notes: Vec<String>,
+    /// Why the gate cannot decide this row's performance (a side is one run
+    /// of another tool): each compared figure is INCONCLUSIVE with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undecidable: Option<String>,
 }
 
 impl Row {
@@ -289,6 +249,15 @@ pub struct Accuracy {
     /// most an INCONCLUSIVE accuracy could be given.
     pub questions_available: Option<usize>,
     pub agreement: Option<TokenAgreement>,
+    /// The intervals are unpaired (Agresti–Caffo, from the two scores and n):
+    /// a side, another tool's file, has no per-question samples.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpaired: bool,
+    /// Against another tool's file: the eval settings that differ between
+    /// the sides or that the file does not record, and how the prompts of
+    /// the paired questions compare.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<String>,
 }
 
 /// One metric of one task in an A/B: the arms' scores and the gate's
@@ -387,6 +356,12 @@ pub struct Comparison {
     /// The kernel diff of every point profiled on both sides (`--profile`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<crate::profile::diff::KernelDiff>,
+    /// What another tool's file on either side holds ([`super::foreign`]);
+    /// `None` for a run of ours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_source: Option<Source>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_source: Option<Source>,
 }
 
 /// Where a comparison's noise floor came from.
@@ -602,12 +577,30 @@ fn prefill_count_note(baseline: &Arm, candidate: &Arm) -> Option<String> {
 /// request rate, burstiness or seed, or evals with another task, few-shot
 /// mode, shots, chat setting, generation limit or question count. Points that
 /// only one side ran (other concurrencies or TP) are left out with a note.
+///
+/// Against another tool's file (an arm with a [`Source`]) nothing the file
+/// records is refused: the differences, and what the file does not record,
+/// are named per point ([`Row::workload_notes`]) and for the eval
+/// ([`Accuracy::differences`]); figures the file lacks are not compared
+/// ([`Figure::not_compared`]); with summary figures only a delta has no
+/// interval; and the gate cannot decide its points ([`Row::undecidable`]).
 pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Options) -> Result<Comparison> {
     for (arm, role) in [(baseline, "baseline"), (candidate, "candidate")] {
         if arm.repeats.is_empty() {
             return Err(usage(format!("the {role} {:?} has no job", arm.label)));
         }
     }
+    let foreign = baseline.source.is_some() || candidate.source.is_some();
+    let mut notes = Vec::new();
+    let prepared;
+    let (baseline, candidate) = if foreign {
+        let (b, c, n) = super::foreign::prepare(baseline, candidate);
+        notes.extend(n);
+        prepared = (b, c);
+        (&prepared.0, &prepared.1)
+    } else {
+        (baseline, candidate)
+    };
     let base = points_by_key(baseline, "baseline")?;
     let cand = points_by_key(candidate, "candidate")?;
     let pairs = |m: &BTreeMap<Key, _>| {
@@ -616,32 +609,35 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         v
     };
     let (bp, cp) = (pairs(&base), pairs(&cand));
-    if bp != cp {
-        let show = |v: &[(u32, u32)]| v.iter().map(|(i, o)| format!("{i}/{o}")).collect::<Vec<_>>().join(", ");
+    let show = |v: &[(u32, u32)]| v.iter().map(|(i, o)| format!("{i}/{o}")).collect::<Vec<_>>().join(", ");
+    if bp != cp && !foreign {
         return Err(usage(format!(
             "workloads differ: the baseline ran ISL/OSL {} and the candidate {}",
             show(&bp),
             show(&cp)
         )));
     }
-    let mut notes = Vec::new();
-    for (k, _) in base.iter().filter(|(k, _)| !cand.contains_key(k)) {
-        notes.push(format!("{} ran only in the baseline: not compared", key_text(k)));
-    }
-    for (k, _) in cand.iter().filter(|(k, _)| !base.contains_key(k)) {
-        notes.push(format!("{} ran only in the candidate: not compared", key_text(k)));
+    let only = |k: &Key, side: &str, arm: &Arm| {
+        let what = if arm.source.is_some() { format!("only in the {side} file") } else { format!("ran only in the {side}") };
+        format!("{} {what}: not compared", key_text(k))
+    };
+    if !(foreign && (base.is_empty() || cand.is_empty())) {
+        notes.extend(base.keys().filter(|k| !cand.contains_key(k)).map(|k| only(k, "baseline", baseline)));
+        notes.extend(cand.keys().filter(|k| !base.contains_key(k)).map(|k| only(k, "candidate", candidate)));
     }
     let mut rows = Vec::new();
     for (k, b_list) in &base {
         let Some(c_list) = cand.get(k) else { continue };
         let (rb, pb) = b_list[0];
         let (rc, pc) = c_list[0];
-        for ((name, a), (_, b)) in workload(rb, &rb.job.points[pb]).into_iter().zip(workload(rc, &rc.job.points[pc])) {
-            if a != b {
-                return Err(usage(format!(
-                    "workloads differ at {}: {name} {a} (baseline) vs {b} (candidate)",
-                    key_text(k)
-                )));
+        if !foreign {
+            for ((name, a), (_, b)) in workload(rb, &rb.job.points[pb]).into_iter().zip(workload(rc, &rc.job.points[pc])) {
+                if a != b {
+                    return Err(usage(format!(
+                        "workloads differ at {}: {name} {a} (baseline) vs {b} (candidate)",
+                        key_text(k)
+                    )));
+                }
             }
         }
         for (list, role) in [(b_list, "baseline"), (c_list, "candidate")] {
@@ -650,12 +646,28 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
                 notes.push(format!("{}: {failed} failed requests in the {role}; only completed ones count", key_text(k)));
             }
         }
-        rows.push(compare_row(*k, b_list, c_list, &options));
+        let mut row = compare_row(*k, b_list, c_list, &options);
+        if foreign {
+            against_file(&mut row, [(baseline, rb, pb), (candidate, rc, pc)]);
+        }
+        rows.push(row);
     }
     if rows.is_empty() {
-        return Err(usage("workloads differ: no (ISL/OSL, TP, conc) point in common".to_string()));
+        if !foreign {
+            return Err(usage("workloads differ: no (ISL/OSL, TP, conc) point in common".to_string()));
+        }
+        if !base.is_empty() && !cand.is_empty() {
+            let points = |m: &BTreeMap<Key, _>| m.keys().map(key_text).collect::<Vec<_>>().join(", ");
+            return Err(usage(format!(
+                "no (ISL/OSL, TP, conc) point in common: the baseline holds {}; the candidate {}",
+                points(&base),
+                points(&cand)
+            )));
+        }
+        let empty = if base.is_empty() { baseline } else { candidate };
+        notes.push(format!("the {} side holds no performance figures: performance not compared", empty.label));
     }
-    if rows.iter().any(|r| r.repeats.0 == 1 || r.repeats.1 == 1) {
+    if rows.iter().any(|r| (r.repeats.0 == 1 || r.repeats.1 == 1) && r.undecidable.is_none()) {
         notes.push(
             "one repeat on a side: its intervals cover request-to-request variation within that run only, \
              not run-to-run drift; use 3 or more interleaved repeats before trusting a verdict"
@@ -665,6 +677,12 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
     notes.extend(prefill_count_note(baseline, candidate));
     let accuracy = compare_accuracy(baseline, candidate, &options, &mut notes)?;
     let tasks = compare_tasks(baseline, candidate, &options);
+    if foreign && accuracy.is_none() && tasks.is_empty() && rows.is_empty() {
+        return Err(usage(format!(
+            "nothing to compare: {} holds no point and no eval that {} holds",
+            baseline.label, candidate.label
+        )));
+    }
     let (b_tables, c_tables) = (baseline.kernel_tables(), candidate.kernel_tables());
     notes.extend(crate::profile::diff::one_sided(&b_tables, &c_tables));
     let gate = gate(&mut rows, accuracy.as_ref(), &tasks, &options);
@@ -673,8 +691,8 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         candidate_label: candidate.label.clone(),
         context,
         options,
-        changes: super::config_diff::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job),
-        took_effect: took_effect(baseline, candidate, &mut notes),
+        changes: if foreign { Vec::new() } else { super::config_diff::config_changes(&baseline.repeats[0].job, &candidate.repeats[0].job) },
+        took_effect: if foreign { None } else { took_effect(baseline, candidate, &mut notes) },
         rows,
         accuracy,
         tasks,
@@ -685,6 +703,8 @@ pub fn compare(baseline: &Arm, candidate: &Arm, context: Context, options: Optio
         noise: None,
         aa: false,
         kernels: crate::profile::diff::compare(&b_tables, &c_tables),
+        baseline_source: baseline.source.clone(),
+        candidate_source: candidate.source.clone(),
     })
 }
 
@@ -706,6 +726,39 @@ fn took_effect(baseline: &Arm, candidate: &Arm, notes: &mut Vec<String>) -> Opti
     Some(diffs)
 }
 
+/// The rules of a row where a side is another tool's file
+/// ([`super::foreign::matching`]): its workload differences named, the
+/// figures the file lacks marked not compared, no interval where a side has
+/// summary figures only, and why the gate cannot decide the row. `sides`:
+/// baseline, candidate, each with the repeat and point matched.
+fn against_file(row: &mut Row, sides: [(&Arm, &Repeat, usize); 2]) {
+    use super::foreign::matching;
+    let record = |(arm, r, pi): (&Arm, &Repeat, usize)| match &arm.source {
+        Some(s) => s.points[pi].clone(),
+        None => matching::record_of(&r.job.points[pi], r.requests.iter().any(|q| q.point == pi)),
+    };
+    let (b, c) = (record(sides[0]), record(sides[1]));
+    row.workload_notes = matching::workload_differences(&b, &c);
+    for f in &mut row.figures {
+        let why = matching::not_compared(f.metric, &b, &c);
+        let summary_only = !(b.per_request && c.per_request);
+        if why.is_some() || summary_only {
+            (f.ci, f.bootstrap_ci, f.mde, f.se_log, f.df) = (None, None, None, None, None);
+            f.method = IntervalMethod::SummaryOnly;
+            f.verdict = Verdict::Unknown;
+        }
+        if let Some(why) = why {
+            f.delta = f64::NAN;
+            f.not_compared = Some(why);
+        }
+    }
+    row.verdict = Verdict::combine(row.figures.iter().map(|f| f.verdict));
+    fn source<'a>((arm, _, pi): (&'a Arm, &Repeat, usize)) -> Option<(&'a Source, &'a PointRecord)> {
+        arm.source.as_ref().map(|s| (s, &s.points[pi]))
+    }
+    row.undecidable = matching::undecidable([source(sides[0]), source(sides[1])]);
+}
+
 fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)], o: &Options) -> Row {
     fn reqs(r: &Repeat, pi: usize) -> Vec<&RequestRow> {
         r.requests.iter().filter(|q| q.point == pi).collect()
@@ -717,7 +770,7 @@ fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)],
         .enumerate()
         .map(|(mi, &m)| {
             let data = |list: &[(&Repeat, usize)], rq: &[Vec<&RequestRow>]| -> Vec<RepeatData> {
-                list.iter().zip(rq).map(|(&(r, pi), q)| m.repeat_data(&r.job.points[pi], q)).collect()
+                list.iter().zip(rq).map(|(&(r, pi), q)| repeat_data(m, &r.job.points[pi], q)).collect()
             };
             let (bd, cd) = (data(b_list, &b_reqs), data(c_list, &c_reqs));
             let stream = (u64::from(k.0) << 44) ^ (u64::from(k.1) << 28) ^ (u64::from(k.2) << 20) ^ (u64::from(k.3) << 4) ^ mi as u64;
@@ -745,6 +798,7 @@ fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)],
                 noise_floor: None,
                 verdict: Verdict::of(ci, m.higher_is_better()),
                 gate: None,
+                not_compared: None,
             }
         })
         .collect();
@@ -760,10 +814,13 @@ fn compare_row(k: Key, b_list: &[(&Repeat, usize)], c_list: &[(&Repeat, usize)],
         verdict: Verdict::combine(figures.iter().map(|f| f.verdict)),
         figures,
         intvty: (intvty(b_list), intvty(c_list)),
+        workload_notes: Vec::new(),
+        undecidable: None,
     }
 }
 
 fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Vec<String>) -> Result<Option<Accuracy>> {
+    use super::foreign::matching::{EvalSettings, eval_differences};
     let eval_of = |arm: &Arm| arm.repeats.iter().find_map(|r| r.job.eval.as_ref().and_then(|e| e.gsm8k.clone()));
     let (be, ce) = match (eval_of(baseline), eval_of(candidate)) {
         (Some(b), Some(c)) => (b, c),
@@ -777,17 +834,27 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
             return Ok(None);
         }
     };
-    let fields = [
-        ("task", be.task.clone(), ce.task.clone()),
-        ("few-shot mode", be.fewshot_mode.clone(), ce.fewshot_mode.clone()),
-        ("shots", be.num_fewshot.to_string(), ce.num_fewshot.to_string()),
-        ("chat", be.chat.to_string(), ce.chat.to_string()),
-        ("max_tokens", be.max_tokens.to_string(), ce.max_tokens.to_string()),
-        ("questions (n)", be.n.to_string(), ce.n.to_string()),
-    ];
-    for (name, a, b) in fields {
-        if a != b {
-            return Err(usage(format!("evals differ: {name} {a} (baseline) vs {b} (candidate)")));
+    let foreign = baseline.source.is_some() || candidate.source.is_some();
+    let mut differences = Vec::new();
+    if foreign {
+        let settings = |arm: &Arm, g: &crate::report::result::Gsm8kResult| match &arm.source {
+            Some(s) => EvalSettings::of_file(g, s.eval.as_ref()),
+            None => EvalSettings::of_ours(g),
+        };
+        differences = eval_differences(&settings(baseline, &be), &settings(candidate, &ce));
+    } else {
+        let fields = [
+            ("task", be.task.clone(), ce.task.clone()),
+            ("few-shot mode", be.fewshot_mode.clone(), ce.fewshot_mode.clone()),
+            ("shots", be.num_fewshot.to_string(), ce.num_fewshot.to_string()),
+            ("chat", be.chat.to_string(), ce.chat.to_string()),
+            ("max_tokens", be.max_tokens.to_string(), ce.max_tokens.to_string()),
+            ("questions (n)", be.n.to_string(), ce.n.to_string()),
+        ];
+        for (name, a, b) in fields {
+            if a != b {
+                return Err(usage(format!("evals differ: {name} {a} (baseline) vs {b} (candidate)")));
+            }
         }
     }
     let (bs, cs) = (baseline.samples(), candidate.samples());
@@ -800,30 +867,48 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
         }
     };
     let (b_scores, c_scores) = (scores(bs, &be), scores(cs, &ce));
-    let by_id: BTreeMap<(usize, &str), &Sample> = bs.iter().map(|s| ((s.doc_id, s.prompt_sha256.as_str()), s)).collect();
-    let pairs: Vec<(&Sample, &Sample)> =
-        cs.iter().filter_map(|c| by_id.get(&(c.doc_id, c.prompt_sha256.as_str())).map(|&b| (b, c))).collect();
-    if bs.is_empty() || cs.is_empty() {
+    // Another tool's prompts may differ byte for byte (its template, its
+    // few-shot draw): questions pair by doc_id alone, and the prompts are counted.
+    let key = |s: &'_ Sample| (s.doc_id, if foreign { "" } else { s.prompt_sha256.as_str() }.to_string());
+    let by_id: BTreeMap<(usize, String), &Sample> = bs.iter().map(|s| (key(s), s)).collect();
+    let pairs: Vec<(&Sample, &Sample)> = cs.iter().filter_map(|c| by_id.get(&key(c)).map(|&b| (b, c))).collect();
+    let unpaired = foreign && (bs.is_empty() || cs.is_empty());
+    if unpaired {
+        notes.push(
+            "per-question samples missing on a side: accuracy intervals are unpaired (Agresti-Caffo, from the two scores and n); no McNemar test".into(),
+        );
+    } else if bs.is_empty() || cs.is_empty() {
         notes.push("eval samples (gsm8k_samples.jsonl) missing: no McNemar test and no token agreement".into());
     } else if pairs.len() < bs.len().max(cs.len()) {
         notes.push(format!(
-            "{} of {} eval questions pair up (same doc_id and prompt); tests use the pairs",
+            "{} of {} eval questions pair up (same doc_id{}); tests use the pairs",
             pairs.len(),
-            bs.len().max(cs.len())
+            bs.len().max(cs.len()),
+            if foreign { "" } else { " and prompt" }
         ));
     }
+    if foreign && !pairs.is_empty() {
+        let same = pairs.iter().filter(|(b, c)| b.prompt_sha256 == c.prompt_sha256).count();
+        differences.push(if same == pairs.len() {
+            format!("prompts byte-identical (SHA-256) on all {same} paired questions")
+        } else {
+            format!(
+                "prompts byte-identical (SHA-256) on {same} of {} paired questions (another few-shot draw, template or chat format): paired by question (doc_id)",
+                pairs.len()
+            )
+        });
+    }
     let have_pairs = !pairs.is_empty();
-    let available = (ce.test_size > 0).then_some(ce.test_size);
+    let available = [be.test_size, ce.test_size].into_iter().max().filter(|n| *n > 0);
     let paired_metric = |b: f64, c: f64, right: fn(&Sample) -> bool| {
         let n01 = pairs.iter().filter(|(x, y)| right(x) && !right(y)).count() as u64;
         let n10 = pairs.iter().filter(|(x, y)| !right(x) && right(y)).count() as u64;
-        PairedMetric {
-            baseline: b,
-            candidate: c,
-            diff: c - b,
-            mcnemar: have_pairs.then(|| distributions::mcnemar(n01, n10)),
-            gate: super::gate::judge_accuracy(n01, n10, pairs.len() as u64, o.max_accuracy_drop, available.map(|a| a as u64)),
-        }
+        let gate = if unpaired {
+            super::gate::judge_accuracy_unpaired((b, b_scores.n as u64), (c, c_scores.n as u64), o.max_accuracy_drop)
+        } else {
+            super::gate::judge_accuracy(n01, n10, pairs.len() as u64, o.max_accuracy_drop, available.map(|a| a as u64))
+        };
+        PairedMetric { baseline: b, candidate: c, diff: c - b, mcnemar: have_pairs.then(|| distributions::mcnemar(n01, n10)), gate }
     };
     let strict = paired_metric(b_scores.strict, c_scores.strict, |s| s.strict_correct);
     let flexible = paired_metric(b_scores.flexible, c_scores.flexible, |s| s.flexible_correct);
@@ -840,6 +925,8 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
         max_accuracy_drop: o.max_accuracy_drop,
         questions_available: available,
         agreement: token_agreement(&pairs),
+        unpaired,
+        differences,
     }))
 }
 
@@ -849,7 +936,12 @@ fn compare_accuracy(baseline: &Arm, candidate: &Arm, o: &Options, notes: &mut Ve
 /// the built-in task's: [`super::gate::judge_accuracy`]), and the
 /// candidate's accuracy-gate checks (its run's thresholds, per task, the
 /// built-in task's included).
+///
+/// Against another tool's file the questions pair by doc_id alone, and with
+/// no per-question scores on a side the drop is decided on an unpaired
+/// interval from the two scores and n ([`super::gate::judge_accuracy_unpaired`]).
 pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAccuracy> {
+    let foreign = baseline.source.is_some() || candidate.source.is_some();
     let evals = |arm: &Arm| arm.repeats.iter().find_map(|r| r.job.eval.clone());
     let (b, c) = (evals(baseline), evals(candidate));
     let mut out: Vec<TaskAccuracy> = Vec::new();
@@ -858,7 +950,11 @@ pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAc
             let Some(bt) = bl.tasks.iter().find(|t| t.task == ct.task) else { continue };
             for m in ct.gated_metrics() {
                 let Some(bm) = bt.metrics.iter().find(|x| x.name == m.name) else { continue };
-                let (paired, gate) = judge_task_metric(baseline.task_samples(), candidate.task_samples(), &ct.task, &m.name, o);
+                let (paired, mut gate) = judge_task_metric(baseline.task_samples(), candidate.task_samples(), &ct.task, &m.name, o, foreign);
+                let unpaired = foreign && paired == 0;
+                if let (true, Some(bn), Some(cn)) = (unpaired, bt.n, ct.n) {
+                    gate = super::gate::judge_accuracy_unpaired((bm.value, bn), (m.value, cn), o.max_accuracy_drop);
+                }
                 out.push(TaskAccuracy {
                     task: ct.task.clone(),
                     metric: m.name.clone(),
@@ -908,9 +1004,14 @@ pub fn compare_tasks(baseline: &Arm, candidate: &Arm, o: &Options) -> Vec<TaskAc
 /// drop: b (baseline right, candidate wrong) and c (the reverse) among the
 /// questions both arms scored. A score other than 0 or 1 has no right or
 /// wrong: such a metric is not paired (INCONCLUSIVE, no estimate).
-fn judge_task_metric(b: &[TaskSample], c: &[TaskSample], task: &str, metric: &str, o: &Options) -> (usize, AccuracyGate) {
+///
+/// `by_doc`: pair by doc_id alone (another tool's prompts may differ byte for byte).
+fn judge_task_metric(b: &[TaskSample], c: &[TaskSample], task: &str, metric: &str, o: &Options, by_doc: bool) -> (usize, AccuracyGate) {
     let of = |s: &[TaskSample]| -> BTreeMap<(u64, String), f64> {
-        s.iter().filter(|x| x.task == task && x.metric == metric).map(|x| ((x.doc_id, x.prompt_hash.clone()), x.value)).collect()
+        s.iter()
+            .filter(|x| x.task == task && x.metric == metric)
+            .map(|x| ((x.doc_id, if by_doc { String::new() } else { x.prompt_hash.clone() }), x.value))
+            .collect()
     };
     let (bm, cm) = (of(b), of(c));
     let pairs: Vec<(f64, f64)> = cm.iter().filter_map(|(k, &cv)| bm.get(k).map(|&bv| (bv, cv))).collect();
@@ -962,7 +1063,8 @@ pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, tasks: &[TaskAccuracy
     let (mut failures, mut inconclusive) = (Vec::new(), Vec::new());
     let mut outcomes = Vec::new();
     let mut repeats_needed: Option<Needed> = None;
-    let one_repeat: Vec<String> = rows.iter().filter(|r| r.repeats.0 < 2 || r.repeats.1 < 2).map(Row::key_text).collect();
+    let one_repeat: Vec<String> =
+        rows.iter().filter(|r| (r.repeats.0 < 2 || r.repeats.1 < 2) && r.undecidable.is_none()).map(Row::key_text).collect();
     let any_judged = one_repeat.len() < rows.len();
     let perf_not_gated = (!one_repeat.is_empty()).then(|| {
         let which = if any_judged { format!("at {}", one_repeat.join(", ")) } else { "at any point".to_string() };
@@ -974,6 +1076,22 @@ pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, tasks: &[TaskAccuracy
     for r in rows.iter_mut() {
         let key = r.key_text();
         let repeats = r.repeats;
+        if let Some(why) = &r.undecidable {
+            // Another tool's single run: every compared figure INCONCLUSIVE, one line per row.
+            let mut figures = Vec::new();
+            for f in r.figures.iter_mut() {
+                f.gate = None;
+                if f.not_compared.is_none() {
+                    figures.push(format!("{} {} {}", f.metric.short(), pct(f.delta), ci_text(f.ci)));
+                    f.gate = Some(FigureGate { outcome: Outcome::Inconclusive, margin: o.max_regression, repeats_needed: None });
+                    outcomes.push(Outcome::Inconclusive);
+                }
+            }
+            if !figures.is_empty() {
+                inconclusive.push(format!("{key}: {}: not decided: {why}", figures.join(", ")));
+            }
+            continue;
+        }
         for f in &mut r.figures {
             f.gate = None;
             if repeats.0 < 2 || repeats.1 < 2 {
@@ -1004,18 +1122,20 @@ pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, tasks: &[TaskAccuracy
     }
     let mut questions_needed: Option<Needed> = None;
     let limit = format!("{:.2}-point drop limit", o.max_accuracy_drop * 100.0);
-    let mut judge = |head: String, g: &AccuracyGate, available: Option<usize>, samples: &str| {
+    let mut judge = |head: String, g: &AccuracyGate, available: Option<usize>, samples: &str, unpaired: bool| {
+        let (unit, observed) =
+            if unpaired { ("questions a side (unpaired)", "the observed scores") } else { ("paired questions", "the observed disagreement") };
         match (g.outcome, g.questions_needed) {
             (Outcome::Fail, _) => failures.push(format!("accuracy did not hold: {head}: the whole CI is a drop beyond the {limit}")),
             (Outcome::Inconclusive, Some(Needed::About(n))) => {
                 inconclusive.push(format!(
-                    "accuracy not resolved: {head} straddles the {limit}: about {n} paired questions would decide it at the observed disagreement (--eval-limit {n})"
+                    "accuracy not resolved: {head} straddles the {limit}: about {n} {unit} would decide it at {observed} (--eval-limit {n})"
                 ));
                 questions_needed = questions_needed.max(Some(Needed::About(n)));
             }
             (Outcome::Inconclusive, Some(Needed::MoreThan(n))) => {
                 inconclusive.push(format!(
-                    "accuracy not resolved: {head} straddles the {limit}: more than {n} paired questions would be needed at the observed disagreement{}",
+                    "accuracy not resolved: {head} straddles the {limit}: more than {n} {unit} would be needed at {observed}{}",
                     if available.is_some_and(|q| q as u64 == n) { ", more than the task has" } else { "" }
                 ));
                 questions_needed = questions_needed.max(Some(Needed::MoreThan(n)));
@@ -1029,13 +1149,13 @@ pub fn gate(rows: &mut [Row], accuracy: Option<&Accuracy>, tasks: &[TaskAccuracy
         for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
             let p = m.mcnemar.map_or(String::new(), |t| format!(", McNemar p = {}", super::numbers::p_text(t.p_value)));
             let head = format!("{name} {}{p})", points_change(m.baseline, m.candidate, m.gate.ci));
-            judge(head, &m.gate, a.questions_available, "gsm8k_samples.jsonl");
+            judge(head, &m.gate, a.questions_available, "gsm8k_samples.jsonl", a.unpaired);
         }
     }
     for t in tasks {
         if let (Some(g), Some(b), Some(c)) = (&t.gate, t.baseline, t.candidate) {
             let head = format!("{} {} {})", t.task, t.metric, points_change(b, c, g.ci));
-            judge(head, g, None, "lm-eval's samples_*.jsonl");
+            judge(head, g, None, "lm-eval's samples_*.jsonl", t.paired == 0 && g.ci.is_some());
         }
     }
     for t in tasks {

@@ -59,6 +59,19 @@
 //! plain Wald interval is [0, 0] when no question changed; the adjustment
 //! gives 5 agreeing questions an interval of about ±28 points, so they
 //! cannot resolve a 1-point margin.
+//!
+//! # The unpaired accuracy interval
+//!
+//! Against another tool's file without per-question samples there are no
+//! pairs, only two scores p_b on n_b and p_c on n_c questions. The interval
+//! of p_c - p_b is Agresti and Caffo's: add one success and one failure to
+//! each side, p̃ = (x + 1) / (n + 2), then the Wald interval
+//! (p̃_c - p̃_b) ± z(0.975) · sqrt(p̃_b (1 - p̃_b) / (n_b + 2) + p̃_c (1 - p̃_c) / (n_c + 2))
+//! (Agresti & Caffo, "Simple and effective confidence intervals for
+//! proportions and differences of proportions result from adding two
+//! successes and two failures", *The American Statistician* 54(4), 2000).
+//! It ignores that the same questions may lie behind both scores, so it is
+//! wider than a paired one would be: it can only err towards INCONCLUSIVE.
 
 use serde::{Deserialize, Serialize};
 
@@ -199,7 +212,9 @@ fn repeats_needed(f: &PerfInput, margin: f64) -> Needed {
 pub struct AccuracyGate {
     pub outcome: Outcome,
     /// Agresti–Min 95% interval of candidate - baseline on the paired
-    /// questions (fractions, 0.01 = 1 point); `None` without paired samples.
+    /// questions (fractions, 0.01 = 1 point), or against another tool's file
+    /// without samples the unpaired Agresti–Caffo one
+    /// ([`judge_accuracy_unpaired`]); `None` without either.
     pub ci: Option<(f64, f64)>,
     /// INCONCLUSIVE only: the paired questions that would decide it at the
     /// observed disagreement (module documentation).
@@ -248,6 +263,48 @@ pub fn judge_accuracy(b: u64, c: u64, n: u64, max_drop: f64, available: Option<u
                 decide(paired_diff_interval(pb * m, pc * m, m)) != Outcome::Inconclusive
             })
             .map_or(Needed::MoreThan(limit), Needed::About)
+    });
+    AccuracyGate { outcome, ci: Some(ci), questions_needed }
+}
+
+/// Agresti–Caffo 95% interval of `c.0 - b.0` for two independent scores
+/// (fractions) on `b.1` and `c.1` questions (module documentation).
+pub fn unpaired_diff_interval(b: (f64, f64), c: (f64, f64)) -> (f64, f64) {
+    let z = student_t_quantile(0.5 + CONFIDENCE / 2.0, f64::INFINITY);
+    let adj = |(p, n): (f64, f64)| ((p * n + 1.0) / (n + 2.0), n + 2.0);
+    let ((pb, nb), (pc, nc)) = (adj(b), adj(c));
+    let diff = pc - pb;
+    let half = z * (pb * (1.0 - pb) / nb + pc * (1.0 - pc) / nc).sqrt();
+    ((diff - half).max(-1.0), (diff + half).min(1.0))
+}
+
+/// The decision on one accuracy metric from two unpaired scores,
+/// `(score, questions)` of the baseline and the candidate, against the
+/// largest accepted drop `max_drop` (fraction): the Agresti–Caffo interval
+/// (module documentation) read as [`judge_accuracy`] reads the paired one.
+/// INCONCLUSIVE carries the questions a side at which the interval, at the
+/// same two scores, would decide. With no question on a side,
+/// INCONCLUSIVE with no interval.
+pub fn judge_accuracy_unpaired(b: (f64, u64), c: (f64, u64), max_drop: f64) -> AccuracyGate {
+    if b.1 == 0 || c.1 == 0 || !(b.0.is_finite() && c.0.is_finite()) {
+        return AccuracyGate { outcome: Outcome::Inconclusive, ci: None, questions_needed: None };
+    }
+    let decide = |(lo, hi): (f64, f64)| {
+        if lo >= -max_drop - 1e-12 {
+            Outcome::Pass
+        } else if hi < -max_drop {
+            Outcome::Fail
+        } else {
+            Outcome::Inconclusive
+        }
+    };
+    let ci = unpaired_diff_interval((b.0, b.1 as f64), (c.0, c.1 as f64));
+    let outcome = decide(ci);
+    let questions_needed = (outcome == Outcome::Inconclusive).then(|| {
+        let from = b.1.max(c.1);
+        (from + 1..=MAX_QUESTIONS_ESTIMATE.max(from))
+            .find(|&m| decide(unpaired_diff_interval((b.0, m as f64), (c.0, m as f64))) != Outcome::Inconclusive)
+            .map_or(Needed::MoreThan(MAX_QUESTIONS_ESTIMATE.max(from)), Needed::About)
     });
     AccuracyGate { outcome, ci: Some(ci), questions_needed }
 }
@@ -329,6 +386,27 @@ mod tests {
         assert_eq!(g.questions_needed, Some(Needed::MoreThan(1319)));
         // No paired samples: nothing to decide on.
         assert_eq!(judge_accuracy(0, 0, 0, 0.01, None), AccuracyGate { outcome: Outcome::Inconclusive, ci: None, questions_needed: None });
+    }
+
+    #[test]
+    fn unpaired_interval_of_two_scores() {
+        // Agresti-Caffo by hand: 95 of 100 and 1235 of 1319 (0.9363), one
+        // success and one failure added to each: 96/102 and 1236/1321.
+        let (pb, pc): (f64, f64) = (96.0 / 102.0, 1236.0 / 1321.0);
+        let half = 1.959963984540054 * (pb * (1.0 - pb) / 102.0 + pc * (1.0 - pc) / 1321.0).sqrt();
+        let (lo, hi) = unpaired_diff_interval((0.95, 100.0), (1235.0 / 1319.0, 1319.0));
+        assert!((lo - (pc - pb - half)).abs() < 1e-12 && (hi - (pc - pb + half)).abs() < 1e-12, "{lo} {hi}");
+        // A published 93.63% on 1319 against 95% on a --limit 100 run: about
+        // ±5 points, which cannot resolve a 1-point drop.
+        let g = judge_accuracy_unpaired((1235.0 / 1319.0, 1319), (0.95, 100), 0.01);
+        assert_eq!(g.outcome, Outcome::Inconclusive);
+        let (lo, hi) = g.ci.unwrap();
+        assert!(lo < -0.04 && hi > 0.05, "{lo} {hi}");
+        assert!(matches!(g.questions_needed, Some(Needed::About(n)) if n > 1319), "{g:?}");
+        // Clear cases both ways, and nothing to judge without questions.
+        assert_eq!(judge_accuracy_unpaired((0.90, 20000), (0.90, 20000), 0.01).outcome, Outcome::Pass);
+        assert_eq!(judge_accuracy_unpaired((0.95, 1000), (0.80, 1000), 0.01).outcome, Outcome::Fail);
+        assert_eq!(judge_accuracy_unpaired((0.95, 0), (0.80, 1000), 0.01), AccuracyGate { outcome: Outcome::Inconclusive, ci: None, questions_needed: None });
     }
 
     #[test]

@@ -96,6 +96,9 @@ impl Repeat {
 pub struct Arm {
     pub label: String,
     pub repeats: Vec<Repeat>,
+    /// `None` for our own runs; for another tool's file (one repeat), what
+    /// the file holds ([`super::foreign`]).
+    pub source: Option<super::source::Source>,
 }
 
 impl Arm {
@@ -198,7 +201,7 @@ pub fn load_arm(result_path: &Path, label: Option<&str>, role: &str, flag: &str)
         repeats.push(Repeat { job, requests: reqs, samples, task_samples });
     }
     let arm_label = label.map(str::to_string).unwrap_or_else(|| result.jobs[chosen[0]].label.clone());
-    Ok((result, Arm { label: arm_label, repeats }))
+    Ok((result, Arm { label: arm_label, repeats, source: None }))
 }
 
 /// The per-question scores of a job's lm-eval tasks, from the
@@ -209,6 +212,15 @@ pub fn load_arm(result_path: &Path, label: Option<&str>, role: &str, flag: &str)
 /// Errors (usage): a line that is not JSON, naming the file and line.
 pub(crate) fn read_task_samples(dir: &Path, job: &JobResult) -> Result<Vec<TaskSample>> {
     let files = job.eval.as_ref().and_then(|e| e.lm_eval.as_ref()).map(|l| l.files.as_slice()).unwrap_or_default();
+    read_sample_files(dir, files)
+}
+
+/// The per-question scores in lm-eval's samples files `files` (relative to
+/// `dir`), the task named by each file's name (`samples_<task>_<date>.jsonl`):
+/// one [`TaskSample`] per line and metric. Missing files give none.
+///
+/// Errors (usage): a line that is not JSON, naming the file and line.
+pub(crate) fn read_sample_files(dir: &Path, files: &[String]) -> Result<Vec<TaskSample>> {
     let mut out = Vec::new();
     for f in files {
         let path = dir.join(f);

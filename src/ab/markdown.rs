@@ -45,6 +45,12 @@ fn method_text(c: &Comparison) -> String {
         )),
         None => s.push('.'),
     }
+    if c.baseline_source.is_some() || c.candidate_source.is_some() {
+        s.push_str(
+            " Against another tool's file: with its per-request arrays the CI is a bootstrap over that run's requests; \
+             with summary figures only the delta has no CI; either way one foreign run is not gated (INCONCLUSIVE).",
+        );
+    }
     s
 }
 
@@ -76,6 +82,62 @@ pub fn noise_markdown(c: &Comparison) -> String {
         }
     }
     s
+}
+
+/// One paragraph per side that is another tool's file: what it is (tool,
+/// engine and version where it says them, model, files), whether it holds
+/// per-request arrays or summary figures only, the rules applied, and the
+/// entries left out.
+pub fn sources_text(c: &Comparison) -> Vec<String> {
+    let mut out = Vec::new();
+    for (s, role, label) in [(&c.baseline_source, "Before", &c.baseline_label), (&c.candidate_source, "After", &c.candidate_label)] {
+        let Some(s) = s else { continue };
+        let detail = match (s.points.is_empty(), s.summary_only(), s.points.iter().any(|p| p.per_request)) {
+            (true, _, _) => "no performance figures",
+            (false, true, _) => "summary figures only",
+            (false, false, true) if s.points.iter().all(|p| p.per_request) => "per-request arrays",
+            _ => "per-request arrays at some points, summary figures at others",
+        };
+        let mut t = format!("{role} (`{label}`) is another tool's file: {}", s.describe());
+        if let Some(m) = &s.model {
+            t.push_str(&format!(", model {m}"));
+        }
+        t.push_str(&format!("; {detail} ({}). Rules: {}.", s.files.join(", "), s.definitions.join("; ")));
+        if !s.skipped.is_empty() {
+            t.push_str(&format!(" Left out: {}.", s.skipped.join("; ")));
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// A figure's delta cell: the delta with its interval and verdict, or why
+/// there is none (not compared; summary figures only on a side).
+fn delta_cell(f: &Figure, repeats: usize) -> String {
+    match (&f.not_compared, f.method) {
+        (Some(why), _) => format!("not compared: {why}"),
+        (None, crate::ab::stats::IntervalMethod::SummaryOnly) => format!("{} (no CI: summary figures only on a side)", pct(f.delta)),
+        _ => format!("{} {} {}", pct(f.delta), ci_text(f.ci), verdict_text(f, repeats)),
+    }
+}
+
+/// The workload differences of a group's rows, each once: a phrase every
+/// row has as it is, one only some rows have prefixed with their conc.
+fn workload_text(rows: &[&Row]) -> Option<String> {
+    let mut out: Vec<String> = Vec::new();
+    let all: Vec<&String> = rows.iter().flat_map(|r| &r.workload_notes).collect();
+    for n in &all {
+        let at: Vec<u32> = rows.iter().filter(|r| r.workload_notes.contains(n)).map(|r| r.conc).collect();
+        let phrase = if at.len() == rows.len() {
+            (*n).clone()
+        } else {
+            format!("conc {}: {n}", at.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
+        };
+        if !out.contains(&phrase) {
+            out.push(phrase);
+        }
+    }
+    (!out.is_empty()).then(|| out.join("; "))
 }
 
 fn repeats_text(c: &Comparison) -> String {
@@ -149,8 +211,14 @@ pub fn render(c: &Comparison) -> String {
         s.push_str(&crate::knobs::render::markdown(diffs, &c.baseline_label, &c.candidate_label));
         s.push_str(&kernels_per_knob(c));
     }
+    for t in sources_text(c) {
+        s.push_str(&format!("\n{t}\n"));
+    }
     for ((isl, osl, tp), rows) in groups(&c.rows) {
         s.push_str(&format!("\n### ISL/OSL {isl}/{osl}, TP {tp}\n"));
+        if let Some(w) = workload_text(&rows) {
+            s.push_str(&format!("\nWorkload (before vs after): {w}.\n"));
+        }
         for m in METRICS {
             let better = if m.higher_is_better() { "higher is better" } else { "lower is better" };
             s.push_str(&format!("\n{}, {better}:\n\n", m.title()));
@@ -158,13 +226,11 @@ pub fn render(c: &Comparison) -> String {
             for row in &rows {
                 let f = row.figure(m);
                 s.push_str(&format!(
-                    "| {} | {} | {} | {} {} {} |\n",
+                    "| {} | {} | {} | {} |\n",
                     row.conc,
                     num(f.baseline),
                     num(f.candidate),
-                    pct(f.delta),
-                    ci_text(f.ci),
-                    verdict_text(f, row.repeats.0.min(row.repeats.1))
+                    delta_cell(f, row.repeats.0.min(row.repeats.1))
                 ));
             }
         }
@@ -231,13 +297,14 @@ fn mcnemar_cell(m: &PairedMetric) -> String {
 
 fn held_text(a: &Accuracy) -> String {
     let d = a.max_accuracy_drop * 100.0;
+    let kind = if a.unpaired { "unpaired" } else { "paired" };
     match a.outcome {
-        Outcome::Pass => format!("**Accuracy held**: each paired 95% CI excludes a drop larger than {d:.2} points."),
-        Outcome::Fail => format!("**Accuracy did not hold**: a paired 95% CI lies wholly beyond a {d:.2}-point drop."),
+        Outcome::Pass => format!("**Accuracy held**: each {kind} 95% CI excludes a drop larger than {d:.2} points."),
+        Outcome::Fail => format!("**Accuracy did not hold**: a {kind} 95% CI lies wholly beyond a {d:.2}-point drop."),
         Outcome::Inconclusive if a.strict.gate.ci.is_none() => {
             "**Accuracy not resolved**: no per-question samples to pair (gsm8k_samples.jsonl).".to_string()
         }
-        Outcome::Inconclusive => format!("**Accuracy not resolved**: a paired 95% CI straddles the {d:.2}-point drop limit (see the gate)."),
+        Outcome::Inconclusive => format!("**Accuracy not resolved**: a {kind} 95% CI straddles the {d:.2}-point drop limit (see the gate)."),
     }
 }
 
@@ -291,7 +358,11 @@ fn task_lines(tasks: &[TaskAccuracy]) -> Vec<String> {
 /// The accuracy block in Markdown.
 pub fn accuracy_markdown(a: &Accuracy) -> String {
     let mut s = format!("### Accuracy: {}, {}-shot ({})\n\n", a.task, a.num_fewshot, a.fewshot_mode);
-    s.push_str("| exact_match | before | after | diff | 95% CI (paired) | McNemar p |\n|---|---:|---:|---:|---:|---:|\n");
+    if !a.differences.is_empty() {
+        s.push_str(&format!("Eval (before vs after): {}.\n\n", a.differences.join("; ")));
+    }
+    let kind = if a.unpaired { "unpaired" } else { "paired" };
+    s.push_str(&format!("| exact_match | before | after | diff | 95% CI ({kind}) | McNemar p |\n|---|---:|---:|---:|---:|---:|\n"));
     for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
         s.push_str(&format!(
             "| {name} | {:.2}% | {:.2}% | {:+.2} pts | {} pts | {} |\n",
@@ -303,10 +374,10 @@ pub fn accuracy_markdown(a: &Accuracy) -> String {
         ));
     }
     s.push_str(&format!(
-        "\nn = {} before, {} after, {} paired by question. {}\n{}\n",
+        "\nn = {} before, {} after, {}. {}\n{}\n",
         a.baseline.n,
         a.candidate.n,
-        a.paired,
+        if a.unpaired { "unpaired (Agresti-Caffo interval from the two scores and n)".to_string() } else { format!("{} paired by question", a.paired) },
         held_text(a),
         agreement_text(a)
     ));
@@ -341,7 +412,7 @@ pub fn to_decide_text(g: &GateResult) -> Option<String> {
 /// "INCONCLUSIVE (nothing gated)" when no point had the repeats for a
 /// performance gate.
 fn gate_text(c: &Comparison) -> String {
-    let perf_gated = c.rows.iter().any(|r| r.repeats.0 >= 2 && r.repeats.1 >= 2);
+    let perf_gated = c.rows.iter().any(|r| r.figures.iter().any(|f| f.gate.is_some()));
     let scope = match (perf_gated, c.accuracy.is_some() || !c.tasks.is_empty()) {
         (true, _) => "",
         (false, true) => " (accuracy only)",
@@ -439,7 +510,12 @@ pub fn terminal(c: &Comparison) -> String {
         let mut cells = vec![format!("{}/{}", r.isl, r.osl), r.tp.to_string(), r.conc.to_string()];
         for m in METRICS {
             let f = r.figure(m);
-            cells.push(format!("{} → {}\n{} {}", num(f.baseline), num(f.candidate), pct(f.delta), ci_text(f.ci)));
+            let delta = match (&f.not_compared, f.method) {
+                (Some(_), _) => "not compared".to_string(),
+                (None, crate::ab::stats::IntervalMethod::SummaryOnly) => format!("{} [no CI]", pct(f.delta)),
+                _ => format!("{} {}", pct(f.delta), ci_text(f.ci)),
+            };
+            cells.push(format!("{} → {}\n{delta}", num(f.baseline), num(f.candidate)));
         }
         let mut verdict = r.verdict.text().to_string();
         let floors: Vec<f64> = r.figures.iter().filter_map(|f| f.noise_floor).collect();
@@ -472,8 +548,21 @@ pub fn terminal(c: &Comparison) -> String {
     if !c.changes.is_empty() {
         s.push_str(&format!("change: {}\n", c.changes.join("; ")));
     }
+    for t in sources_text(c) {
+        s.push_str(&format!("{t}\n"));
+    }
     s.push_str(&table.to_string());
     s.push('\n');
+    for ((isl, osl, tp), rows) in groups(&c.rows) {
+        if let Some(w) = workload_text(&rows) {
+            s.push_str(&format!("workload ISL/OSL {isl}/{osl} TP {tp} (before vs after): {w}\n"));
+        }
+        for r in rows.iter().filter(|r| r.figures.iter().any(|f| f.not_compared.is_some())) {
+            for f in r.figures.iter().filter_map(|f| f.not_compared.as_ref().map(|w| (f.metric, w))) {
+                s.push_str(&format!("not compared at {}: {} ({})\n", r.key_text(), f.0.short(), f.1));
+            }
+        }
+    }
     if let Some(sc) = &c.spec {
         s.push_str(&super::spec::terminal(sc));
     }
@@ -489,17 +578,22 @@ pub fn terminal(c: &Comparison) -> String {
     }
     if let Some(a) = &c.accuracy {
         s.push_str(&format!("{}, {}-shot ({}):\n", a.task, a.num_fewshot, a.fewshot_mode));
+        if !a.differences.is_empty() {
+            s.push_str(&format!("  eval (before vs after): {}\n", a.differences.join("; ")));
+        }
         for (name, m) in [("strict-match", &a.strict), ("flexible-extract", &a.flexible)] {
             s.push_str(&format!(
-                "  exact_match {name}: {:.2}% → {:.2}% ({:+.2} points, 95% CI {} points paired), McNemar p = {}\n",
+                "  exact_match {name}: {:.2}% → {:.2}% ({:+.2} points, 95% CI {} points {}), McNemar p = {}\n",
                 m.baseline * 100.0,
                 m.candidate * 100.0,
                 m.diff * 100.0,
                 points_ci(m),
+                if a.unpaired { "unpaired" } else { "paired" },
                 mcnemar_cell(m)
             ));
         }
-        s.push_str(&format!("  n = {} / {}, {} paired; {}\n", a.baseline.n, a.candidate.n, a.paired, held_text(a).replace("**", "")));
+        let paired = if a.unpaired { "unpaired".to_string() } else { format!("{} paired", a.paired) };
+        s.push_str(&format!("  n = {} / {}, {paired}; {}\n", a.baseline.n, a.candidate.n, held_text(a).replace("**", "")));
         s.push_str(&format!("  {}\n", agreement_text(a)));
     }
     for n in &c.notes {
@@ -537,6 +631,7 @@ pub(crate) mod tests {
             noise_floor: None,
             verdict,
             gate: None,
+            not_compared: None,
         };
         let row = |conc, figures: Vec<Figure>, intvty, verdict| Row {
             isl: 1024,
@@ -547,6 +642,8 @@ pub(crate) mod tests {
             figures,
             intvty,
             verdict,
+            workload_notes: Vec::new(),
+            undecidable: None,
         };
         let mut rows = vec![
             row(
@@ -602,6 +699,8 @@ pub(crate) mod tests {
                 mean_first_divergence: Some(41.3),
                 without_token_ids: 0,
             }),
+            unpaired: false,
+            differences: Vec::new(),
         };
         let gate = crate::ab::compare::gate(&mut rows, Some(&accuracy), &[], &Options::default());
         Comparison {
@@ -631,6 +730,8 @@ pub(crate) mod tests {
             noise: None,
             aa: false,
             kernels: vec![],
+            baseline_source: None,
+            candidate_source: None,
         }
     }
 

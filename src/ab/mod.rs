@@ -19,12 +19,15 @@ mod coverage;
 pub mod compare;
 pub mod config_diff;
 pub mod distributions;
+pub mod foreign;
 pub mod gate;
 pub mod input;
 pub mod markdown;
+pub mod metric;
 pub mod numbers;
 pub mod plot;
 pub mod prefix_cache;
+pub mod source;
 pub mod spec;
 pub mod stats;
 #[cfg(test)]
@@ -70,15 +73,24 @@ pub struct CompareRequest {
     pub noise: Option<PathBuf>,
     /// Output folder (default: the candidate result's folder).
     pub output: Option<PathBuf>,
+    /// What another tool's file may not record (`--foreign-isl-osl`, `--foreign-tp`).
+    pub hints: foreign::Hints,
 }
 
-/// `enginebench compare`: loads both results, compares, prints the table,
-/// accuracy block and gate, writes the files. Exit code 0 (gate PASS),
-/// 1 (FAIL), 3 (INCONCLUSIVE); bad input is a usage error (2).
+/// `enginebench compare`: loads both sides (our `result.json`, or another
+/// tool's file: [`foreign::load`]), compares, prints the table, accuracy
+/// block and gate, writes the files. Exit code 0 (gate PASS), 1 (FAIL),
+/// 3 (INCONCLUSIVE); bad input is a usage error (2).
 pub fn run_compare(req: &CompareRequest) -> Result<crate::error::ExitStatus> {
     let noise = req.noise.as_deref().map(compare::NoiseFloor::load).transpose()?;
-    let (_, base) = load_arm(&req.baseline, req.baseline_label.as_deref(), "baseline", "--baseline-label")?;
-    let (cand_result, cand) = load_arm(&req.candidate, req.candidate_label.as_deref(), "candidate", "--candidate-label")?;
+    let side = |path: &Path, label: Option<&str>, role: &str, flag: &str| -> Result<(Option<crate::report::result::RecipeInfo>, input::Arm)> {
+        Ok(match foreign::load(path, label, role, flag, req.hints)? {
+            foreign::Side::Ours(result, arm) => (Some(result.recipe), arm),
+            foreign::Side::Foreign(arm) => (None, arm),
+        })
+    };
+    let (base_recipe, base) = side(&req.baseline, req.baseline_label.as_deref(), "baseline", "--baseline-label")?;
+    let (cand_recipe, cand) = side(&req.candidate, req.candidate_label.as_deref(), "candidate", "--candidate-label")?;
     if req.baseline == req.candidate && base.label == cand.label {
         return Err(crate::error::usage(format!(
             "baseline and candidate are the same job ({:?} of {}): pick two labels with --baseline-label and --candidate-label",
@@ -86,7 +98,8 @@ pub fn run_compare(req: &CompareRequest) -> Result<crate::error::ExitStatus> {
             req.baseline.display()
         )));
     }
-    let context = Context { recipe: cand_result.recipe.clone(), config_key: req.config_key.clone() };
+    let recipe = cand_recipe.or(base_recipe).unwrap_or_else(|| foreign::recipe_of(&cand, &req.candidate));
+    let context = Context { recipe, config_key: req.config_key.clone() };
     let mut cmp = compare(&base, &cand, context, req.options)?;
     if let Some(n) = &noise {
         compare::apply_noise(&mut cmp, n);
@@ -94,6 +107,7 @@ pub fn run_compare(req: &CompareRequest) -> Result<crate::error::ExitStatus> {
     out!("{}", markdown::terminal(&cmp));
     let dir = match &req.output {
         Some(d) => d.clone(),
+        None if req.candidate.is_dir() => req.candidate.clone(),
         None => req.candidate.parent().map(Path::to_path_buf).unwrap_or_default(),
     };
     for f in write_outputs(&cmp, &dir)? {

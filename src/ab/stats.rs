@@ -254,6 +254,9 @@ pub enum IntervalMethod {
     WelchT,
     /// Request-level percentile bootstrap (a side has one repeat): no run-to-run claim.
     RequestBootstrap,
+    /// No interval: a side is another tool's file with summary figures only
+    /// (or the figure is not compared), one number with nothing to resample.
+    SummaryOnly,
 }
 
 /// A relative delta with its 95% interval and resolution, as fractions

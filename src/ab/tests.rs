@@ -43,7 +43,7 @@ fn records(n: usize, conc: u32, ttft_ms: f64, tpot_ms: f64) -> (Vec<RequestRecor
 
 /// A job at ISL/OSL 64/16 with points at `concs`, each of `n` requests; the
 /// candidate is `speed` times as fast (TTFT and TPOT divided by it).
-fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) -> Repeat {
+pub(super) fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) -> Repeat {
     let mut job: JobResult = serde_json::from_value(serde_json::json!({
         "label": label, "status": "ok", "engine_args": ["--dtype", "float32"], "env": {},
         "sweep": serde_json::from_str::<serde_json::Value>(SWEEP).unwrap(), "points": []
@@ -114,11 +114,11 @@ fn repeat(label: &str, concs: &[u32], n: usize, speed: f64, correct: &[bool]) ->
     Repeat { job, requests, samples, task_samples: Vec::new() }
 }
 
-fn arm(label: &str, repeats: Vec<Repeat>) -> Arm {
-    Arm { label: label.into(), repeats }
+pub(super) fn arm(label: &str, repeats: Vec<Repeat>) -> Arm {
+    Arm { label: label.into(), repeats, source: None }
 }
 
-fn context() -> Context {
+pub(super) fn context() -> Context {
     Context {
         recipe: RecipeInfo {
             name: "test".into(),
@@ -528,6 +528,7 @@ fn loads_two_labels_from_one_result_folder() {
         config_key: None,
         noise: None,
         output: Some(out.clone()),
+        hints: Default::default(),
     };
     // One repeat a side and 4 questions: nothing can be decided.
     assert_eq!(super::run_compare(&req).unwrap().code(), 3);

@@ -1,4 +1,5 @@
-//! `enginebench compare`: two existing results compared as `ab` compares its arms.
+//! `enginebench compare`: two existing results (ours, or another tool's
+//! files) compared as `ab` compares its arms.
 
 use anyhow::Result;
 
@@ -17,5 +18,6 @@ pub fn run(a: CompareArgs, _: &Global) -> Result<ExitStatus> {
         config_key: a.gate.config_key.clone(),
         noise: a.gate.noise.clone(),
         output: a.output,
+        hints: ab::foreign::Hints { isl_osl: a.foreign_isl_osl, tp: a.foreign_tp },
     })
 }
