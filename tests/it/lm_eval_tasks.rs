@@ -194,6 +194,24 @@ fn lm_eval_tasks_on_the_engine_agree_with_the_builtin_gsm8k() {
     assert_eq!(sources.iter().filter(|s| **s == ("gsm8k_local", "default")).count(), 2, "{gate}");
     assert!(sources.contains(&("gpqa_mini", "default")), "{gate}");
     assert!(log.contains("gate ok: gpqa_mini exact_match,last_letter = ") && log.contains("accuracy gate PASS"), "{log}");
+
+    // lm-eval's own results file (and its samples, found by its date) as
+    // the baseline of `compare` against this run: every task metric paired
+    // by question on all 5, no change.
+    let cmp = dir.path().join("cmp");
+    let results_file = one_file(&lm_dir, "results_");
+    let (o, log) = output(&mut crate::util::command(&[
+        "compare", results_file.to_str().unwrap(), out_dir.join("result.json").to_str().unwrap(), "-o", cmp.to_str().unwrap(),
+    ]));
+    assert_eq!(o.status.code(), Some(3), "5 questions resolve no 1-point drop:\n{log}");
+    assert!(log.contains("accuracy not compared: the lm-eval file has no lm-eval task gsm8k"), "{log}");
+    let ab = read_json(&cmp.join("ab.json"));
+    assert_eq!(ab["baseline_source"]["tool"], "lm-eval 0.4.10", "{}", ab["baseline_source"]);
+    let compared: Vec<&Value> = ab["tasks"].as_array().unwrap().iter().filter(|t| t["paired"].as_u64() == Some(5)).collect();
+    assert_eq!(compared.len(), 3, "gsm8k_local's two filters and gpqa_mini: {}", ab["tasks"]);
+    for t in compared {
+        assert_eq!(t["diff"].as_f64(), Some(0.0), "{t}");
+    }
 }
 
 /// The thresholds file on the fake engine (no vLLM; lm-eval real): the same

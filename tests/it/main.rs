@@ -12,6 +12,7 @@ mod util;
 mod ab_e2e;
 mod agentic_e2e;
 mod cli_errors;
+mod compare_foreign;
 mod dp_e2e;
 mod faults;
 mod import_sandbox;

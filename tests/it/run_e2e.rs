@@ -274,4 +274,21 @@ fn sweep_matrix_step_stats_crosscheck_and_exports() {
     assert_eq!(v["ttfts"].as_array().unwrap().len(), 6);
     assert_eq!(v["output_lens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum::<u64>(),
                points[1]["total_output_tokens"].as_u64().unwrap());
+
+    // Each export compared with the run it came from: zero deltas at every
+    // point (one foreign run is never gated: exit 3).
+    std::fs::write(dir.path().join("ix.json"), serde_json::to_string(&ix).unwrap()).unwrap();
+    for (name, exported) in [("vllm-bench", vb_dir.clone()), ("inferencex", dir.path().join("ix.json"))] {
+        let cmp = dir.path().join(format!("cmp-{name}"));
+        let out = enginebench(&["compare", exported.to_str().unwrap(), out_dir.join("result.json").to_str().unwrap(), "-o", cmp.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(3), "{name}: {}", text(&out));
+        let ab = read_json(&cmp.join("ab.json"));
+        let rows = ab["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 6, "{name}: {ab}");
+        for r in rows {
+            for fig in r["figures"].as_array().unwrap() {
+                assert!(f(&fig["delta"]).abs() < 1e-9, "{name}: {r}");
+            }
+        }
+    }
 }

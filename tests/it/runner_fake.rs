@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use crate::util::{output, read_json, write_recipe};
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     ["/usr/bin/python3", "/usr/local/bin/python3"].iter().map(PathBuf::from).find(|p| p.is_file()).expect("a python3 to run workers in")
 }
 
-fn recipe(dir: &Path, variants: &str) -> String {
+pub(crate) fn recipe(dir: &Path, variants: &str) -> String {
     let body = format!(
         r#"name = "fake"
 model = "fake/model"
@@ -38,7 +38,7 @@ fn command(fake: &str, args: &[&str]) -> Command {
     c
 }
 
-fn run(fake: &str, args: &[&str]) -> (Output, String) {
+pub(crate) fn run(fake: &str, args: &[&str]) -> (Output, String) {
     output(&mut command(fake, args))
 }
 
