@@ -1,6 +1,7 @@
 //! What a comparison reads: for each variant, its repeats (one job of a
 //! result, the job's measured requests and its eval samples), loaded from
-//! result files or handed over in memory by the `ab` command.
+//! result files, handed over in memory by the `ab` command, or made from
+//! another tool's file by [`super::foreign`].
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -194,15 +194,20 @@ pub fn render(c: &Comparison) -> String {
     let mut facts = vec![r.model.clone()];
     facts.extend(r.hardware.clone());
     facts.extend(r.precision.clone());
-    s.push_str(&format!(
-        "Recipe `{}` ({}). Before: `{}`, after: `{}`, {}. {}\n",
-        r.name,
-        facts.join(", "),
-        c.baseline_label,
-        c.candidate_label,
-        repeats_text(c),
-        method_text(c)
-    ));
+    if c.rows.is_empty() {
+        // Accuracy only (a side holds no performance figures).
+        s.push_str(&format!("Recipe `{}` ({}). Before: `{}`, after: `{}`.\n", r.name, facts.join(", "), c.baseline_label, c.candidate_label));
+    } else {
+        s.push_str(&format!(
+            "Recipe `{}` ({}). Before: `{}`, after: `{}`, {}. {}\n",
+            r.name,
+            facts.join(", "),
+            c.baseline_label,
+            c.candidate_label,
+            repeats_text(c),
+            method_text(c)
+        ));
+    }
     if !c.changes.is_empty() {
         s.push_str(&format!("\nChange (after vs before): {}.\n", c.changes.join("; ")));
     }
@@ -541,7 +546,11 @@ pub fn terminal(c: &Comparison) -> String {
     } else {
         "95% CI: paired t over repeats, request bootstrap where a side has one repeat"
     };
-    let mut s = format!("A/B: {} (after) vs {} (before), {}; {method}\n", c.candidate_label, c.baseline_label, repeats_text(c));
+    let mut s = if c.rows.is_empty() {
+        format!("A/B: {} (after) vs {} (before)\n", c.candidate_label, c.baseline_label)
+    } else {
+        format!("A/B: {} (after) vs {} (before), {}; {method}\n", c.candidate_label, c.baseline_label, repeats_text(c))
+    };
     if let Some(n) = &c.noise {
         s.push_str(&format!("noise floor: A/A {} ({} repeats); a verdict needs |delta| above it\n", n.file, n.repeats));
     }
@@ -551,8 +560,10 @@ pub fn terminal(c: &Comparison) -> String {
     for t in sources_text(c) {
         s.push_str(&format!("{t}\n"));
     }
-    s.push_str(&table.to_string());
-    s.push('\n');
+    if !c.rows.is_empty() {
+        s.push_str(&table.to_string());
+        s.push('\n');
+    }
     for ((isl, osl, tp), rows) in groups(&c.rows) {
         if let Some(w) = workload_text(&rows) {
             s.push_str(&format!("workload ISL/OSL {isl}/{osl} TP {tp} (before vs after): {w}\n"));
