@@ -109,6 +109,7 @@ mod tests {
                 noise_floor: None,
                 verdict: Verdict::NoSignificantChange,
                 gate: None,
+                not_compared: None,
             })
             .collect();
         Row {
@@ -120,6 +121,8 @@ mod tests {
             figures,
             intvty: (1000.0 / base[2], 1000.0 / cand[2]),
             verdict: Verdict::NoSignificantChange,
+            workload_notes: Vec::new(),
+            undecidable: None,
         }
     }
 

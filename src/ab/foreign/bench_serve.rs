@@ -152,6 +152,7 @@ pub fn read(docs: &[(PathBuf, Value, Format)], hints: Hints) -> Result<Read> {
         let mut figures = PointFigures {
             completed,
             failed,
+            not_sent: 0,
             total_input_tokens: number(&doc["total_input_tokens"]).unwrap_or(0.0) as u64,
             total_output_tokens: number(&doc["total_output_tokens"]).unwrap_or(0.0) as u64,
             duration_s: f("duration"),
@@ -284,6 +285,7 @@ fn per_request(doc: &Value, add: &mut impl FnMut(String)) -> Vec<RequestRow> {
             RequestRow {
                 job: 0,
                 point: 0,
+                attempt: 0,
                 input_tokens: number(&inputs[i]).unwrap_or(0.0) as u32,
                 output_tokens,
                 ttft_ms,

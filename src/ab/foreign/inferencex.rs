@@ -81,6 +81,7 @@ pub fn read(docs: &[(PathBuf, Value, Format)]) -> Result<Read> {
         let mut figures = PointFigures {
             completed: 0,
             failed: 0,
+            not_sent: 0,
             total_input_tokens: 0,
             total_output_tokens: 0,
             duration_s: f64::NAN,
