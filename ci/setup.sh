@@ -9,7 +9,7 @@
 #   $ENGINEBENCH_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/enginebench)/
 #     venv-main-<hash of requirements.lock + this script + base Python>/
 #     venv-vllm023-<hash of requirements-vllm023.lock + this script + Python 3.12>/
-#     models-<hash of requirements.lock + prepare_model.py>/smollm2-135m-instruct/
+#     models-<hash of requirements.lock + prepare_model.py + tiny_moe.py>/{smollm2-135m-instruct,tiny-moe}/
 # and the clone gets symlinks to them in .enginebench/ (venv, models).
 set -euo pipefail
 
@@ -99,11 +99,16 @@ if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ]; then
         { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }
 fi
 
-# --- 2. bundled model --------------------------------------------------------
-models=$cache/models-$(key "$lock" "$repo/python-shim/enginebench_shim/prepare_model.py")
+# --- 2. bundled models -------------------------------------------------------
+# SmolLM2-135M (converted from its GGUF) and tiny-moe: a 2-layer Mixtral of
+# random weights with SmolLM2's tokenizer (~7 MB, written in a second), the
+# MoE model the data-parallel tests run (a DP group, expert parallel).
+models=$cache/models-$(key "$lock" "$repo/python-shim/enginebench_shim/prepare_model.py" "$repo/python-shim/enginebench_shim/tiny_moe.py")
 mkdir -p "$models"
 PYTHONPATH=$repo/python-shim "$venv/bin/python" -m enginebench_shim.prepare_model \
     "$models/smollm2-135m-instruct"
+PYTHONPATH=$repo/python-shim "$venv/bin/python" -m enginebench_shim.tiny_moe \
+    "$models/tiny-moe" "$models/smollm2-135m-instruct" >&2
 ln -sfn "$models" "$repo/.enginebench/models"
 
 # --- 3. binary ---------------------------------------------------------------

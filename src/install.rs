@@ -64,7 +64,7 @@ impl Install {
             Ok(path)
         } else {
             Err(usage(format!(
-                "bundled model `{name}` is not prepared at {}: run ci/setup.sh (known: smollm2-135m-instruct)",
+                "bundled model `{name}` is not prepared at {}: run ci/setup.sh (known: smollm2-135m-instruct, tiny-moe)",
                 path.display()
             )))
         }

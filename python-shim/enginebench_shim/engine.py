@@ -43,9 +43,10 @@ import sys
 import time
 
 try:  # as a package (the pure-Python loop of bench/, tests)
-    from enginebench_shim import compat, knobs, steppath
+    from enginebench_shim import compat, cpu_collectives, knobs, steppath
 except ImportError:  # compiled into the worker module, loaded as top-level modules
     import enginebench_compat as compat
+    import enginebench_cpu_collectives as cpu_collectives
     import enginebench_knobs as knobs
     import enginebench_steppath as steppath
 
@@ -422,6 +423,9 @@ class Engine:
         args = parse_serve_args(argv)
         engine_args = compat.get("EngineArgs").from_cli_args(args)
         _refuse_in_process_data_parallel(engine_args, os.environ)
+        # A rank of a MoE DP group on CPU: what vLLM's CPU build lacks for
+        # it, supplied here and in the workers vLLM spawns (None: nothing).
+        self.cpu_supplied = cpu_collectives.enable()
         # --profile: how windows are profiled (None: no --profile).
         self.profiler_kind = _use_worker_profiler(engine_args, profile_dir) if profile_dir else None
         self._profile_dir = os.path.abspath(profile_dir) if profile_dir else None
@@ -584,6 +588,8 @@ class Engine:
             "kv_connector": getattr(getattr(self.engine.vllm_config, "kv_transfer_config", None), "kv_connector", None),
             "step_path": self.step_path,
             "step_path_reason": self.step_path_reason,
+            "cpu_collectives": (self.cpu_supplied or {}).get("collectives") or None,
+            "cpu_expert_map": (self.cpu_supplied or {}).get("expert_map"),
         }
 
     def degraded(self):

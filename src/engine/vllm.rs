@@ -28,6 +28,9 @@ const COMPAT_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/com
 /// The shim's two step paths (engine core directly, or LLMEngine.step()).
 const KNOBS_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/knobs.py");
 const STEPPATH_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/steppath.py");
+/// What a MoE DP group lacks on vLLM's CPU platform (collectives, expert
+/// map), supplied by the shim and installed as a vLLM plugin for workers.
+const CPU_COLLECTIVES_SOURCE: &str = include_str!("../../python-shim/enginebench_shim/cpu_collectives.py");
 
 /// An in-process vLLM engine.
 pub struct VllmEngine {
@@ -148,8 +151,8 @@ impl VllmEngine {
 
 /// Loads the shim module (its compatibility layer and step paths first).
 fn load_shim<'py>(py: Python<'py>) -> Result<Bound<'py, PyModule>> {
-    // Registered in sys.modules as `enginebench_compat` / `enginebench_steppath`,
-    // where the shim imports them.
+    // Registered in sys.modules as `enginebench_compat` / `enginebench_steppath`
+    // / `enginebench_cpu_collectives`, where the shim imports them.
     let compat = CString::new(COMPAT_SOURCE)?;
     PyModule::from_code(py, &compat, c"enginebench_shim/compat.py", c"enginebench_compat")
         .py_context(py)
@@ -162,6 +165,12 @@ fn load_shim<'py>(py: Python<'py>) -> Result<Bound<'py, PyModule>> {
     PyModule::from_code(py, &steppath, c"enginebench_shim/steppath.py", c"enginebench_steppath")
         .py_context(py)
         .context("loading the enginebench Python shim's step paths")?;
+    let collectives = CString::new(CPU_COLLECTIVES_SOURCE)?;
+    let module = PyModule::from_code(py, &collectives, c"enginebench_shim/cpu_collectives.py", c"enginebench_cpu_collectives")
+        .py_context(py)
+        .context("loading the enginebench Python shim's CPU collectives")?;
+    // Its own text, which it writes out as a vLLM plugin for worker processes.
+    module.setattr("SOURCE", CPU_COLLECTIVES_SOURCE).py_context(py)?;
     let code = CString::new(SHIM_SOURCE)?;
     let module =
         PyModule::from_code(py, &code, c"enginebench_shim/engine.py", c"enginebench_shim_engine")

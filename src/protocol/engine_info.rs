@@ -128,6 +128,17 @@ pub struct EngineInfo {
     /// `ENGINEBENCH_STEP_PATH=engine`); `None` on the core path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_path_reason: Option<String>,
+    /// A rank of a MoE data-parallel group on vLLM's CPU platform: the
+    /// collectives vLLM's CPU communicator lacks and the shim supplied
+    /// (`all_gatherv`, `reduce_scatterv`: vLLM issue #57837; PR #47778 adds
+    /// shared-memory versions), python-shim/enginebench_shim/cpu_collectives.py.
+    /// `None` where nothing was supplied (GPU, one engine, a vLLM that has them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_collectives: Option<Vec<String>>,
+    /// The same rank's CPU MoE experts were given expert-parallel ids by the
+    /// shim (vLLM 0.32's `CPUUnquantizedExperts.apply` ignores `expert_map`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_expert_map: Option<bool>,
 }
 
 /// The shim's compatibility report, `compat.report()`: each vLLM internal

@@ -213,3 +213,118 @@ fn moe_ranks_step_in_lockstep_and_out_of_step_they_hang() {
     let msg = job["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("timeout") || msg.contains("peer rank is gone"), "{job}");
 }
+
+/// The tiny MoE (`bundled:tiny-moe`, set-up writes it) as one vLLM DP group
+/// of 2 ranks with expert parallelism on the CPU build, against the same
+/// prompts on one engine, through `ab` (which records every perf request's
+/// greedy token ids). At conc 1 rank 1 has no request and drains first (it
+/// runs dummy batches beside rank 0); at conc 3 the ranks hold 2 and 1
+/// requests. The collectives and the expert map the shim supplies are named
+/// in the result, and the group's greedy outputs are the single engine's,
+/// request by request.
+#[test]
+fn moe_dp2_with_expert_parallel_on_the_real_engine_matches_dp1() {
+    let _guard = engine_lock();
+    assert!(crate::util::install().join("models/tiny-moe/config.json").is_file(), "set-up has no tiny-moe: run ci/setup.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let body = r#"name = "moe-dp"
+model = "bundled:tiny-moe"
+hardware = "cpu"
+point_timeout_s = 120
+[env]
+VLLM_CPU_KVCACHE_SPACE = "1"
+[engine]
+args = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "256"]
+[sweep]
+isl = 16
+osl = 8
+conc = [1, 3]
+num_prompts = 6
+warmups = 2
+[variants.dp2]
+args_add = ["-dp", "2", "--enable-expert-parallel"]
+"#;
+    let r = write_recipe(dir.path(), "moe-dp", body);
+    let out = dir.path().join("ab");
+    let started = Instant::now();
+    let o = crate::util::enginebench(&[
+        "ab", &r, "--baseline", "base", "--candidate", "dp2", "--repeats", "1", "--no-eval", "--start-timeout", "300",
+        "-o", out.to_str().unwrap(),
+    ]);
+    let log = text(&o);
+    // One repeat a side gates nothing: INCONCLUSIVE (exit 3), never a failure.
+    assert_eq!(o.status.code(), Some(3), "{log}");
+    let v = read_json(&out.join("result.json"));
+    let jobs = v["jobs"].as_array().unwrap();
+    let dp2 = jobs.iter().find(|j| j["label"] == "dp2").expect("a dp2 job");
+    assert!(jobs.iter().all(|j| j["status"] == "ok"), "{v}");
+    let e = &dp2["engine"];
+    assert_eq!(e["data_parallel_size"], 2, "{e}");
+    assert_eq!(e["cpu_collectives"], serde_json::json!(["all_gatherv", "reduce_scatterv"]), "{e}");
+    assert_eq!(e["cpu_expert_map"], true, "{e}");
+    assert!(jobs.iter().find(|j| j["label"] == "base").unwrap()["engine"].get("cpu_collectives").is_none(), "one engine: nothing supplied");
+    for (p, split) in dp2["points"].as_array().unwrap().iter().zip([[6, 0], [3, 3]]) {
+        let ranks = p["ranks"].as_array().unwrap();
+        let got: Vec<u64> = ranks.iter().map(|r| r["completed"].as_u64().unwrap()).collect();
+        assert_eq!(got, split, "conc {}: {p}", p["conc"]);
+        let steps: Vec<u64> = ranks.iter().map(|r| r["step_stats"]["steps"].as_u64().unwrap()).collect();
+        assert!(steps[0] > 0 && steps[0] == steps[1], "lockstep, a drained rank's dummy batches counted: {steps:?}");
+    }
+    let c = read_json(&out.join("ab.json"));
+    let outputs = c["spec"]["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 2, "{c}");
+    for o in outputs {
+        assert_eq!((o["compared"].as_u64(), o["changed"].as_u64()), (Some(6), Some(0)), "greedy outputs of -dp 2 = -dp 1: {o}");
+    }
+    eprintln!("tiny MoE -dp 1 vs -dp 2 -ep (conc 1 and 3, 6 requests each, greedy outputs equal) in {:?}", started.elapsed());
+}
+
+/// The shim's `all_gatherv` / `reduce_scatterv` on two real gloo ranks,
+/// against what the collectives mean: uneven sizes, a list of tensors, a
+/// non-zero dim for the reduce-scatter, and integer ids.
+#[test]
+fn cpu_collectives_gather_and_reduce_uneven_rows_on_two_gloo_ranks() {
+    let python = crate::util::install().join("venv/bin/python3");
+    let script = r#"
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from enginebench_shim import cpu_collectives as cc
+
+class Comm:
+    def __init__(self, rank):
+        self.rank_in_group, self.world_size, self.device_group = rank, 2, dist.group.WORLD
+
+def run(rank, port):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    c, sizes = Comm(rank), [3, 1]
+    mine = torch.arange(sizes[rank] * 2, dtype=torch.float32).reshape(sizes[rank], 2) + 100 * rank
+    ids = torch.full((sizes[rank], 2), rank, dtype=torch.int32)
+    h, i = cc.all_gatherv(c, [mine, ids], 0, sizes)
+    want = torch.cat([torch.arange(6.).reshape(3, 2), torch.arange(2.).reshape(1, 2) + 100])
+    assert torch.equal(h, want), h
+    assert i.dtype == torch.int32 and i[:, 0].tolist() == [0, 0, 0, 1], i
+    assert torch.equal(cc.all_gatherv(c, mine, 0, sizes), want), "a tensor gives a tensor"
+    full = torch.arange(8.).reshape(4, 2) * (rank + 1)
+    got = cc.reduce_scatterv(c, full, 0, sizes)
+    both = torch.arange(8.).reshape(4, 2) * 3
+    assert torch.equal(got, both[:3] if rank == 0 else both[3:]), got
+    t = cc.reduce_scatterv(c, full.t().contiguous(), 1, sizes)
+    assert torch.equal(t, (both[:3] if rank == 0 else both[3:]).t()), t
+    eq = cc.reduce_scatterv(c, full, 0, None)
+    assert torch.equal(eq, both[:2] if rank == 0 else both[2:]), eq
+    dist.destroy_process_group()
+    print(f"rank {rank} ok", flush=True)
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(int(sys.argv[1]),), nprocs=2, join=True)
+"#;
+    // A file, not `-c`: spawned processes import the main module by its path.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("collectives.py");
+    std::fs::write(&file, script).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut c = std::process::Command::new(python);
+    c.arg(&file).arg(port.to_string()).env("PYTHONPATH", crate::util::repo().join("python-shim"));
+    let (o, log) = output(&mut c);
+    assert!(o.status.success(), "{log}");
+    assert!(log.contains("rank 0 ok") && log.contains("rank 1 ok"), "{log}");
+}

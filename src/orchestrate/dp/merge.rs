@@ -6,12 +6,16 @@
 use crate::protocol::{EngineInfo, RawPoint};
 use crate::report::result::RankPoint;
 
-/// The ranks' raw points of one point (rank order) as one: records, timings
-/// and requested lengths concatenated; times moved onto the clock of the
-/// rank that started first (each rank's records count from its own start,
-/// `started_mono_s` on the shared monotonic clock); the window from the
-/// first start to the last end; steps of every rank, in time order;
-/// speculative counters summed; partial if any rank was cut short.
+/// The ranks' raw points of one point (rank order) as one: records, timings,
+/// requested lengths and token ids back in the point's request order
+/// (request i ran on rank `i mod A`, A = min(ranks, conc), as
+/// [`crate::protocol::DpRank::owns`] deals them, so rank r's k-th request
+/// is request `k x A + r`: request indices compare across DP sizes); times
+/// moved onto the clock of the rank that started first (each rank's records
+/// count from its own start, `started_mono_s` on the shared monotonic
+/// clock); the window from the first start to the last end; steps of every
+/// rank, in time order; speculative counters summed; partial if any rank
+/// was cut short.
 ///
 /// Panics: `ranks` is empty.
 pub fn merge_ranks(ranks: &[RawPoint]) -> RawPoint {
@@ -25,26 +29,38 @@ pub fn merge_ranks(ranks: &[RawPoint]) -> RawPoint {
     out.started_mono_s = t0;
     out.duration_s = (end - t0).max(0.0);
     out.vllm_spec = None;
+    // (request index, rank, position in the rank's lists), in request order.
+    let active = ranks.len().min(ranks[0].spec.point.conc.max(1) as usize).max(1);
+    let mut order: Vec<(usize, usize, usize)> = ranks
+        .iter()
+        .enumerate()
+        .flat_map(|(r, raw)| (0..raw.records.len()).map(move |k| (k * active + r, r, k)))
+        .collect();
+    order.sort_unstable();
+    let with_ids = ranks.iter().any(|r| !r.token_ids.is_empty());
+    for &(_, r, k) in &order {
+        let raw = &ranks[r];
+        let shift = raw.started_mono_s - t0;
+        let mut rec = raw.records[k].clone();
+        rec.send_s += shift;
+        rec.first_token_s = rec.first_token_s.map(|t| t + shift);
+        rec.last_token_s = rec.last_token_s.map(|t| t + shift);
+        out.records.push(rec);
+        out.engine_timings.push(raw.engine_timings.get(k).cloned().flatten());
+        if let Some(&len) = raw.requested_output_lens.get(k) {
+            out.requested_output_lens.push(len);
+        }
+        if with_ids {
+            out.token_ids.push(raw.token_ids.get(k).cloned().unwrap_or_default());
+        }
+    }
     for r in ranks {
         let shift = r.started_mono_s - t0;
-        out.records.extend(r.records.iter().map(|rec| {
-            let mut rec = rec.clone();
-            rec.send_s += shift;
-            rec.first_token_s = rec.first_token_s.map(|t| t + shift);
-            rec.last_token_s = rec.last_token_s.map(|t| t + shift);
-            rec
-        }));
-        out.engine_timings.extend(r.engine_timings.iter().cloned());
-        out.requested_output_lens.extend(&r.requested_output_lens);
         out.steps.extend(r.steps.iter().map(|s| {
             let mut s = s.clone();
             s.t_s += shift;
             s
         }));
-        if !r.token_ids.is_empty() {
-            out.token_ids.resize(out.records.len() - r.records.len(), Vec::new());
-            out.token_ids.extend(r.token_ids.iter().cloned());
-        }
         out.vllm_spec = match (out.vllm_spec.take(), &r.vllm_spec) {
             (None, s) => s.clone(),
             (Some(mut a), Some(b)) => {
@@ -123,11 +139,17 @@ mod tests {
         assert_eq!(m.records.len(), 3, "every rank's requests, once");
         assert_eq!(m.started_mono_s, 100.0);
         assert_eq!(m.duration_s, 1.25, "first start to last end");
-        assert_eq!(m.records[2].send_s, 0.25, "rank 1 moved onto rank 0's clock");
-        assert_eq!(m.records[2].last_token_s, Some(0.45));
+        // Request order: rank 0's two requests are requests 0 and 2, rank 1's is request 1.
+        assert_eq!(m.records[1].send_s, 0.25, "rank 1 moved onto rank 0's clock, at its request index");
+        assert_eq!(m.records[1].last_token_s, Some(0.45));
+        assert_eq!(m.records[2].send_s, 0.5);
         let t: Vec<f64> = m.steps.iter().map(|s| s.t_s).collect();
         assert_eq!(t, vec![0.0, 0.25, 0.5], "steps in time order");
         assert_eq!(m.requested_output_lens.len(), 3);
+        let (mut a, mut b) = (raw(0.0, &[0.0, 0.5]), raw(0.0, &[0.0]));
+        a.token_ids = vec![vec![10], vec![12]];
+        b.token_ids = vec![vec![11]];
+        assert_eq!(merge_ranks(&[a, b]).token_ids, vec![vec![10], vec![11], vec![12]], "token ids in request order");
         let idle = merge_ranks(&[raw(100.0, &[0.0]), raw(50.0, &[])]);
         assert_eq!((idle.started_mono_s, idle.records.len()), (100.0, 1), "an idle rank does not stretch the window");
     }
