@@ -40,6 +40,10 @@ pub struct EngineConfig {
     /// The variant's own interpreter (`python = "..."`), if it names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<std::path::PathBuf>,
+    /// Where its processes run (`[layout]`), checked against its parallel
+    /// shape ([`super::layout::Placement`]).
+    #[serde(default)]
+    pub layout: super::layout::NodeLayout,
 }
 
 impl EngineConfig {
@@ -180,10 +184,12 @@ impl Recipe {
                 if let (Some(tp), false) = (tp, uses_tp) {
                     set_flag(&mut args, "--tensor-parallel-size", &tp.to_string());
                 }
-                let env = env
+                let env: BTreeMap<String, String> = env
                     .iter()
                     .map(|(k, val)| Ok((k.clone(), substitute(val, &vars)?)))
                     .collect::<Result<_, String>>()?;
+                let layout = v.layout.clone().or_else(|| self.layout.clone()).unwrap_or_default();
+                super::layout::Placement::of(&layout, &args, tp, env.get(super::parallel::DP_SIZE_VAR).map(String::as_str))?;
                 Ok(EngineConfig {
                     variant: name.cloned(),
                     tp,
@@ -193,6 +199,7 @@ impl Recipe {
                     sweep: sweep.clone(),
                     points: points.iter().filter(|p| p.tp == tp).copied().collect(),
                     python: v.python.clone(),
+                    layout,
                 })
             })
             .collect()

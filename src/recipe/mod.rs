@@ -28,6 +28,7 @@ use crate::error::usage;
 
 pub mod args;
 pub mod config;
+pub mod layout;
 pub mod overrides;
 pub mod parallel;
 pub mod show;
@@ -92,6 +93,10 @@ pub struct Recipe {
     pub env_unset: Vec<String>,
     #[serde(default)]
     pub engine: EngineSection,
+    /// Where the engine's processes run when its job spans nodes
+    /// ([`layout::NodeLayout`]; absent: one node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<layout::NodeLayout>,
     pub sweep: Sweep,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<EvalSection>,

@@ -19,6 +19,9 @@ pub fn render(recipe_name: &str, model: &str, configs: &[EngineConfig], extras: 
         let mut argv = vec!["vllm".to_string(), "serve".to_string(), model.to_string()];
         argv.extend(c.args.iter().cloned());
         out.push_str(&format!("engine:\n  {}\n", shell_words::join(&argv)));
+        if c.layout.multi_node() {
+            out.push_str(&format!("layout:\n  {}\n", describe_layout(c)));
+        }
         out.push_str(&format!("points ({}):\n", c.points.len()));
         out.push_str("  variant         tp    isl   osl   conc  prompts  warmups\n");
         for p in &c.points {
@@ -38,6 +41,19 @@ pub fn render(recipe_name: &str, model: &str, configs: &[EngineConfig], extras: 
         }
     }
     out
+}
+
+/// The layout in words: "2 nodes of 4 GPUs: DP ranks across nodes, 4 a
+/// node" or "... one engine spanning them (vLLM's multi-node executor)".
+fn describe_layout(c: &EngineConfig) -> String {
+    let l = &c.layout;
+    let gpus = l.gpus_per_node.map(|g| format!(" of {g} GPUs")).unwrap_or_default();
+    let what = match super::layout::Placement::of(l, &c.args, c.tp, c.env.get(super::parallel::DP_SIZE_VAR).map(String::as_str)) {
+        Ok(p) if p.spans_nodes => "one engine spanning them (vLLM's multi-node executor, headless followers)".to_string(),
+        Ok(p) => format!("DP ranks across nodes, {} a node", p.ranks_per_node),
+        Err(e) => e,
+    };
+    format!("{} nodes{gpus}: {what}", l.nodes)
 }
 
 #[cfg(test)]

@@ -46,6 +46,10 @@ pub struct Variant {
     /// Sweep keys to override (e.g. a narrower `conc`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<Sweep>,
+    /// The variant's `[layout]` (replaces the recipe's whole: the same
+    /// engine on 2 nodes is `layout = { nodes = 2 }`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<super::layout::NodeLayout>,
 }
 
 /// Deep merge of TOML tables: tables merge key by key, anything else is replaced.
