@@ -36,6 +36,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         Command::Status(a) => commands::status::run(a, &g),
         Command::Collect(a) => commands::collect::run(a, &g),
         Command::Task(a) => commands::task::run(a, &g),
+        Command::Node => crate::orchestrate::nodes::group::run(),
     };
     let status = outcome.unwrap_or_else(|e| {
         errln!("error: {e:#}");

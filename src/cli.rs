@@ -58,6 +58,9 @@ pub enum Command {
     /// Run one task of a saved plan into its run folder (what a Slurm array task or a --parallel-jobs child runs).
     #[command(name = "__task", hide = true)]
     Task(TaskArgs),
+    /// Run one node's part of a job that spans nodes (its task on stdin; what the job's watcher starts per node, through srun under Slurm).
+    #[command(name = "__node", hide = true)]
+    Node,
 }
 
 /// A run folder.

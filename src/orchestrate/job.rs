@@ -17,9 +17,10 @@ use super::outputs::OutputFiles;
 use super::plan::Plan;
 use super::progress::{Bar, say};
 use super::spawn::{Worker, spawn_worker};
+pub use super::spawn::describe_exit;
 use crate::protocol::{Job, Message, PointSpec, STOP_SIGNAL, Task};
 use crate::report::result::{Evals, JobResult, PointResult, PointStatus, RunError, RunResult, Status, TelemetryInfo, Unfinished, UnfinishedStatus};
-use crate::telemetry::{Telemetry, TelemetryConfig, TelemetryReport, engine_gpus_from_ordinals, visible_gpus_for_engine};
+use crate::telemetry::{Telemetry, TelemetryConfig, engine_gpus_from_ordinals, visible_gpus_for_engine};
 
 /// How a job ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,17 +92,20 @@ pub fn run_job(
         gpu_count_hint: None,
     });
     telemetry.mark("engine load");
-    let mut workers = match &job.dp {
-        None => vec![spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?],
-        Some(dp) => spawn_ranks(job, dp, request, visible.as_deref(), &files.dir, &suffix, session)?,
+    let mut workers = match (&job.nodes, &job.dp) {
+        (Some(nodes), dp) => super::nodes::launch::spawn_nodes(job, nodes, dp.as_ref(), request, visible.as_deref(), (&files.dir, &suffix), plan.telemetry_interval, session.ui)?,
+        (None, None) => vec![spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?],
+        (None, Some(dp)) => spawn_ranks(job, dp, request, visible.as_deref(), &files.dir, &suffix, session)?,
     };
     telemetry.set_engine_pid(workers[0].child.id());
     result.jobs[index].worker_pid = Some(workers[0].child.id());
     files.write_result(result)?;
 
     let world_size = job.dp.as_ref().map_or(1, |d| d.world_size);
-    let followed = WorkerWatch::new(plan, index, session, &telemetry, visible).follow(&mut workers, world_size, result, files);
-    let mut end = match followed {
+    let mut watch = WorkerWatch::new(plan, index, session, &telemetry, visible);
+    watch.nodes = job.nodes.clone();
+    let followed = watch.follow(&mut workers, world_size, result, files);
+    let (mut end, node_telemetry) = match followed {
         Ok(end) => end,
         Err(e) => {
             // The run cannot go on (its folder cannot be written): stop the
@@ -131,17 +135,27 @@ pub fn run_job(
     let bad_exit = statuses.iter().enumerate().find(|(_, s)| !s.success());
     if end.failure.is_none() && !end.interrupted && (!end.got_done || bad_exit.is_some()) {
         let (rank, status) = bad_exit.map_or((0, statuses[0]), |(r, s)| (r, *s));
-        let who = if workers.len() > 1 { format!("data-parallel rank {rank}'s engine worker") } else { "the engine worker".to_string() };
+        let who = match (&job.nodes, workers.len() > 1) {
+            (Some(_), _) => format!("node {rank}'s group"),
+            (None, true) => format!("data-parallel rank {rank}'s engine worker"),
+            (None, false) => "the engine worker".to_string(),
+        };
         end.failure = Some(RunError { message: format!("{who} ended unexpectedly ({})", describe_exit(status)), ..RunError::default() });
     }
     if let Some(f) = end.failure.as_mut() {
-        let failed = end.failed_rank.unwrap_or(0).min(workers.len() - 1);
-        f.log_tail = workers[failed].log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default();
+        f.log_tail = match &job.nodes {
+            // A node's ranks log to their own files; the failed rank's tail.
+            Some(nodes) => rank_log_tail(&files.dir.join(format!("worker{suffix}.rank{}.log", end.failed_rank.unwrap_or(0))))
+                .unwrap_or_else(|| node_log_tail(&workers[nodes.node_of_rank(end.failed_rank.unwrap_or(0) as u32) as usize])),
+            None => node_log_tail(&workers[end.failed_rank.unwrap_or(0).min(workers.len() - 1)]),
+        };
     }
 
     let j = &mut result.jobs[index];
     j.worker_pid = None;
-    j.telemetry = Some(telemetry_info(&report, series_file));
+    let mut info = TelemetryInfo::of(&report, series_file);
+    info.nodes = node_telemetry;
+    j.telemetry = Some(info);
     let unfinished = unfinished_points(&job.specs, &j.points, &end);
     j.unfinished.extend(unfinished);
     let outcome = end.outcome(j);
@@ -149,6 +163,18 @@ pub fn run_job(
     j.error = end.failure;
     files.write_result(result)?;
     Ok(outcome)
+}
+
+/// The last lines of a worker's (or node group's) log as it was read.
+fn node_log_tail(w: &Worker) -> Vec<String> {
+    w.log_tail.lock().map(|t| t.iter().cloned().collect()).unwrap_or_default()
+}
+
+/// The last lines of a rank's log file (a rank of a node group logs there).
+fn rank_log_tail(path: &std::path::Path) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(String::from).collect();
+    (!lines.is_empty()).then(|| lines[lines.len().saturating_sub(super::spawn::LOG_TAIL_LINES)..].to_vec())
 }
 
 /// Starts one worker per DP rank of `job` (orchestrate/dp): rank r gets
@@ -169,19 +195,10 @@ fn spawn_ranks(
         Some(p) => p,
         None => super::dp::free_port()?,
     };
-    let model = request.engine_argv[0].clone();
     let mut workers = Vec::new();
     for launch in dp.launches(&job.config.args, visible, port, &super::dp::allowed_cores()) {
-        let mut rank_job = request.clone();
-        rank_job.engine_argv = std::iter::once(model.clone()).chain(launch.args).collect();
-        rank_job.dp = Some(crate::protocol::DpRank { rank: launch.rank, size: dp.size, lockstep: dp.lockstep });
-        let mut env = job.env.clone();
-        env.extend(launch.env);
-        for k in &launch.unset {
-            env.remove(k);
-        }
-        let mut unset = job.config.env_unset.clone();
-        unset.extend(launch.unset);
+        let rank_job = launch.request(&request, dp);
+        let (env, unset) = launch.environment(&job.env, &job.config.env_unset);
         let log = dir.join(format!("worker{suffix}.rank{}.log", launch.rank));
         match spawn_worker(&job.python, &Task::Run(rank_job), &env, &unset, &log, session.verbose, session.ui) {
             Ok(w) => workers.push(w),
@@ -293,21 +310,6 @@ pub fn name_unfinished<'a>(todo: impl Iterator<Item = &'a PointSpec>, first: Opt
     .collect()
 }
 
-/// What `result.json` records of the job's telemetry sampler.
-fn telemetry_info(report: &TelemetryReport, series_file: String) -> TelemetryInfo {
-    TelemetryInfo {
-        interval_ms: report.interval_ms,
-        sources: report.sources.clone(),
-        gpus: report.gpus.clone(),
-        engine_gpus: report.engine_gpus.clone(),
-        markers: report.markers.clone(),
-        samples: report.samples.len(),
-        series_file,
-        sampler_cpu_seconds: report.sampler_cpu_seconds,
-        sampler_cpu_fraction: report.sampler_cpu_fraction(),
-    }
-}
-
 /// Watching one worker: its messages written into the job's result as they
 /// arrive, the progress bar, Ctrl-C and `--point-timeout`.
 struct WorkerWatch<'a> {
@@ -331,6 +333,26 @@ struct WorkerWatch<'a> {
     end: WorkerEnd,
     /// Data parallel: what the ranks sent that waits for the other ranks.
     ranks: RankMessages,
+    /// A job over several nodes: the workers are node groups
+    /// ([`super::nodes`]), whose events carry the ranks' lines.
+    nodes: Option<super::nodes::NodePlan>,
+    /// Per node: its clock against this process's (s to add to its
+    /// monotonic times), its telemetry windows per point, its sampler.
+    node_clock: Vec<f64>,
+    node_windows: Vec<std::collections::VecDeque<crate::telemetry::WindowSummary>>,
+    node_telemetry: Vec<TelemetryInfo>,
+    /// Merged points waiting for every node's telemetry window.
+    pending: std::collections::VecDeque<(crate::protocol::RawPoint, Vec<crate::protocol::RawPoint>)>,
+}
+
+/// What the reader threads pass to the watcher.
+enum Feed {
+    /// A rank's line, or its output closed (`None`).
+    Rank(usize, Option<String>),
+    /// A node group's event (not a rank's line).
+    Node(super::nodes::NodeEvent),
+    /// A node group's output closed.
+    GroupClosed(usize),
 }
 
 /// Messages of a data-parallel job's ranks that only count once every rank
@@ -360,45 +382,116 @@ impl<'a> WorkerWatch<'a> {
             killed: false,
             end: WorkerEnd::default(),
             ranks: RankMessages::default(),
+            nodes: None,
+            node_clock: Vec::new(),
+            node_windows: Vec::new(),
+            node_telemetry: Vec::new(),
+            pending: Default::default(),
+        }
+    }
+
+    /// Kills every worker (or ends every node group: SIGTERM, then SIGKILL).
+    fn kill_all(&self, pids: &[u32]) {
+        if self.nodes.is_some() {
+            super::nodes::launch::end_node_groups(pids, super::nodes::launch::END_GRACE);
+        } else {
+            pids.iter().for_each(|&p| kill_group(p));
         }
     }
 
     /// Follows the workers' messages (one, or one per DP rank) until every
     /// output closes. A rank that fails or ends early ends every rank: the
     /// others would wait for it (a lockstep group) or measure without it.
-    fn follow(mut self, workers: &mut [Worker], world_size: u32, result: &mut RunResult, files: &mut OutputFiles) -> Result<WorkerEnd> {
+    /// Returns how the job ended and, for a job over several nodes, each
+    /// node's sampler.
+    fn follow(mut self, workers: &mut [Worker], world_size: u32, result: &mut RunResult, files: &mut OutputFiles) -> Result<(WorkerEnd, Vec<TelemetryInfo>)> {
         // Messages arrive on threads so the loop can watch the clock and Ctrl-C.
-        let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
-        for (rank, worker) in workers.iter_mut().enumerate() {
+        let (tx, rx) = mpsc::channel::<Feed>();
+        let groups = self.nodes.is_some();
+        for (index, worker) in workers.iter_mut().enumerate() {
             let stdout = worker.stdout.take().expect("piped");
             let tx = tx.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
-                    if tx.send((rank, Some(line))).is_err() {
+                    let feed = if groups {
+                        match serde_json::from_str::<super::nodes::NodeEvent>(&line) {
+                            Ok(super::nodes::NodeEvent::Line { rank, line }) => Feed::Rank(rank as usize, Some(line)),
+                            Ok(super::nodes::NodeEvent::Closed { rank }) => Feed::Rank(rank as usize, None),
+                            Ok(event) => Feed::Node(event),
+                            Err(_) => continue,
+                        }
+                    } else {
+                        Feed::Rank(index, Some(line))
+                    };
+                    if tx.send(feed).is_err() {
                         return;
                     }
                 }
-                let _ = tx.send((rank, None));
+                let _ = tx.send(if groups { Feed::GroupClosed(index) } else { Feed::Rank(index, None) });
             });
         }
         drop(tx);
-        let n = workers.len();
-        if n > 1 {
+        let n = self.nodes.as_ref().map_or(workers.len(), |p| p.rank_count() as usize);
+        if n > 1 || groups {
             self.ranks = RankMessages { ready: vec![None; n], points: vec![Default::default(); n], done: vec![false; n], world_size };
         }
+        if let Some(p) = &self.nodes {
+            self.node_clock = vec![0.0; p.nodes as usize];
+            self.node_windows = vec![Default::default(); p.nodes as usize];
+        }
         let pids: Vec<u32> = workers.iter().map(|w| w.child.id()).collect();
-        let mut open = n;
-        self.bar.spinner(if n > 1 { "starting engines (one per data-parallel rank)" } else { "starting engine (import vLLM, load weights)" });
-        while open > 0 {
+        let (mut open, mut open_groups) = (n, if groups { workers.len() } else { 0 });
+        let mut closed = vec![false; n];
+        let mut ended_groups = false;
+        self.bar.spinner(match (groups, n > 1) {
+            (true, _) => "starting engines (one node group per node)",
+            (false, true) => "starting engines (one per data-parallel rank)",
+            (false, false) => "starting engine (import vLLM, load weights)",
+        });
+        while open > 0 || open_groups > 0 {
+            // The spanning engine done: the other nodes' headless followers
+            // serve until they are ended (node groups of ranks end with them).
+            if open == 0 && !ended_groups && self.nodes.as_ref().is_some_and(|p| matches!(p.kind, super::nodes::NodeKind::Spanning { .. })) {
+                ended_groups = true;
+                super::nodes::launch::end_node_groups(&pids[1..], super::nodes::launch::END_GRACE);
+            }
             let (rank, line) = match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok((rank, Some(line))) => (rank, Some(line)),
-                Ok((rank, None)) => {
-                    open -= 1;
-                    if n > 1 && !self.ranks.done[rank] && !self.end.interrupted {
-                        self.fail_rank(rank, format!("data-parallel rank {rank} ended before finishing; every rank was stopped"), &pids);
+                Ok(Feed::Rank(rank, Some(line))) => (rank, Some(line)),
+                Ok(Feed::Rank(rank, None)) => {
+                    if !std::mem::replace(&mut closed[rank], true) {
+                        open -= 1;
+                        if (n > 1 || groups) && !self.ranks.done[rank] && !self.end.interrupted {
+                            let message = match &self.nodes {
+                                Some(p) if matches!(p.kind, super::nodes::NodeKind::Spanning { .. }) => {
+                                    "the engine (node 0, its workers on every node) ended before finishing; every node was stopped".to_string()
+                                }
+                                Some(p) => format!("data-parallel rank {rank} (node {}) ended before finishing; every node was stopped", p.node_of_rank(rank as u32)),
+                                None => format!("data-parallel rank {rank} ended before finishing; every rank was stopped"),
+                            };
+                            self.fail_rank(rank, message, &pids);
+                        }
                     }
                     (rank, None)
+                }
+                Ok(Feed::Node(event)) => {
+                    self.on_node_event(event, &pids, result, files)?;
+                    (0, None)
+                }
+                Ok(Feed::GroupClosed(node)) => {
+                    open_groups -= 1;
+                    // A node group that is gone takes its ranks with it.
+                    if let Some(p) = self.nodes.clone() {
+                        let gone: Vec<usize> = (0..n).filter(|&r| p.node_of_rank(r as u32) as usize == node && !closed[r]).collect();
+                        for rank in gone {
+                            closed[rank] = true;
+                            open -= 1;
+                            if !self.ranks.done[rank] && !self.end.interrupted {
+                                self.fail_rank(rank, format!("node {node}'s group ended before data-parallel rank {rank} finished; every node was stopped"), &pids);
+                            }
+                        }
+                    }
+                    (0, None)
                 }
                 Err(RecvTimeoutError::Timeout) => (0, None),
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -412,7 +505,7 @@ impl<'a> WorkerWatch<'a> {
             // Progress changes nothing in result.json: rewriting (and syncing) it
             // per finished request took CPU from the engine on small machines.
             let changes_result = !matches!(msg, Message::Progress { .. });
-            if n > 1 {
+            if n > 1 || groups {
                 self.on_rank_message(rank, msg, &pids, result, files)?;
             } else {
                 self.on_message(msg, result, files)?;
@@ -422,7 +515,54 @@ impl<'a> WorkerWatch<'a> {
             }
         }
         self.bar.clear();
-        Ok(self.end)
+        let mut nodes = std::mem::take(&mut self.node_telemetry);
+        nodes.sort_by(|a, b| a.series_file.cmp(&b.series_file));
+        Ok((self.end, nodes))
+    }
+
+    /// A node group's own event: its clock, a telemetry window, a process
+    /// that ended (a rank's or a follower's: its failure ends the job), its
+    /// sampler, its failure.
+    fn on_node_event(&mut self, event: super::nodes::NodeEvent, pids: &[u32], result: &mut RunResult, files: &mut OutputFiles) -> Result<()> {
+        use super::nodes::NodeEvent;
+        match event {
+            NodeEvent::Clock { node, wall_minus_mono_s } => {
+                if let Some(c) = self.node_clock.get_mut(node as usize) {
+                    *c = wall_minus_mono_s - super::nodes::wall_minus_mono_s();
+                }
+            }
+            NodeEvent::Window { node, window, .. } => {
+                if let Some(q) = self.node_windows.get_mut(node as usize) {
+                    q.push_back(*window);
+                }
+                self.flush_pending(result, files)?;
+            }
+            NodeEvent::Exited { node, rank, ok: false, status } => {
+                let who = rank.map_or(format!("node {node}'s headless follower (vLLM's workers of that node)"), |r| format!("data-parallel rank {r} (node {node})"));
+                self.fail_rank(rank.unwrap_or(0) as usize, format!("{who} ended unexpectedly ({status}); every node was stopped"), pids);
+            }
+            NodeEvent::Exited { .. } => {}
+            NodeEvent::Telemetry { info, .. } => self.node_telemetry.push(*info),
+            NodeEvent::Failed { message, .. } => self.fail_rank(0, message, pids),
+            NodeEvent::Line { .. } | NodeEvent::Closed { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// Finishes the merged points whose every node sent its window (a
+    /// spanning engine's: node 0's, the node that runs its engine core).
+    fn flush_pending(&mut self, result: &mut RunResult, files: &mut OutputFiles) -> Result<()> {
+        let Some(plan) = self.nodes.clone() else { return Ok(()) };
+        let with_ranks = match plan.kind {
+            super::nodes::NodeKind::DpRanks { .. } => plan.nodes as usize,
+            super::nodes::NodeKind::Spanning { .. } => 1,
+        };
+        while !self.pending.is_empty() && self.node_windows[..with_ranks].iter().all(|q| !q.is_empty()) {
+            let (raw, ranks) = self.pending.pop_front().expect("not empty");
+            let windows: Vec<_> = self.node_windows[..with_ranks].iter_mut().filter_map(|q| q.pop_front()).collect();
+            self.on_point_with(&raw, &ranks, Some((windows, plan.nodes as usize - with_ranks)), result, files)?;
+        }
+        Ok(())
     }
 
     /// Ctrl-C: the first asks the worker to stop gracefully, the second kills
@@ -441,7 +581,7 @@ impl<'a> WorkerWatch<'a> {
         if pressed >= 2 && !self.killed {
             self.killed = true;
             say(self.ui, "interrupted again: killing the engine worker");
-            pids.iter().for_each(|&pid| kill_group(pid));
+            self.kill_all(pids);
         }
         if self.deadline.is_some_and(|d| Instant::now() > d) && !self.end.timed_out {
             self.end.timed_out = true;
@@ -456,7 +596,7 @@ impl<'a> WorkerWatch<'a> {
             };
             self.end.failure = Some(RunError { message, ..RunError::default() });
             self.killed = true;
-            pids.iter().for_each(|&pid| kill_group(pid));
+            self.kill_all(pids);
         }
     }
 
@@ -468,7 +608,7 @@ impl<'a> WorkerWatch<'a> {
         }
         if !self.killed {
             self.killed = true;
-            pids.iter().for_each(|&p| kill_group(p));
+            self.kill_all(pids);
         }
     }
 
@@ -482,16 +622,30 @@ impl<'a> WorkerWatch<'a> {
                 if self.ranks.ready.iter().all(Option::is_some) {
                     let ready: Vec<_> = self.ranks.ready.iter().flatten().cloned().collect();
                     let infos: Vec<_> = ready.iter().map(|(e, _)| e.clone()).collect();
-                    let engine = super::dp::merge::merge_engine_info(&infos, self.ranks.world_size);
+                    let mut engine = super::dp::merge::merge_engine_info(&infos, self.ranks.world_size);
+                    engine.nodes = self.nodes.as_ref().map(|p| p.nodes);
                     let start = ready.iter().map(|(_, s)| *s).fold(0.0, f64::max);
                     self.on_message(Message::Ready { engine: Box::new(engine), engine_start_s: start }, result, files)?;
                 }
             }
             Message::Point { raw } => {
-                self.ranks.points[rank].push_back(*raw);
+                let mut raw = *raw;
+                // A rank of another node: its times onto this process's clock.
+                if let Some(p) = &self.nodes {
+                    raw.started_mono_s += self.node_clock.get(p.node_of_rank(rank as u32) as usize).copied().unwrap_or(0.0);
+                }
+                self.ranks.points[rank].push_back(raw);
                 if self.ranks.points.iter().all(|q| !q.is_empty()) {
                     let raws: Vec<_> = self.ranks.points.iter_mut().filter_map(|q| q.pop_front()).collect();
-                    self.on_point(&super::dp::merge::merge_ranks(&raws), &raws, result, files)?;
+                    let merged = super::dp::merge::merge_ranks(&raws);
+                    if self.nodes.is_some() {
+                        // Figures wait for every node's telemetry window.
+                        let raws = if raws.len() > 1 { raws } else { Vec::new() };
+                        self.pending.push_back((merged, raws));
+                        self.flush_pending(result, files)?;
+                    } else {
+                        self.on_point(&merged, &raws, result, files)?;
+                    }
                 }
             }
             Message::Done => {
@@ -519,6 +673,21 @@ impl<'a> WorkerWatch<'a> {
     /// rank, `raw` their merge; empty for one engine): its figures, its
     /// telemetry window, the files.
     fn on_point(&mut self, raw: &crate::protocol::RawPoint, ranks: &[crate::protocol::RawPoint], result: &mut RunResult, files: &mut OutputFiles) -> Result<()> {
+        self.on_point_with(raw, ranks, None, result, files)
+    }
+
+    /// [`Self::on_point`] with the nodes' telemetry windows of a job over
+    /// several nodes (and how many nodes sent none: a spanning engine's
+    /// followers), merged into the point's window instead of this process's
+    /// sampler's.
+    fn on_point_with(
+        &mut self,
+        raw: &crate::protocol::RawPoint,
+        ranks: &[crate::protocol::RawPoint],
+        node_windows: Option<(Vec<crate::telemetry::WindowSummary>, usize)>,
+        result: &mut RunResult,
+        files: &mut OutputFiles,
+    ) -> Result<()> {
         let (plan, telemetry) = (self.plan, self.telemetry);
         let j = &mut result.jobs[self.index];
         let k = j.engine.as_ref().and_then(|e| e.num_speculative_tokens);
@@ -534,7 +703,17 @@ impl<'a> WorkerWatch<'a> {
             .collect();
         let f = &point.figures;
         let (t0, t1) = (raw.started_mono_s, raw.started_mono_s + raw.duration_s);
-        let window = telemetry.window(t0, t1, f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);
+        let (out_tokens, all_tokens) = (f.total_output_tokens, f.total_input_tokens + f.total_output_tokens);
+        let window = match node_windows {
+            Some((windows, unsampled)) if !windows.is_empty() => {
+                let mut w = crate::telemetry::summary::merge_node_windows(windows, t0, t1, out_tokens, all_tokens);
+                if unsampled > 0 {
+                    w.invalidate(format!("{unsampled} node(s) run only a headless follower and send no window of their GPUs"));
+                }
+                w
+            }
+            _ => telemetry.window(t0, t1, out_tokens, all_tokens),
+        };
         point.telemetry = Some(window);
         self.bar.finish(point_line(&point));
         files.append_point(self.index, j, j.points.len(), &point, raw)?;
@@ -652,22 +831,3 @@ fn kill_group(pid: u32) {
     }
 }
 
-/// "exit code 1", "killed by signal 9 (SIGKILL)", ...
-pub fn describe_exit(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit code {code}"),
-        (None, Some(sig)) => {
-            let name = match sig {
-                libc::SIGKILL => " (SIGKILL; out of memory is a common cause)",
-                libc::SIGSEGV => " (SIGSEGV)",
-                libc::SIGABRT => " (SIGABRT)",
-                libc::SIGTERM => " (SIGTERM)",
-                libc::SIGBUS => " (SIGBUS)",
-                _ => "",
-            };
-            format!("killed by signal {sig}{name}")
-        }
-        _ => "unknown status".into(),
-    }
-}

@@ -14,6 +14,7 @@ pub mod finish;
 pub mod interrupt;
 pub mod job;
 pub mod lengths;
+pub mod nodes;
 pub mod outputs;
 pub mod overhead;
 pub mod plan;

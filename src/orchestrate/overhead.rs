@@ -66,6 +66,7 @@ pub fn overhead(opts: &RunOptions, how: &ExecOptions) -> Result<crate::error::Ex
         record_token_ids: false,
         label: Some(TIERS[1].into()),
         dp: base.dp.clone(),
+        nodes: base.nodes.clone(),
     };
     mp.env.insert(MP_VAR.into(), "1".into());
     plan.jobs = vec![PlannedJob { label: Some(TIERS[0].into()), ..base }, mp];

@@ -125,6 +125,10 @@ pub struct PlannedJob {
     /// Data parallel: one worker per rank (`None`: one engine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dp: Option<super::dp::DpPlan>,
+    /// A job over several nodes: one node group per node
+    /// ([`super::nodes`]); `None`: one node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<super::nodes::NodePlan>,
 }
 
 /// Everything a run needs, checked.
@@ -238,6 +242,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
                 record_token_ids: false,
                 label: None,
                 dp: None,
+                nodes: None,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -313,7 +318,8 @@ impl PlannedJob {
 }
 
 /// Each job's data-parallel ranks ([`super::dp::DpPlan`]), from the one
-/// DP decision ([`crate::recipe::parallel::data_parallel`]). vLLM's
+/// DP decision ([`crate::recipe::parallel::data_parallel`]), and its nodes
+/// from its `[layout]` ([`super::nodes::NodePlan`]). vLLM's
 /// `external_launcher` backend is left alone (each process is its own rank,
 /// started by the user's launcher).
 ///
@@ -349,8 +355,32 @@ fn plan_data_parallel(jobs: &mut [PlannedJob], model_path: &str, cpu: bool, prof
             }
         }
         job.dp = planned;
+        job.nodes = plan_nodes(job, cpu, profile).map_err(|e| usage(format!("{label}: {e}")))?;
     }
     Ok(())
+}
+
+/// A job's nodes from its `[layout]` ([`super::nodes::NodePlan`]), `None`
+/// on one node.
+///
+/// Errors: as `NodePlan::of`; a recipe's `VLLM_DP_MASTER_IP` on a job over
+/// several nodes (the first node of the allocation is the master);
+/// `--profile` on one.
+fn plan_nodes(job: &PlannedJob, cpu: bool, profile: bool) -> Result<Option<super::nodes::NodePlan>, String> {
+    let c = &job.config;
+    let placement = crate::recipe::layout::Placement::of(&c.layout, &c.args, c.tp, job.engine_var(DP_SIZE_VAR).as_deref())?;
+    let dp_size = job.dp.as_ref().map_or(1, |d| d.size);
+    let Some(nodes) = super::nodes::NodePlan::of(&placement, dp_size, cpu)? else { return Ok(None) };
+    if let Some(ip) = job.env.get(super::dp::DP_MASTER_IP_VAR) {
+        return Err(format!(
+            "{}={ip} with [layout] nodes = {}: the first node of the job is the DP master; remove it from the recipe's env",
+            super::dp::DP_MASTER_IP_VAR, nodes.nodes
+        ));
+    }
+    if profile {
+        return Err(format!("--profile does not run on a job over {} nodes yet; profile a one-node variant", nodes.nodes));
+    }
+    Ok(Some(nodes))
 }
 
 /// The first TP size of a configuration's sweep: the eval runs on that engine.

@@ -132,3 +132,23 @@ pub fn ask_worker<T>(
         ),
     }
 }
+
+/// "exit code 1", "killed by signal 9 (SIGKILL)", ...
+pub fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => {
+            let name = match sig {
+                libc::SIGKILL => " (SIGKILL; out of memory is a common cause)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGABRT => " (SIGABRT)",
+                libc::SIGTERM => " (SIGTERM)",
+                libc::SIGBUS => " (SIGBUS)",
+                _ => "",
+            };
+            format!("killed by signal {sig}{name}")
+        }
+        _ => "unknown status".into(),
+    }
+}

@@ -139,6 +139,10 @@ pub struct EngineInfo {
     /// shim (vLLM 0.32's `CPUUnquantizedExperts.apply` ignores `expert_map`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_expert_map: Option<bool>,
+    /// A job over several nodes (`[layout] nodes`, docs/multi-node.md):
+    /// the node count; `None` on one node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
 }
 
 /// The shim's compatibility report, `compat.report()`: each vLLM internal

@@ -203,6 +203,30 @@ pub struct TelemetryInfo {
     /// CPU time of the sampler thread, s, and its share of one CPU while it ran.
     pub sampler_cpu_seconds: f64,
     pub sampler_cpu_fraction: f64,
+    /// A job over several nodes: each node group's sampler (its node's
+    /// GPUs and host; its series file `telemetry{-J}.node{n}.jsonl`), node
+    /// order. The fields above are this process's own sampler.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<TelemetryInfo>,
+}
+
+impl TelemetryInfo {
+    /// What `result.json` records of a sampler's report, its series written
+    /// to `series_file` (relative to the result folder).
+    pub fn of(report: &crate::telemetry::TelemetryReport, series_file: String) -> TelemetryInfo {
+        TelemetryInfo {
+            interval_ms: report.interval_ms,
+            sources: report.sources.clone(),
+            gpus: report.gpus.clone(),
+            engine_gpus: report.engine_gpus.clone(),
+            markers: report.markers.clone(),
+            samples: report.samples.len(),
+            series_file,
+            sampler_cpu_seconds: report.sampler_cpu_seconds,
+            sampler_cpu_fraction: report.sampler_cpu_fraction(),
+            nodes: Vec::new(),
+        }
+    }
 }
 
 impl JobResult {

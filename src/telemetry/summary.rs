@@ -133,6 +133,11 @@ pub struct WindowSummary {
     pub power_valid: bool,
     /// Why `power_valid` is false.
     pub power_invalid_reasons: Vec<String>,
+    /// A job over several nodes: each node's own window (its GPUs and host,
+    /// on its own clock), node order; the figures above are over all of
+    /// them ([`merge_node_windows`]). Empty on one node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<WindowSummary>,
 }
 
 impl WindowSummary {
@@ -316,6 +321,50 @@ pub fn summarize(
         gpus: gpu_windows,
         power_valid,
         power_invalid_reasons: reasons,
+        nodes: Vec::new(),
+    }
+}
+
+/// One point's window over several nodes' windows (each node sampled its
+/// own GPUs and host over its ranks' part of the point): the GPUs of every
+/// node in node order, node 0's host, the InferenceX totals from the nodes'
+/// energy summed over the point's `[t0, t1]` (the job's clock) and its
+/// tokens, valid only when every node's power is (a node's reasons are
+/// kept, prefixed `node N:`); each node's window in `nodes`.
+///
+/// Panics: `nodes` is empty.
+pub fn merge_node_windows(nodes: Vec<WindowSummary>, t0: f64, t1: f64, output_tokens: u64, total_tokens: u64) -> WindowSummary {
+    let duration_s = t1 - t0;
+    let mut reasons: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(n, w)| w.power_invalid_reasons.iter().map(move |r| format!("node {n}: {r}")))
+        .collect();
+    if duration_s <= 0.0 {
+        reasons.push("invalid_window: t1 <= t0".to_owned());
+    }
+    let gpus: Vec<GpuWindow> = nodes.iter().flat_map(|w| w.gpus.iter().cloned()).collect();
+    let power_valid = reasons.is_empty();
+    let total = power_valid.then(|| nodes.iter().filter_map(|w| w.total_gpu_energy_j).sum::<f64>());
+    let avg_total = total.map(|e| e / duration_s);
+    let input_tokens = total_tokens.saturating_sub(output_tokens);
+    WindowSummary {
+        t0,
+        t1,
+        duration_s,
+        output_tokens,
+        total_tokens,
+        host: nodes[0].host.clone(),
+        avg_power_w: avg_total.map(|p| p / gpus.len().max(1) as f64),
+        avg_total_gpu_power_w: avg_total,
+        total_gpu_energy_j: total,
+        joules_per_output_token: per_token(total, output_tokens),
+        joules_per_input_token: per_token(total, input_tokens),
+        joules_per_total_token: per_token(total, total_tokens),
+        gpus,
+        power_valid,
+        power_invalid_reasons: reasons,
+        nodes,
     }
 }
 
@@ -453,6 +502,25 @@ mod tests {
             name: "package-0".into(),
             max_energy_range_uj: Some(262143328850),
         }]
+    }
+
+    #[test]
+    fn node_windows_merge_into_one_point_window() {
+        // Two nodes with the same 2-GPU series: energy adds up, GPUs are every node's.
+        let one = summarize(&series(250.0, true), &[info(0), info(1)], &rapl(), None, Some(2), 101.0, 109.0, 800, 4000);
+        assert!(one.power_valid, "{:?}", one.power_invalid_reasons);
+        let m = merge_node_windows(vec![one.clone(), one.clone()], 10.0, 18.0, 800, 4000);
+        assert_eq!((m.gpus.len(), m.nodes.len()), (4, 2));
+        let e = one.total_gpu_energy_j.unwrap();
+        assert!((m.total_gpu_energy_j.unwrap() - 2.0 * e).abs() < 1e-9);
+        assert!((m.avg_total_gpu_power_w.unwrap() - 2.0 * e / 8.0).abs() < 1e-9);
+        assert!((m.avg_power_w.unwrap() - 2.0 * e / 8.0 / 4.0).abs() < 1e-9);
+        assert!((m.joules_per_output_token.unwrap() - 2.0 * e / 800.0).abs() < 1e-9);
+        // One node's invalid power makes the job's invalid, and says which node.
+        let stuck = summarize(&series(1.0, false), &[info(0), info(1)], &rapl(), None, Some(2), 101.0, 109.0, 800, 4000);
+        let m = merge_node_windows(vec![one, stuck], 10.0, 18.0, 800, 4000);
+        assert!(!m.power_valid && m.total_gpu_energy_j.is_none());
+        assert!(m.power_invalid_reasons.iter().all(|r| r.starts_with("node 1: ")), "{:?}", m.power_invalid_reasons);
     }
 
     #[test]

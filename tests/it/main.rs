@@ -19,6 +19,7 @@ mod import_sandbox;
 mod inferencex_import;
 mod knobs;
 mod lm_eval_tasks;
+mod multinode_e2e;
 mod profile_e2e;
 mod python_envs;
 mod python_probe;

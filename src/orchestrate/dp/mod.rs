@@ -148,22 +148,38 @@ impl DpPlan {
         Ok(Some(DpPlan { size: dp.size, spelled: dp.spelled(), lockstep: moe, world_size, master_ip, master_port, cpu }))
     }
 
-    /// Every rank's launch. `visible`: the job's visible devices (`None`:
-    /// all, ordinals from 0); `master_port`: the port the group meets on
-    /// (lockstep); `cores`: the CPUs this process may run on (CPU backend).
+    /// Every rank's launch, all on this host. `visible`: the job's visible
+    /// devices (`None`: all, ordinals from 0); `master_port`: the port the
+    /// group meets on (lockstep); `cores`: the CPUs this process may run on
+    /// (CPU backend).
     pub fn launches(&self, args: &[String], visible: Option<&[u32]>, master_port: u16, cores: &[usize]) -> Vec<RankLaunch> {
+        self.launches_for(0..self.size, args, visible, (&self.master_ip, master_port), cores)
+    }
+
+    /// The launches of ranks `ranks` (one node's: `n x L .. (n + 1) x L`),
+    /// started on one host whose visible devices are `visible` and whose
+    /// CPUs are `cores`: each rank's `VLLM_DP_RANK_LOCAL` (and its slice of
+    /// devices and cores) is its index among `ranks`, `VLLM_DP_RANK` its
+    /// global rank; every rank names `master` (the first node's address and
+    /// the group's one base port).
+    pub fn launches_for(&self, ranks: std::ops::Range<u32>, args: &[String], visible: Option<&[u32]>, master: (&str, u16), cores: &[usize]) -> Vec<RankLaunch> {
+        let (master_ip, master_port) = master;
         let n = self.size;
-        let args = strip_dp_flag(args);
-        // One core set per worker process of the job, DP-major (vLLM's CPU
+        let first = ranks.start;
+        let local_ranks = ranks.len();
+        let args = strip_dp_flags(args);
+        // One core set per worker process on this host, DP-major (vLLM's CPU
         // binding reads `VLLM_CPU_OMP_THREADS_BIND` as `|`-separated sets in
-        // [DP, PP, TP] order for a DP group, utils/ompmultiprocessing.py).
+        // [DP, PP, TP] order for a DP group, and takes its local DP rank's
+        // slice, utils/ompmultiprocessing.py).
         let ws = self.world_size.max(1) as usize;
-        let core_sets = split_cores(cores, n as usize * ws);
+        let core_sets = split_cores(cores, local_ranks * ws);
         let text = |sets: &[Vec<usize>]| {
             sets.iter().map(|set| set.iter().map(usize::to_string).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join("|")
         };
-        (0..n)
+        ranks
             .map(|rank| {
+                let local = rank - first;
                 let mut env = BTreeMap::new();
                 let mut unset = Vec::new();
                 let mut devices = None;
@@ -171,8 +187,8 @@ impl DpPlan {
                     for (k, v) in [
                         (crate::recipe::parallel::DP_SIZE_VAR, n.to_string()),
                         (DP_RANK_VAR, rank.to_string()),
-                        (DP_RANK_LOCAL_VAR, rank.to_string()),
-                        (DP_MASTER_IP_VAR, self.master_ip.clone()),
+                        (DP_RANK_LOCAL_VAR, local.to_string()),
+                        (DP_MASTER_IP_VAR, master_ip.to_string()),
                         (DP_MASTER_PORT_VAR, master_port.to_string()),
                     ] {
                         env.insert(k.to_string(), v);
@@ -183,8 +199,8 @@ impl DpPlan {
                     if !self.cpu {
                         let ws = self.world_size;
                         let slice: Vec<u32> = match visible {
-                            Some(list) => list.iter().copied().skip((rank * ws) as usize).take(ws as usize).collect(),
-                            None => (rank * ws..(rank + 1) * ws).collect(),
+                            Some(list) => list.iter().copied().skip((local * ws) as usize).take(ws as usize).collect(),
+                            None => (local * ws..(local + 1) * ws).collect(),
                         };
                         let text = slice.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
                         env.insert("CUDA_VISIBLE_DEVICES".into(), text.clone());
@@ -201,7 +217,7 @@ impl DpPlan {
                     // OpenMP threads to VLLM_CPU_OMP_THREADS_BIND): a dense
                     // rank is told its own sets, a group's ranks every set
                     // (each takes its DP rank's slice).
-                    let mine = &core_sets[rank as usize * ws..(rank as usize + 1) * ws];
+                    let mine = &core_sets[local as usize * ws..(local as usize + 1) * ws];
                     let bind = if self.lockstep { text(&core_sets) } else { text(mine) };
                     env.insert("OMP_NUM_THREADS".into(), mine[0].len().max(1).to_string());
                     env.insert("VLLM_CPU_OMP_THREADS_BIND".into(), bind);
@@ -212,27 +228,67 @@ impl DpPlan {
     }
 }
 
+impl RankLaunch {
+    /// The worker request of this rank from the job's `request`: its flags
+    /// after the model, its place in the group.
+    pub fn request(&self, request: &crate::protocol::Job, dp: &DpPlan) -> crate::protocol::Job {
+        let mut job = request.clone();
+        job.engine_argv = std::iter::once(request.engine_argv[0].clone()).chain(self.args.iter().cloned()).collect();
+        job.dp = Some(crate::protocol::DpRank { rank: self.rank, size: dp.size, lockstep: dp.lockstep });
+        job
+    }
+
+    /// This rank's environment over the job's `env` and `unset`: (variables
+    /// set, variables removed).
+    pub fn environment(&self, env: &BTreeMap<String, String>, unset: &[String]) -> (BTreeMap<String, String>, Vec<String>) {
+        let mut env = env.clone();
+        env.extend(self.env.clone());
+        for k in &self.unset {
+            env.remove(k);
+        }
+        let mut unset = unset.to_vec();
+        unset.extend(self.unset.iter().cloned());
+        (env, unset)
+    }
+}
+
+/// Flags of vLLM's server-side DP orchestration that take a value: the DP
+/// size and where a `vllm serve` process's ranks sit among the nodes. Each
+/// rank here is one engine (or one member of the group its environment
+/// names), placed by [`crate::recipe::layout::Placement`].
+const DP_VALUE_FLAGS: [&str; 6] = [
+    "--data-parallel-size",
+    "-dp",
+    "--data-parallel-size-local",
+    "--data-parallel-start-rank",
+    "--data-parallel-address",
+    "--data-parallel-rpc-port",
+];
+/// Switches of the same: the server's hybrid load balancing.
+const DP_SWITCHES: [&str; 1] = ["--data-parallel-hybrid-lb"];
+
 /// `args` without the DP size flag (`-dp N`, `--data-parallel-size N`, `=`
-/// forms): a rank is one engine, or one member of the group its
-/// environment names.
-pub fn strip_dp_flag(args: &[String]) -> Vec<String> {
-    const NAMES: [&str; 2] = ["--data-parallel-size", "-dp"];
+/// forms) and vLLM's per-node DP flags (`--data-parallel-size-local`,
+/// `--data-parallel-start-rank`, `--data-parallel-address`,
+/// `--data-parallel-rpc-port`, `--data-parallel-hybrid-lb`): a rank is one
+/// engine, or one member of the group its environment names.
+pub fn strip_dp_flags(args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut skip = false;
     for a in args {
         if std::mem::take(&mut skip) {
             continue;
         }
-        if NAMES.contains(&a.as_str()) {
+        if DP_VALUE_FLAGS.contains(&a.as_str()) {
             skip = true;
             continue;
         }
-        if NAMES.iter().any(|n| a.strip_prefix(n).is_some_and(|r| r.starts_with('='))) {
+        if DP_SWITCHES.contains(&a.as_str()) || DP_VALUE_FLAGS.iter().chain(&DP_SWITCHES).any(|n| a.strip_prefix(n).is_some_and(|r| r.starts_with('='))) {
             continue;
         }
         out.push(a.clone());
     }
-    debug_assert!(flag_value(&out, &NAMES).is_none());
+    debug_assert!(flag_value(&out, &DP_VALUE_FLAGS).is_none());
     out
 }
 
@@ -297,10 +353,12 @@ mod tests {
     }
 
     #[test]
-    fn the_dp_flag_is_removed_in_every_spelling() {
-        assert_eq!(strip_dp_flag(&args("-tp 2 -dp 4 --x")), args("-tp 2 --x"));
-        assert_eq!(strip_dp_flag(&args("--data-parallel-size=8 --enable-expert-parallel")), args("--enable-expert-parallel"));
-        assert_eq!(strip_dp_flag(&args("--data-parallel-size 2 --data-parallel-size-local 1")), args("--data-parallel-size-local 1"));
+    fn the_dp_flags_are_removed_in_every_spelling() {
+        assert_eq!(strip_dp_flags(&args("-tp 2 -dp 4 --x")), args("-tp 2 --x"));
+        assert_eq!(strip_dp_flags(&args("--data-parallel-size=8 --enable-expert-parallel")), args("--enable-expert-parallel"));
+        assert_eq!(strip_dp_flags(&args("--data-parallel-size 2 --data-parallel-size-local 1 -ep")), args("-ep"));
+        let node = args("-dp 8 --data-parallel-start-rank 4 --data-parallel-address 10.0.0.1 --data-parallel-rpc-port=13345 --data-parallel-hybrid-lb -tp 1");
+        assert_eq!(strip_dp_flags(&node), args("-tp 1"));
     }
 
     #[test]
@@ -339,6 +397,14 @@ mod tests {
         assert_eq!((cpu[1].env["OMP_NUM_THREADS"].as_str(), cpu[1].env["VLLM_CPU_OMP_THREADS_BIND"].as_str()), ("1", "2|3"));
         let group = plan(true, true).launches(&a, None, 1, &[0, 1, 2, 3]);
         assert_eq!(group[1].env["VLLM_CPU_OMP_THREADS_BIND"], "0|1|2|3", "every set: vLLM takes rank 1's slice");
+        // Node 1 of 2 (one rank a node): global rank 1, local rank 0, node 0's master.
+        let node1 = plan(true, true).launches_for(1..2, &a, None, ("10.0.0.1", 29555), &[4, 5]);
+        let e = &node1[0].env;
+        assert_eq!((node1[0].rank, e["VLLM_DP_RANK"].as_str(), e["VLLM_DP_RANK_LOCAL"].as_str()), (1, "1", "0"));
+        assert_eq!((e["VLLM_DP_MASTER_IP"].as_str(), e["VLLM_DP_MASTER_PORT"].as_str()), ("10.0.0.1", "29555"));
+        assert_eq!(e["VLLM_CPU_OMP_THREADS_BIND"], "4|5", "the node's own cores, its local rank's slice");
+        let dense = plan(false, false).launches_for(1..2, &a, Some(&[0, 1]), ("x", 0), &[0]);
+        assert_eq!(dense[0].env["CUDA_VISIBLE_DEVICES"], "0,1", "the node's first slice for its first rank");
     }
 
     #[test]

@@ -91,6 +91,8 @@ pub struct Slurm {
     version: String,
     gpus: u32,
     exclusive: bool,
+    /// Nodes per task: the most any job spans (`[layout] nodes`).
+    nodes: u32,
 }
 
 impl Slurm {
@@ -101,11 +103,18 @@ impl Slurm {
         let tools = Tools { bin: opts.bin.clone() };
         let version = tools.check()?;
         let cpu = plan.recipe.is_cpu();
+        let nodes = plan.jobs.iter().filter_map(|j| j.nodes.as_ref().map(|n| n.nodes)).max().unwrap_or(1);
+        // A job over several nodes asks GPUs per node: its layout's.
+        let per_node = |j: &crate::orchestrate::plan::PlannedJob| match &j.nodes {
+            Some(n) => n.gpus_per_node.unwrap_or_else(|| gpus_of(j, cpu).div_ceil(n.nodes)),
+            None => gpus_of(j, cpu),
+        };
         let gpus = match opts.gpus_per_job {
             GpusPerJob::N(n) => n,
-            GpusPerJob::Auto => plan.jobs.iter().map(|j| gpus_of(j, cpu)).max().unwrap_or(0),
+            GpusPerJob::Auto if cpu => 0,
+            GpusPerJob::Auto => plan.jobs.iter().map(per_node).max().unwrap_or(0),
         };
-        Ok(Slurm { opts, tools, version, gpus, exclusive: gpus == 0 })
+        Ok(Slurm { opts, tools, version, gpus, exclusive: gpus == 0, nodes })
     }
 
     /// Follows the array of `sub` until every task ended, merging each as it
@@ -240,6 +249,7 @@ impl Executor for Slurm {
             account: self.opts.account.as_deref(),
             time: self.opts.time.as_deref(),
             gpus_per_task: self.gpus,
+            nodes: self.nodes,
             exclusive: self.exclusive,
             extra: &self.opts.extra,
             exe: &exe,

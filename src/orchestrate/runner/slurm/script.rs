@@ -15,8 +15,12 @@ pub struct ScriptSpec<'a> {
     pub account: Option<&'a str>,
     /// `--time` as Slurm takes it (`30`, `1:00:00`, `1-0`).
     pub time: Option<&'a str>,
-    /// GPUs each task gets (0: none asked for).
+    /// GPUs each task gets (0: none asked for); per node when `nodes` > 1.
     pub gpus_per_task: u32,
+    /// Nodes each task's allocation spans (jobs over several nodes,
+    /// docs/multi-node.md): the batch script runs on the first, which starts
+    /// one `srun` step per node.
+    pub nodes: u32,
     /// The whole node per task: CPU engines use every core, so two on one
     /// node would corrupt each other's numbers.
     pub exclusive: bool,
@@ -38,15 +42,21 @@ pub fn render(s: &ScriptSpec<'_>) -> String {
         format!("#SBATCH --job-name={}", s.name),
         format!("#SBATCH --array={keys}"),
         format!("#SBATCH --output={}/slurm/%A_%a.out", s.dir.display()),
-        "#SBATCH --ntasks=1".to_string(),
     ];
+    if s.nodes > 1 {
+        lines.push(format!("#SBATCH --nodes={}", s.nodes));
+        lines.push("#SBATCH --ntasks-per-node=1".to_string());
+    } else {
+        lines.push("#SBATCH --ntasks=1".to_string());
+    }
     for (flag, v) in [("partition", s.partition), ("account", s.account), ("time", s.time)] {
         if let Some(v) = v {
             lines.push(format!("#SBATCH --{flag}={v}"));
         }
     }
     if s.gpus_per_task > 0 {
-        lines.push(format!("#SBATCH --gpus-per-task={}", s.gpus_per_task));
+        let per = if s.nodes > 1 { "node" } else { "task" };
+        lines.push(format!("#SBATCH --gpus-per-{per}={}", s.gpus_per_task));
     }
     if s.exclusive {
         lines.push("#SBATCH --exclusive".to_string());
@@ -84,6 +94,7 @@ mod tests {
             account: Some("perf"),
             time: Some("2:00:00"),
             gpus_per_task: 8,
+            nodes: 1,
             exclusive: false,
             extra: &extra,
             exe: Path::new("/shared/bin/enginebench"),
@@ -110,5 +121,35 @@ mod tests {
         let text = render(&cpu);
         assert!(text.contains("#SBATCH --array=1\n#SBATCH --output=/r/it's/slurm/%A_%a.out\n#SBATCH --ntasks=1\n#SBATCH --exclusive\nexec"), "{text}");
         assert!(text.contains(r"__task '/r/it'\''s'"), "{text}");
+    }
+
+    #[test]
+    fn a_two_node_job_is_one_allocation_of_two_nodes() {
+        let spec = ScriptSpec {
+            name: "enginebench-moe",
+            dir: Path::new("/shared/runs/r2"),
+            keys: &[0],
+            partition: None,
+            account: None,
+            time: None,
+            gpus_per_task: 4,
+            nodes: 2,
+            exclusive: false,
+            extra: &[],
+            exe: Path::new("/shared/bin/enginebench"),
+            python: None,
+            probe: "p",
+        };
+        assert_eq!(
+            render(&spec),
+            "#!/bin/bash\n\
+             #SBATCH --job-name=enginebench-moe\n\
+             #SBATCH --array=0\n\
+             #SBATCH --output=/shared/runs/r2/slurm/%A_%a.out\n\
+             #SBATCH --nodes=2\n\
+             #SBATCH --ntasks-per-node=1\n\
+             #SBATCH --gpus-per-node=4\n\
+             exec /shared/bin/enginebench __task /shared/runs/r2 \"$SLURM_ARRAY_TASK_ID\" --probe p\n"
+        );
     }
 }
