@@ -14,10 +14,17 @@ the "checked but for their -dp jobs" column counts entries whose only
 errors are an older enginebench's refusal of data parallelism (empty with
 this one). Nothing of the checkout is copied; it is only read.
 
+The multi-node aggregated row: every srt-slurm recipe under
+benchmarks/multi_node/srt-slurm-recipes/vllm/ whose
+`backend.vllm_config.aggregated` is set, imported by its path
+(`import inferencex --inferencex-checkout DIR --key PATH`), then checked;
+each refused one is listed with the reason the importer gave (the arm).
+Prefill/decode files are counted apart (refused until issue 44).
+
 usage: bench/inferencex_passrate.py [--only KIND] [--machine-fact 'CMD=OUTPUT' ...]
                                      INFERENCEX_DIR [ENGINEBENCH_BINARY]
-  --only KIND: only the entries of one row (fixed-seq-len, agentic or
-  deprecated).
+  --only KIND: only the entries of one row (fixed-seq-len, agentic,
+  deprecated or multi-node-agg).
   --machine-fact: passed to every import (repeatable): the output of a
   command a launcher reads off its machine, e.g. an MI355X node's
   `rocm-smi --showfw` or a large node's `df -BG --output=avail /dev/shm`,
@@ -59,6 +66,19 @@ def entries(root):
                 yield rel, key, "agentic", "agentic"
 
 
+SRT_DIR = "benchmarks/multi_node/srt-slurm-recipes/vllm"
+
+
+def srt_recipes(root):
+    """(relative path, aggregated?) of every srt-slurm vLLM recipe."""
+    out = []
+    for f in sorted(glob.glob(f"{root}/{SRT_DIR}/**/*.yaml", recursive=True)):
+        doc = yaml.safe_load(open(f)) or {}
+        cfg = ((doc.get("backend") or {}).get("vllm_config") or {})
+        out.append((os.path.relpath(f, root), "aggregated" in cfg))
+    return out
+
+
 def last_error(text):
     lines = [l for l in text.splitlines() if l.strip()]
     errs = [l for l in lines if "error" in l.lower()]
@@ -84,7 +104,7 @@ def check_all(exe, files):
     return result
 
 
-KINDS = ("fixed-seq-len", "agentic", "deprecated")
+KINDS = ("fixed-seq-len", "agentic", "deprecated", "multi-node-agg")
 
 
 def main():
@@ -128,6 +148,22 @@ def main():
             else:
                 imported.append((cfg, key, kind, outs))
             print(rows[-1][1] if failed else f"imported {key} ({kind})", file=sys.stderr, flush=True)
+        if only in (None, "multi-node-agg"):
+            disagg = 0
+            for rel, agg in srt_recipes(root):
+                if not agg:
+                    disagg += 1
+                    continue
+                total["multi-node-agg"] += 1
+                out = os.path.join(tmp, os.path.basename(rel) + ".toml")
+                p = subprocess.run([exe, "import", "inferencex", "--inferencex-checkout", root, "--key", rel, "-o", out, *facts],
+                                   capture_output=True, text=True, timeout=900)
+                if p.returncode != 0:
+                    rows.append(("multi-node-agg", f"IMPORT {rel}: exit {p.returncode}: {last_error(p.stderr)}"))
+                else:
+                    imported.append((rel, rel, "multi-node-agg", [(out, 1)]))
+                print(rows[-1][1] if p.returncode != 0 else f"imported {rel}", file=sys.stderr, flush=True)
+            print(f"(prefill/decode srt-slurm recipes not imported yet, issue 44: {disagg})", file=sys.stderr)
         checked = check_all(exe, [o for *_, outs in imported for o, _ in outs]) if imported else {}
         ok = {k: 0 for k in KINDS}
         done = {k: 0 for k in KINDS}

@@ -128,10 +128,14 @@ pub fn launcher_for(root: &Path, e: &Entry, p: &MatrixPoint) -> Result<PathBuf, 
     ))
 }
 
-/// Imports entry `key` of the checkout at `root`, running its launchers
-/// as `settings` say.
+/// Imports `key` of the checkout at `root`: a master-config entry (a
+/// single-node one, whose launcher runs in the sandbox as `settings` say),
+/// else a multi-node srt-slurm recipe by its `name:` or path
+/// ([`super::srt_slurm`]). Returns the file the recipe came from (the
+/// master config or the YAML recipe).
 ///
-/// Errors: as [`find_entry`], [`launcher_for`] and the import.
+/// Errors: as [`find_entry`], [`launcher_for`] and the imports; a
+/// multi-node master-config entry names its srt-slurm recipes.
 pub fn import_key(
     root: &Path,
     key: &str,
@@ -140,17 +144,51 @@ pub fn import_key(
     settings: &Settings,
 ) -> Result<(PathBuf, Imported), String> {
     let root = root.canonicalize().map_err(|e| format!("InferenceX checkout {}: {e}", root.display()))?;
-    let (master, entry) = find_entry(&root, key)?;
-    if entry.framework.as_deref().is_some_and(|f| f != "vllm") {
+    let (master, entry) = match find_entry(&root, key) {
+        Ok(found) => found,
+        Err(not_an_entry) => match super::srt_slurm::find(&root, key)? {
+            Some(r) => {
+                let evals = super::render::CheckoutEvals::beside(&root.join("configs/x-master.yaml"), &root)?;
+                let imported = super::srt_slurm::import(&r, &master_configs(&root), &evals)?;
+                return Ok((root.join(&r.path), imported));
+            }
+            None => return Err(format!("{not_an_entry}, and no srt-slurm recipe under {} has this name or path", super::srt_slurm::RECIPES_DIR)),
+        },
+    };
+    if entry.framework.as_deref().is_some_and(|f| f != "vllm" && f != "dynamo-vllm") || (entry.framework.as_deref() == Some("dynamo-vllm") && !entry.multinode) {
         return Err(format!("entry {key} runs framework {:?}: only vllm entries can be imported", entry.framework.as_deref().unwrap_or("")));
     }
     if entry.multinode {
-        return Err(format!("entry {key} is multi-node: only single-node entries can be imported"));
+        let yaml = confined::read(&root, &master)?;
+        let files = config_files(&yaml, key);
+        return Err(format!(
+            "entry {key} is multi-node: its engines are srt-slurm recipes; import one with --key NAME or --key PATH{}",
+            if files.is_empty() { String::new() } else { format!(" ({})", files.join(", ")) }
+        ));
     }
     let hardware = hardware_for(&master, &entry, &root)?;
     let evals = super::render::CheckoutEvals::beside(&master, &root)?;
     let imported = import_with(&root, &|p| launcher_for(&root, &entry, p), &entry, scenario, hardware, &evals, machine_facts, settings)?;
     Ok((master, imported))
+}
+
+/// The srt-slurm recipe files a master-config entry names
+/// (`CONFIG_FILE=recipes/vllm/...` in its search space), as paths under the
+/// checkout.
+fn config_files(yaml: &str, key: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let Some(at) = yaml.find(&format!("\n{key}:")) else { return out };
+    let rest = &yaml[at + 1..];
+    let end = rest[key.len() + 1..].find("\n\n\n").map_or(rest.len(), |e| e + key.len() + 1);
+    for line in rest[..end].lines() {
+        if let Some(f) = line.split("CONFIG_FILE=recipes/vllm/").nth(1) {
+            let f = format!("{}/{}", super::srt_slurm::RECIPES_DIR, f.trim_end_matches(['"', '\'']));
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
+    out
 }
 
 /// An imported checkout entry, written where `run`, `recipe show` and

@@ -200,7 +200,7 @@ pub fn read_entry(yaml: &str, key: &str) -> Result<Entry, String> {
 }
 
 /// The search-space entries of a scenario or agentic config.
-fn spaces(y: &Yaml) -> Vec<Space> {
+pub fn spaces(y: &Yaml) -> Vec<Space> {
     let int = |y: &Yaml| y.as_i64().and_then(|v| u32::try_from(v).ok());
     let text = |y: &Yaml| y.as_str().map(String::from).or(y.as_i64().map(|i| i.to_string())).or(y.as_f64().map(|f| f.to_string()));
     let component = |y: &Yaml| text(&y["name"]).map(|name| Component { name, version: text(&y["version"]) });

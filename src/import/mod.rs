@@ -35,6 +35,7 @@ pub mod machine;
 pub mod master_config;
 pub mod render;
 pub mod sandbox;
+pub mod srt_slurm;
 pub mod workflow;
 
 #[cfg(test)]

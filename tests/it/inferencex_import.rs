@@ -213,3 +213,80 @@ fn a_data_parallel_recipe_checks_and_a_slow_start_ends_quickly() {
     assert_eq!(job["status"], "failed", "{job}");
     assert!(job["error"]["message"].as_str().unwrap().contains("did not start within --start-timeout 1 s"), "{job}");
 }
+
+/// InferenceX's multi-node aggregated recipes (srt-slurm YAML under
+/// benchmarks/multi_node/srt-slurm-recipes/vllm/ of the fixture checkout):
+/// named by `name:` or path, the vllm serve keys as flags through vLLM's
+/// parser (`recipe check`), the environment, `resources` as `[layout]`, the
+/// concurrencies of the master-config entry that names the file, Dynamo's
+/// frontend and settings in the notes; a P/D file refused naming issue 44;
+/// a multi-node master-config entry names its recipes.
+#[test]
+fn srt_slurm_aggregated_recipes_import_with_their_layout_and_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let ix = checkout();
+    let f = dir.path().join("dep8.toml");
+    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "demo-moe-vllm-agg-dep8-agentic", "-o", f.to_str().unwrap()]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let toml = std::fs::read_to_string(&f).unwrap();
+    assert!(toml.contains("\n[layout]\nnodes = 2\ngpus_per_node = 4\nworkers = 1\n"), "{toml}");
+    assert!(toml.contains("model = \"example/Demo-MoE-FP4\"") && toml.contains("hardware = \"gb200\""), "{toml}");
+    assert!(toml.contains("\"--data-parallel-size\", \"8\", \"--enable-expert-parallel\""), "{toml}");
+    assert!(!toml.contains("--data-parallel-rpc-port\"") && !toml.contains("\"--enforce-eager\""), "derived flags and false switches are not flags: {toml}");
+    assert!(toml.contains("\"DEMO_KNOB\" = \"7\"") && toml.contains("\"NCCL_CUMEM_ENABLE\" = \"1\""), "{toml}");
+    assert!(toml.starts_with("# Imported by `enginebench import inferencex` from the srt-slurm recipe demo-moe-vllm-agg-dep8-agentic"), "{toml}");
+    assert!(toml.contains("conc = [4, 16]") && toml.contains("hf://datasets/semianalysisai/cc-traces-weka-062126"), "{toml}");
+    assert!(toml.contains("tree_idle_cap_s = 120"), "the benchmark env's AIPerf settings: {toml}");
+    for note in ["frontend dynamo", "etcd and NATS", "dyn-reasoning-parser", "--data-parallel-rpc-port 13345", "--enforce-eager: false"] {
+        assert!(toml.contains(note), "note {note:?} missing: {toml}");
+    }
+    // By path, the spanning TP8 one and the sa-bench one.
+    let mut files = vec![f.to_str().unwrap().to_string()];
+    for (i, (key, want)) in [
+        ("benchmarks/multi_node/srt-slurm-recipes/vllm/demo-moe/agentic/agg-tp8-agentic.yaml", "conc = [1, 2]"),
+        ("demo-moe/8k1k/agg-tp4-sabench.yaml", "isl_osl = [[8192, 1024]]"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = dir.path().join(format!("by-path-{i}.toml"));
+        let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", key, "-o", f.to_str().unwrap()]);
+        assert!(out.status.success(), "{key}: {}", text(&out));
+        let toml = std::fs::read_to_string(&f).unwrap();
+        assert!(toml.contains(want), "{key}: {toml}");
+        files.push(f.to_str().unwrap().to_string());
+    }
+    // vLLM's parser takes every imported flag list (one check of the three).
+    let mut args = vec!["recipe", "check"];
+    args.extend(files.iter().map(String::as_str));
+    let check = enginebench(&args);
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check));
+    // P/D: read, refused for now.
+    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "demo-moe-vllm-disagg-1p1d"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("prefill/decode") && text(&out).contains("issue 44"), "{}", text(&out));
+    // The multi-node master-config entry names its srt-slurm recipes.
+    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "demo-moe-fp4-gb200-dynamo-vllm-agentic"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("srt-slurm-recipes/vllm/demo-moe/agentic/agg-tp8-agentic.yaml"), "{}", text(&out));
+}
+
+/// A CPU srt-slurm recipe (the tiny MoE as a DP group over 2 "nodes")
+/// runs straight from the checkout on the CPU engine, through the
+/// multi-node code path.
+#[test]
+fn a_cpu_srt_slurm_recipe_runs_from_the_checkout_over_two_nodes() {
+    let _engine = engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = enginebench(&[
+        "run", "--inferencex-checkout", &checkout(), "--key", "tiny-moe-vllm-agg-dep2-2node-cpu", "--no-eval", "--start-timeout", "300",
+        "--point-timeout", "120", "--num-prompts", "3", "-o", out.to_str().unwrap(),
+    ]);
+    let log = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let job = &read_json(&out.join("result.json"))["jobs"][0];
+    assert_eq!((job["engine"]["nodes"].as_u64(), job["engine"]["data_parallel_size"].as_u64()), (Some(2), Some(2)), "{}", job["engine"]);
+    assert_eq!(job["points"][0]["completed"], 3, "{}", job["points"][0]);
+}
