@@ -79,8 +79,9 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// A figure written as `null` (serde_json writes NaN so) read back as NaN.
-fn null_is_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+/// A figure written as `null` (serde_json writes NaN so) read back as NaN
+/// (also a DP rank's figures, `report::result::RankPoint`).
+pub fn null_is_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 

@@ -433,8 +433,12 @@ pub struct RankPoint {
     pub completed: u32,
     pub failed: u32,
     pub total_output_tokens: u64,
-    /// This rank's measured window, s, and its output tok/s over it.
+    /// This rank's measured window, s, and its output tok/s over it (NaN,
+    /// `null` in JSON, for a rank that finished no request: an idle rank of
+    /// a low concurrency).
+    #[serde(deserialize_with = "crate::metrics::point::null_is_nan")]
     pub duration_s: f64,
+    #[serde(deserialize_with = "crate::metrics::point::null_is_nan")]
     pub output_throughput: f64,
     /// The rank's own steps (dummy batches of an idle lockstep rank included).
     pub step_stats: StepSummary,

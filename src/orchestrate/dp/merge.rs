@@ -115,6 +115,19 @@ mod tests {
     use super::*;
     use crate::protocol::{RequestRecord, StepRecord};
 
+    #[test]
+    fn an_idle_ranks_figures_are_null_and_read_back() {
+        // A rank that finished no request (conc 1 over 2 ranks) has NaN
+        // figures: written as null, read back as NaN (a result folder is
+        // read again by ab, collect and resume).
+        let figures = crate::metrics::point_figures(&[], 1.0, crate::metrics::FigureSpec { percentiles: &[50.0], gpus: 1, goodput: None });
+        let p = rank_point(1, &figures, crate::metrics::steps::StepSummary::default());
+        let text = serde_json::to_string(&p).unwrap();
+        assert!(text.contains("\"duration_s\":null"), "{text}");
+        let back: crate::report::result::RankPoint = serde_json::from_str(&text).unwrap();
+        assert!(back.duration_s.is_nan() && back.output_throughput.is_nan() && back.completed == 0);
+    }
+
     fn raw(start: f64, sends: &[f64]) -> RawPoint {
         let json = serde_json::json!({
             "spec": {"point": {"isl": 8, "osl": 2, "conc": 2, "num_prompts": 4, "warmups": 0},
