@@ -244,6 +244,27 @@ impl Doc {
             t.push('\n');
         }
     }
+
+    /// TOML lines an importer adds (e.g. srt-slurm's `[layout]`), written
+    /// with every value quoted as [`q`] does.
+    pub fn push_data(&mut self, lines: &str) {
+        self.data(lines);
+    }
+
+    /// This recipe with `header` as its first comment lines and its own
+    /// comment lines that `drop` matches left out (an importer that read a
+    /// file rather than ran a launcher says so in place of render's header).
+    pub fn with_header(&self, header: &[String], drop: impl Fn(&str) -> bool) -> Doc {
+        let mut out = Doc { toml: String::new(), data: self.data.clone() };
+        for h in header {
+            out.comment(h);
+        }
+        for line in self.toml.lines().filter(|l| !(l.starts_with('#') && drop(l))) {
+            out.toml.push_str(line);
+            out.toml.push('\n');
+        }
+        out
+    }
 }
 
 /// `text` with every control character but the tab escaped as Rust writes

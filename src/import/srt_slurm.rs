@@ -427,22 +427,20 @@ pub fn import(r: &SrtRecipe, masters: &[PathBuf], evals: &super::render::Checkou
     let rendered = super::render::render(&entry, std::slice::from_ref(&job), &all_notes, evals);
     // The header says where the recipe came from: a YAML file read, not a
     // launcher run (render's first three lines say the latter).
-    let mut toml = format!(
-        "# Imported by `enginebench import inferencex` from the srt-slurm recipe {} ({}): read, not run.\n",
-        r.name,
-        r.path.display()
-    );
+    let mut header =
+        vec![format!("Imported by `enginebench import inferencex` from the srt-slurm recipe {} ({}): read, not run.", r.name, r.path.display())];
     if let Some(img) = &entry.image {
-        toml.push_str(&format!("# InferenceX ran it in image {img}.\n"));
+        header.push(format!("InferenceX ran it in image {img}."));
     }
-    toml.extend(rendered.lines().filter(|l| !(l.starts_with("# Imported by") || l.starts_with("# the launcher ran") || l.starts_with("# InferenceX ran it") || l.starts_with("# job base"))).map(|l| format!("{l}\n")));
-    toml.push_str(&render_layout(&layout));
-    super::render::verify(&toml, std::slice::from_ref(&job))?;
-    let recipe = crate::recipe::Recipe::parse(&toml, "the imported recipe").map_err(|e| format!("{e:#}"))?;
+    let launcher_said = |l: &str| ["# Imported by", "# the launcher ran", "# InferenceX ran it", "# job base"].iter().any(|p| l.starts_with(p));
+    let mut doc = rendered.with_header(&header, launcher_said);
+    doc.push_data(&render_layout(&layout));
+    super::render::verify(&doc, std::slice::from_ref(&job))?;
+    let recipe = crate::recipe::Recipe::parse(&doc.toml, "the imported recipe").map_err(|e| format!("{e:#}"))?;
     if recipe.layout.as_ref() != Some(&layout) {
         return Err(format!("{arm}: the written recipe gives a different [layout]"));
     }
-    Ok(Imported { toml, jobs: vec![job], notes: all_notes })
+    Ok(Imported { toml: doc.toml, jobs: vec![job], notes: all_notes })
 }
 
 fn d_is_cpu(d: &Yaml) -> bool {
