@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything enginebench needs on a fresh machine, unattended and idempotent:
 #   1. a Python venv with the CPU build of vLLM (pinned by python-shim/requirements.lock),
+#      and a small venv layered on it with NIXL, the KV transfer library of the
+#      prefill/decode engines (python-shim/requirements-pd.lock),
 #      and with --with-vllm023 a second one: CPython 3.12 + vLLM 0.23.0
 #      (python-shim/requirements-vllm023.lock),
 #   2. the bundled real model (SmolLM2-135M-Instruct GGUF -> HF safetensors),
@@ -8,6 +10,7 @@
 # Big things live in a cache outside the clone, keyed by what pins them:
 #   $ENGINEBENCH_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/enginebench)/
 #     venv-main-<hash of requirements.lock + this script + base Python>/
+#     venv-pd-<hash of requirements-pd.lock + this script's overlay function + the main venv>/
 #     venv-vllm023-<hash of requirements-vllm023.lock + this script + Python 3.12>/
 #     models-<hash of requirements.lock + prepare_model.py + tiny_moe.py>/{smollm2-135m-instruct,tiny-moe}/
 # and the clone gets symlinks to them in .enginebench/ (venv, models).
@@ -71,6 +74,39 @@ make_venv() {
 
 venv=$(make_venv main "$python" "$lock" 0.32.0)
 ln -sfn "$venv" "$repo/.enginebench/venv"
+
+# make_overlay NAME BASE_VENV LOCK: a venv whose own site-packages hold exactly
+# LOCK (--no-deps) and whose .pth adds BASE_VENV's site-packages after them:
+# the base's vLLM and torch, plus LOCK, without copying or changing the base.
+# Cached under $cache/venv-NAME-<key>; prints its path.
+make_overlay() {
+    local name=$1 base=$2 lock=$3
+    local venv site base_site
+    venv=$cache/venv-$name-$(key "$lock" <(declare -f make_overlay) <(printf '%s' "$base"))
+    if [ ! -f "$venv/.complete" ]; then
+        log "creating venv $venv on $base (about 130 MB; seconds)"
+        rm -rf "$venv.tmp"
+        "$base/bin/python" -m venv --without-pip "$venv.tmp"
+        site=$("$venv.tmp/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        base_site=$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        printf '%s\n' "$base_site" > "$site/enginebench-base.pth"
+        # The base venv's pip writes only into --target: the base is unchanged.
+        "$base/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+            --target "$site" -r "$lock" >&2
+        grep -rlI --null "$venv.tmp" "$venv.tmp/bin" | xargs -0 -r sed -i "s|$venv.tmp|$venv|g"
+        touch "$venv.tmp/.complete"
+        rm -rf "$venv"
+        mv "$venv.tmp" "$venv"
+        log "venv ready: $venv"
+    else
+        log "venv cached: $venv"
+    fi
+    printf '%s\n' "$venv"
+}
+
+# The P/D engines' Python (tests and the pd recipe): the main venv plus NIXL.
+venv_pd=$(make_overlay pd "$venv" "$repo/python-shim/requirements-pd.lock")
+ln -sfn "$venv_pd" "$repo/.enginebench/venv-pd"
 
 # The second environment (--with-vllm023, or ENGINEBENCH_WITH_VLLM023=1):
 # CPython 3.12 + vLLM 0.23.0, the generation of the rocm/vllm-dev:vllm-0.23.1

@@ -20,6 +20,7 @@ mod inferencex_import;
 mod knobs;
 mod lm_eval_tasks;
 mod multinode_e2e;
+mod pd_e2e;
 mod profile_e2e;
 mod python_envs;
 mod python_probe;

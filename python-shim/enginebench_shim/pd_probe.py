@@ -1,0 +1,302 @@
+"""Disaggregated prefill/decode (P/D) on two in-process CPU engines, the caller as the proxy.
+
+The plain-Python proof that KV moves between two vLLM engines in two
+processes through vLLM's KV connector API (docs/pd.md has what was seen):
+
+  * two child processes each build one in-process engine
+    (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) from `vllm serve` flags through
+    vLLM's own parser, with `--kv-transfer-config` naming the connector
+    (NixlConnector, `kv_role` kv_both, `kv_buffer_device` cpu) and a distinct
+    NIXL side-channel port each (`VLLM_NIXL_SIDE_CHANNEL_PORT`);
+  * the parent is the proxy, as vLLM's toy proxy does over HTTP: each prompt
+    goes to the prefill engine with `max_tokens=1` and
+    `SamplingParams.extra_args["kv_transfer_params"] = {"do_remote_decode":
+    True, ...}`; the finished prefill's `RequestOutput.kv_transfer_params`
+    (remote engine id, block ids, host, port) go with the same token ids to
+    the decode engine;
+  * both engines keep stepping the whole time (the decode side pulls the KV
+    inside its steps; the prefill side frees the sent blocks inside its own);
+  * then the prefill engine's prefix cache is reset and it runs the same
+    prompts whole, alone: the single-engine reference.
+
+The verdict holds when, for every prompt, the decode engine's greedy tokens
+equal the reference's, its prompt tokens all arrived by transfer
+(`PrefillStats.num_external_cached_tokens` == prompt length, read from the
+engine core's outputs: vLLM 0.32's `RequestOutput.num_cached_tokens` on the
+decode side is overwritten with the prefill side's own cache hits, the
+`remote_prefill_cached_tokens` of the transfer params), the reference's came
+from none, and the connector's stats (`SchedulerStats.kv_connector_stats`)
+count one transfer per prompt with no failure.
+
+    python -m enginebench_shim.pd_probe MODEL_DIR [--prompts N] [--isl N]
+        [--osl N] [--timeout S] [--port P] [-- extra vllm serve flags]
+
+Prints one JSON object as its last line of stdout (vLLM logs there too); exit 0 when the verdict holds, 1 when it does not,
+2 on bad input (no NIXL in this Python, a bad flag), 3 when the probe ran
+past --timeout (the children are then killed).
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import sys
+import time
+
+# What the prefill request carries: vLLM's toy proxy sends the same keys.
+PREFILL_TRANSFER_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+# The flags every CPU probe engine gets before the caller's own.
+BASE_FLAGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--seed", "0"]
+
+
+def connector_config(engine_id):
+    """The `--kv-transfer-config` JSON of one engine of the pair (NixlConnector on host memory)."""
+    return json.dumps({
+        "kv_connector": "NixlConnector",
+        "kv_role": "kv_both",
+        "kv_buffer_device": "cpu",
+        "engine_id": engine_id,
+    })
+
+
+def _prefill_stats(ps):
+    """PrefillStats as a dict of ints (vLLM 0.32 `v1/metrics/stats.py`)."""
+    names = ("num_prompt_tokens", "num_computed_tokens", "num_cached_tokens",
+             "num_local_cached_tokens", "num_external_cached_tokens")
+    return {n: int(getattr(ps, n, 0)) for n in names}
+
+
+def _engine_worker(role, argv, side_channel_port, conn):
+    """One engine in this child process, driven by the parent over `conn`.
+
+    Messages in: ("add", rid, token_ids, max_tokens, kv_transfer_params or
+    None), ("reset_prefix_cache",), ("stop",). Messages out: ("ready", info),
+    ("done", rid, token_ids, kv_transfer_params, prefill_stats),
+    ("reset", ok), ("stopped", connector_stats_list), ("error", text).
+    """
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ["VLLM_NIXL_SIDE_CHANNEL_HOST"] = "127.0.0.1"
+    os.environ["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
+    # GiB of KV cache per engine (vLLM's CPU default takes most of the memory).
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    try:
+        from enginebench_shim import engine as eb
+        from vllm import SamplingParams
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.inputs import TokensPrompt
+        from vllm.usage.usage_lib import UsageContext
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        before = sorted(os.sched_getaffinity(0))
+        args = eb.parse_serve_args(argv)
+        engine = LLMEngine.from_engine_args(
+            EngineArgs.from_cli_args(args), usage_context=UsageContext.OPENAI_API_SERVER)
+        # vLLM 0.32's NIXL worker on the CPU platform pins the thread that
+        # builds it (here the one thread that runs the whole engine) to the
+        # last core of each NUMA node; give the engine its cores back.
+        pinned = sorted(os.sched_getaffinity(0))
+        if pinned != before:
+            os.sched_setaffinity(0, before)
+    except Exception as e:  # the parent reports it; no traceback as the only message
+        conn.send(("error", f"{role} engine: {type(e).__name__}: {e}"))
+        return
+
+    # Per-request PrefillStats and the connector's stats ride on the engine
+    # core's outputs, which LLMEngine.step() reads through this one call.
+    prefill_stats = {}
+    connector_stats = []
+    core_get_output = engine.engine_core.get_output
+
+    def get_output():
+        outs = core_get_output()
+        for o in outs.outputs:
+            if o.prefill_stats is not None:
+                prefill_stats[o.request_id] = _prefill_stats(o.prefill_stats)
+        ss = outs.scheduler_stats
+        if ss is not None and ss.kv_connector_stats:
+            connector_stats.append(ss.kv_connector_stats)
+        return outs
+
+    engine.engine_core.get_output = get_output
+    conn.send(("ready", {"role": role, "affinity_before": before, "affinity_after_build": pinned,
+                         "kv_block_size": engine.vllm_config.cache_config.block_size}))
+    while True:
+        busy = engine.has_unfinished_requests()
+        while conn.poll(0 if busy else 0.005):
+            msg = conn.recv()
+            if msg[0] == "stop":
+                conn.send(("stopped", connector_stats))
+                return
+            if msg[0] == "reset_prefix_cache":
+                conn.send(("reset", bool(engine.reset_prefix_cache())))
+                continue
+            _, rid, ids, max_tokens, params = msg
+            extra = {"kv_transfer_params": dict(params)} if params is not None else None
+            sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, extra_args=extra)
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=list(ids)), sp)
+            busy = True
+        # Step even when idle: the prefill side frees blocks the decode side
+        # has read, and the decode side heartbeats, inside steps.
+        for out in engine.step():
+            if out.finished:
+                # The core's id is the client's plus a suffix vLLM appends.
+                core = next(
+                    (k for k in prefill_stats if k == out.request_id or k.startswith(out.request_id + "-")), None)
+                conn.send(("done", out.request_id, list(out.outputs[0].token_ids), out.kv_transfer_params,
+                           prefill_stats.pop(core, None) if core else None))
+
+
+def _summary(connector_stats):
+    """Sums NixlKVConnectorStats dicts (per-transfer lists) over the run."""
+    total = {}
+    for d in connector_stats:
+        for k, v in d.items():
+            if isinstance(v, list):
+                total.setdefault(k, []).extend(v)
+    return {
+        "transfers": len(total.get("transfer_duration", [])),
+        "bytes": int(sum(total.get("bytes_transferred", []))),
+        "transfer_s": round(sum(total.get("transfer_duration", [])), 6),
+        "failed_transfers": len(total.get("num_failed_transfers", [])),
+        "failed_notifications": len(total.get("num_failed_notifications", [])),
+        "failed_handshakes": len(total.get("num_failed_handshakes", [])),
+        "expired_requests": len(total.get("num_kv_expired_reqs", [])),
+    }
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _recv(conn, deadline, what):
+    while not conn.poll(0.05):
+        if time.monotonic() > deadline:
+            raise _Deadline(what)
+    msg = conn.recv()
+    if msg[0] == "error":
+        raise RuntimeError(msg[1])
+    return msg
+
+
+def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False):
+    """Runs the probe; returns (exit code, report dict)."""
+    rng = random.Random(0)
+    # Token ids well inside SmolLM2's vocabulary (49,152) and clear of its special ids.
+    token_prompts = [[rng.randrange(100, 40000) for _ in range(isl + 8 * i)] for i in range(prompts)]
+    ctx = multiprocessing.get_context("spawn")
+    ctx.set_executable(sys.executable)
+    deadline = time.monotonic() + timeout_s
+    roles = {}
+    report = {"model": model, "recompute_control": recompute, "prompts": prompts, "isl": [len(p) for p in token_prompts], "osl": osl}
+    try:
+        for role, offset in (("prefill", 0), ("decode", 1)):
+            argv = [model, *BASE_FLAGS, "--kv-transfer-config", connector_config(f"{role}0"), *extra_flags]
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_engine_worker, args=(role, argv, port + offset, child), daemon=True)
+            proc.start()
+            roles[role] = (proc, parent)
+        report["engines"] = [_recv(roles[r][1], deadline, f"{r} engine start")[1] for r in ("prefill", "decode")]
+        P, D = roles["prefill"][1], roles["decode"][1]
+        t0 = time.monotonic()
+        for i, ids in enumerate(token_prompts):
+            P.send(("add", f"p{i}", ids, 1, PREFILL_TRANSFER_PARAMS))
+        handoff, decoded = {}, {}
+        while len(decoded) < prompts:
+            if time.monotonic() > deadline:
+                raise _Deadline(f"P/D requests ({len(decoded)} of {prompts} decoded)")
+            if P.poll(0.005):
+                _, rid, _, params, _ = _recv(P, deadline, "prefill output")
+                i = int(rid[1:])
+                handoff[i] = params
+                D.send(("add", f"d{i}", token_prompts[i], osl, None if recompute else params))
+            if D.poll(0.005):
+                _, rid, ids, _, stats = _recv(D, deadline, "decode output")
+                decoded[int(rid[1:])] = (ids, stats)
+        report["pd_wall_s"] = round(time.monotonic() - t0, 3)
+        P.send(("reset_prefix_cache",))
+        report["prefix_cache_reset"] = _recv(P, deadline, "prefix cache reset")[1]
+        for i, ids in enumerate(token_prompts):
+            P.send(("add", f"s{i}", ids, osl, None))
+        single = {}
+        while len(single) < prompts:
+            _, rid, ids, _, stats = _recv(P, deadline, "reference output")
+            single[int(rid[1:])] = (ids, stats)
+        for role in ("prefill", "decode"):
+            roles[role][1].send(("stop",))
+        stats = {role: _summary(_recv(roles[role][1], deadline, f"{role} stop")[1]) for role in roles}
+    except _Deadline as e:
+        report["error"] = f"ran past --timeout {timeout_s} s waiting for {e}"
+        return 3, report
+    except RuntimeError as e:
+        report["error"] = str(e)
+        return 2, report
+    finally:
+        for proc, _ in roles.values():
+            proc.join(max(0.0, min(30.0, deadline - time.monotonic())))
+            if proc.is_alive():
+                proc.kill()
+    rows = []
+    for i, ids in enumerate(token_prompts):
+        d_ids, d_stats = decoded[i]
+        s_ids, s_stats = single[i]
+        rows.append({
+            "prompt_tokens": len(ids),
+            "equal": d_ids == s_ids,
+            "decode_external_cached": (d_stats or {}).get("num_external_cached_tokens"),
+            "reference_cached": (s_stats or {}).get("num_cached_tokens"),
+            "remote_num_tokens": (handoff[i] or {}).get("remote_num_tokens"),
+            "decode_tokens": d_ids,
+            "reference_tokens": s_ids,
+        })
+    report["requests"] = rows
+    report["connector"] = stats
+    ok = (
+        all(r["equal"] and r["decode_external_cached"] == r["prompt_tokens"] and r["reference_cached"] == 0
+            for r in rows)
+        and stats["decode"]["transfers"] == prompts and stats["decode"]["bytes"] > 0
+        and not any(v for k, v in stats["decode"].items() if k.startswith(("failed", "expired")))
+    )
+    report["verdict"] = ok
+    return (0 if ok else 1), report
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m enginebench_shim.pd_probe", description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="model folder or name")
+    p.add_argument("--prompts", type=int, default=3)
+    p.add_argument("--isl", type=int, default=96,
+                   help="prompt tokens of the first prompt (each next one 8 more)")
+    p.add_argument("--osl", type=int, default=16)
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole probe")
+    p.add_argument("--port", type=int, default=5600, help="NIXL side-channel port of the prefill engine (decode: +1)")
+    p.add_argument("--recompute", action="store_true",
+                   help="control: the decode requests go without the prefill's kv_transfer_params, so the "
+                        "decode engine recomputes the prompts and the verdict must fail (exit 1)")
+    p.add_argument("extra", nargs="*", help="more `vllm serve` flags for both engines (after --)")
+    a = p.parse_args(argv)
+    if a.prompts < 1 or a.isl < 1 or a.osl < 1 or a.timeout <= 0:
+        print("pd_probe: --prompts, --isl, --osl and --timeout must be positive", file=sys.stderr)
+        return 2
+    import importlib.util
+    if importlib.util.find_spec("nixl") is None:
+        print("pd_probe: this Python has no `nixl` package (vLLM's NixlConnector needs it): "
+              "use .enginebench/venv-pd/bin/python (ci/setup.sh makes it)", file=sys.stderr)
+        return 2
+    code, report = run(a.model, a.prompts, a.isl, a.osl, a.timeout, a.port, a.extra, a.recompute)
+    print(json.dumps(report))
+    if "error" in report:
+        print(f"pd_probe: {report['error']}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
