@@ -433,11 +433,15 @@ class Engine:
         self._sink = [None, 0, None]
         logger = _stat_logger_class(self._sink)
         # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
+        affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         self.engine = compat.get("LLMEngine").from_engine_args(
             engine_args,
             usage_context=compat.get("UsageContext").OPENAI_API_SERVER,
             stat_loggers=[logger] if logger is not None else None,
         )
+        self.kv_transfer_affinity = _undo_kv_transfer_pinning(affinity)
+        # NixlKVConnectorStats dicts of the steps since take_kv_transfer_stats.
+        self._kv_transfers = []
         self.step_stats = logger is not None
         self.model_config = self.engine.model_config
         tok = self.engine.get_tokenizer()
@@ -586,6 +590,7 @@ class Engine:
             "block_size": getattr(cc, "block_size", None),
             "kv_cache_tokens": compat.kv_cache_tokens(self.engine),
             "kv_connector": getattr(getattr(self.engine.vllm_config, "kv_transfer_config", None), "kv_connector", None),
+            "kv_transfer_affinity": self.kv_transfer_affinity,
             "step_path": self.step_path,
             "step_path_reason": self.step_path_reason,
             "cpu_collectives": (self.cpu_supplied or {}).get("collectives") or None,
@@ -656,7 +661,7 @@ class Engine:
         width = max(per_pos) + 1 if per_pos else 0
         return (drafts, draft_tokens, accepted, [per_pos.get(i, 0) for i in range(width)])
 
-    def add_tokens(self, rid, token_ids, max_tokens, ignore_eos):
+    def add_tokens(self, rid, token_ids, max_tokens, ignore_eos, kv_transfer_params=None):
         """Adds a perf request: token-id prompt (a list of ints), greedy,
         outputs as per-step deltas. Returns None on the engine path; on the
         core path (vLLM's request id, its arrival time on time.time()).
@@ -664,8 +669,46 @@ class Engine:
         With ignore_eos the request runs to max_tokens (vLLM then stops on
         neither the EOS token nor the generation config's eos ids), as
         `vllm bench serve` asks for it: no min_tokens, whose logits
-        processor would run on every step."""
+        processor would run on every step.
+
+        kv_transfer_params (a dict, prefill/decode disaggregation): what
+        vLLM's KV connector reads from `SamplingParams.extra_args
+        ["kv_transfer_params"]` (vllm/v1/request.py): PREFILL_TRANSFER_PARAMS
+        on a prefill engine (with max_tokens 1), the finished prefill's
+        `kv_transfer_params` on a decode engine (docs/pd.md)."""
+        if kv_transfer_params is not None:
+            params = self._SamplingParams(
+                max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=0.0, output_kind=self._DELTA,
+                extra_args={"kv_transfer_params": dict(kv_transfer_params)})
+            return self._path.add_tokens(rid, token_ids, params)
         return self._path.add_tokens(rid, token_ids, self._token_params_for(max_tokens, ignore_eos))
+
+    def take_kv_transfer_stats(self):
+        """The KV connector's transfer statistics since the last call, summed
+        (vLLM's `SchedulerStats.kv_connector_stats`, on the steps that
+        completed transfers; NixlConnector's `NixlKVConnectorStats` keeps one
+        list entry per transfer): {"transfers", "bytes", "transfer_s",
+        "failed_transfers", "failed_notifications", "failed_handshakes",
+        "expired_requests"}, or None when no step reported any. Only the side
+        that pulls (the decode engine, NixlConnector's default) reports
+        transfers."""
+        if not self._kv_transfers:
+            return None
+        total = {}
+        for d in self._kv_transfers:
+            for k, v in d.items():
+                if isinstance(v, list):
+                    total.setdefault(k, []).extend(v)
+        self._kv_transfers = []
+        return {
+            "transfers": len(total.get("transfer_duration", [])),
+            "bytes": int(sum(total.get("bytes_transferred", []))),
+            "transfer_s": float(sum(total.get("transfer_duration", []))),
+            "failed_transfers": len(total.get("num_failed_transfers", [])),
+            "failed_notifications": len(total.get("num_failed_notifications", [])),
+            "failed_handshakes": len(total.get("num_failed_handshakes", [])),
+            "expired_requests": len(total.get("num_kv_expired_reqs", [])),
+        }
 
     def _token_params_for(self, max_tokens, ignore_eos):
         params = self._token_params.get((max_tokens, ignore_eos))
@@ -843,6 +886,9 @@ class Engine:
             cpc = getattr(st, "connector_prefix_cache_stats", None)
             if cpc is not None:
                 connector = (cpc.queries, cpc.hits)
+            kv = getattr(st, "kv_connector_stats", None)
+            if kv:
+                self._kv_transfers.append(kv)
         return stats, connector
 
     def profile_start(self):
@@ -931,6 +977,35 @@ class Engine:
         core = getattr(self.engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
+
+
+#: What a prefill request carries into a P/D pair's prefill engine (with
+#: max_tokens 1): the keys vLLM's toy proxy sends
+#: (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py).
+PREFILL_TRANSFER_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+
+def _undo_kv_transfer_pinning(before):
+    """Gives the engine thread back the CPUs it had before the engine was
+    built, when building it narrowed them: vLLM 0.32's NIXL worker on the
+    CPU platform pins the thread that builds it to the last core of each NUMA
+    node (`os.sched_setaffinity(0, ...)`, meant for its KV loads), and an
+    in-process engine runs entirely on that thread. Returns the CPUs it had
+    been pinned to (sorted), or None when nothing changed."""
+    if before is None:
+        return None
+    after = os.sched_getaffinity(0)
+    if after == before:
+        return None
+    os.sched_setaffinity(0, before)
+    return sorted(after)
 
 
 def _rank_of(name):

@@ -3,17 +3,18 @@
 The plain-Python proof that KV moves between two vLLM engines in two
 processes through vLLM's KV connector API (docs/pd.md has what was seen):
 
-  * two child processes each build one in-process engine
-    (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) from `vllm serve` flags through
-    vLLM's own parser, with `--kv-transfer-config` naming the connector
-    (NixlConnector, `kv_role` kv_both, `kv_buffer_device` cpu) and a distinct
-    NIXL side-channel port each (`VLLM_NIXL_SIDE_CHANNEL_PORT`);
+  * two child processes each build one in-process engine, the shim's own
+    `Engine` (engine.py: `VLLM_ENABLE_V1_MULTIPROCESSING=0`, `vllm serve`
+    flags through vLLM's own parser, the core step path), with
+    `--kv-transfer-config` naming the connector (NixlConnector, `kv_role`
+    kv_both, `kv_buffer_device` cpu) and a distinct NIXL side-channel port
+    each (`VLLM_NIXL_SIDE_CHANNEL_PORT`);
   * the parent is the proxy, as vLLM's toy proxy does over HTTP: each prompt
     goes to the prefill engine with `max_tokens=1` and
     `SamplingParams.extra_args["kv_transfer_params"] = {"do_remote_decode":
-    True, ...}`; the finished prefill's `RequestOutput.kv_transfer_params`
-    (remote engine id, block ids, host, port) go with the same token ids to
-    the decode engine;
+    True, ...}` (`Engine.add_tokens(..., kv_transfer_params)`); the finished
+    prefill's `EngineCoreOutput.kv_transfer_params` (remote engine id, block
+    ids, host, port) go with the same token ids to the decode engine;
   * both engines keep stepping the whole time (the decode side pulls the KV
     inside its steps; the prefill side frees the sent blocks inside its own);
   * then the prefill engine's prefix cache is reset and it runs the same
@@ -25,15 +26,17 @@ equal the reference's, its prompt tokens all arrived by transfer
 engine core's outputs: vLLM 0.32's `RequestOutput.num_cached_tokens` on the
 decode side is overwritten with the prefill side's own cache hits, the
 `remote_prefill_cached_tokens` of the transfer params), the reference's came
-from none, and the connector's stats (`SchedulerStats.kv_connector_stats`)
-count one transfer per prompt with no failure.
+from none, and the connector's stats (`SchedulerStats.kv_connector_stats`,
+summed by `Engine.take_kv_transfer_stats`) count one transfer per prompt
+with no failure.
 
     python -m enginebench_shim.pd_probe MODEL_DIR [--prompts N] [--isl N]
         [--osl N] [--timeout S] [--port P] [-- extra vllm serve flags]
 
-Prints one JSON object as its last line of stdout (vLLM logs there too); exit 0 when the verdict holds, 1 when it does not,
-2 on bad input (no NIXL in this Python, a bad flag), 3 when the probe ran
-past --timeout (the children are then killed).
+Prints one JSON object as its last line of stdout (vLLM logs there too);
+exit 0 when the verdict holds, 1 when it does not, 2 on bad input (no NIXL
+in this Python, a bad flag, an engine that does not start), 3 when the
+probe ran past --timeout (the children are then killed).
 """
 
 import argparse
@@ -44,15 +47,7 @@ import random
 import sys
 import time
 
-# What the prefill request carries: vLLM's toy proxy sends the same keys.
-PREFILL_TRANSFER_PARAMS = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
+from enginebench_shim.engine import PREFILL_TRANSFER_PARAMS
 
 # The flags every CPU probe engine gets before the caller's own.
 BASE_FLAGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--seed", "0"]
@@ -76,12 +71,14 @@ def _prefill_stats(ps):
 
 
 def _engine_worker(role, argv, side_channel_port, conn):
-    """One engine in this child process, driven by the parent over `conn`.
+    """One engine (the shim's `Engine`, on its core step path) in this child
+    process, driven by the parent over `conn`.
 
     Messages in: ("add", rid, token_ids, max_tokens, kv_transfer_params or
     None), ("reset_prefix_cache",), ("stop",). Messages out: ("ready", info),
-    ("done", rid, token_ids, kv_transfer_params, prefill_stats),
-    ("reset", ok), ("stopped", connector_stats_list), ("error", text).
+    ("done", rid, token_ids, kv_transfer_params, prefill_stats,
+    finish_reason), ("reset", ok), ("stopped", transfer stats or None),
+    ("error", text).
     """
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_NIXL_SIDE_CHANNEL_HOST"] = "127.0.0.1"
@@ -90,87 +87,44 @@ def _engine_worker(role, argv, side_channel_port, conn):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     try:
         from enginebench_shim import engine as eb
-        from vllm import SamplingParams
-        from vllm.engine.arg_utils import EngineArgs
-        from vllm.inputs import TokensPrompt
-        from vllm.usage.usage_lib import UsageContext
-        from vllm.v1.engine.llm_engine import LLMEngine
 
-        before = sorted(os.sched_getaffinity(0))
-        args = eb.parse_serve_args(argv)
-        engine = LLMEngine.from_engine_args(
-            EngineArgs.from_cli_args(args), usage_context=UsageContext.OPENAI_API_SERVER)
-        # vLLM 0.32's NIXL worker on the CPU platform pins the thread that
-        # builds it (here the one thread that runs the whole engine) to the
-        # last core of each NUMA node; give the engine its cores back.
-        pinned = sorted(os.sched_getaffinity(0))
-        if pinned != before:
-            os.sched_setaffinity(0, before)
+        engine = eb.Engine(argv)
+        if engine.step_path != "core":
+            raise RuntimeError(f"the probe reads PrefillStats on the core step path; this engine runs "
+                               f"{engine.step_path} ({engine.step_path_reason})")
     except Exception as e:  # the parent reports it; no traceback as the only message
         conn.send(("error", f"{role} engine: {type(e).__name__}: {e}"))
         return
-
-    # Per-request PrefillStats and the connector's stats ride on the engine
-    # core's outputs, which LLMEngine.step() reads through this one call.
-    prefill_stats = {}
-    connector_stats = []
-    core_get_output = engine.engine_core.get_output
-
-    def get_output():
-        outs = core_get_output()
-        for o in outs.outputs:
-            if o.prefill_stats is not None:
-                prefill_stats[o.request_id] = _prefill_stats(o.prefill_stats)
-        ss = outs.scheduler_stats
-        if ss is not None and ss.kv_connector_stats:
-            connector_stats.append(ss.kv_connector_stats)
-        return outs
-
-    engine.engine_core.get_output = get_output
-    conn.send(("ready", {"role": role, "affinity_before": before, "affinity_after_build": pinned,
-                         "kv_block_size": engine.vllm_config.cache_config.block_size}))
+    conn.send(("ready", {"role": role, "kv_transfer_affinity": engine.kv_transfer_affinity,
+                         "kv_block_size": engine.engine.vllm_config.cache_config.block_size}))
+    # Per request in flight (the core's id): its tokens so far, its PrefillStats.
+    tokens, stats = {}, {}
     while True:
-        busy = engine.has_unfinished_requests()
+        busy = bool(tokens)
         while conn.poll(0 if busy else 0.005):
             msg = conn.recv()
             if msg[0] == "stop":
-                conn.send(("stopped", connector_stats))
+                conn.send(("stopped", engine.take_kv_transfer_stats()))
                 return
             if msg[0] == "reset_prefix_cache":
-                conn.send(("reset", bool(engine.reset_prefix_cache())))
+                conn.send(("reset", engine.reset_prefix_cache()))
                 continue
             _, rid, ids, max_tokens, params = msg
-            extra = {"kv_transfer_params": dict(params)} if params is not None else None
-            sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, extra_args=extra)
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=list(ids)), sp)
+            core_id, _ = engine.add_tokens(rid, list(ids), max_tokens, True, params)
+            tokens[core_id] = []
             busy = True
         # Step even when idle: the prefill side frees blocks the decode side
         # has read, and the decode side heartbeats, inside steps.
-        for out in engine.step():
-            if out.finished:
-                # The core's id is the client's plus a suffix vLLM appends.
-                core = next(
-                    (k for k in prefill_stats if k == out.request_id or k.startswith(out.request_id + "-")), None)
-                conn.send(("done", out.request_id, list(out.outputs[0].token_ids), out.kv_transfer_params,
-                           prefill_stats.pop(core, None) if core else None))
-
-
-def _summary(connector_stats):
-    """Sums NixlKVConnectorStats dicts (per-transfer lists) over the run."""
-    total = {}
-    for d in connector_stats:
-        for k, v in d.items():
-            if isinstance(v, list):
-                total.setdefault(k, []).extend(v)
-    return {
-        "transfers": len(total.get("transfer_duration", [])),
-        "bytes": int(sum(total.get("bytes_transferred", []))),
-        "transfer_s": round(sum(total.get("transfer_duration", [])), 6),
-        "failed_transfers": len(total.get("num_failed_transfers", [])),
-        "failed_notifications": len(total.get("num_failed_notifications", [])),
-        "failed_handshakes": len(total.get("num_failed_handshakes", [])),
-        "expired_requests": len(total.get("num_kv_expired_reqs", [])),
-    }
+        raw = engine.step()[0]
+        for o in raw or ():
+            if o.request_id not in tokens:
+                continue
+            tokens[o.request_id].extend(o.new_token_ids)
+            if o.prefill_stats is not None:
+                stats[o.request_id] = _prefill_stats(o.prefill_stats)
+            if o.finish_reason is not None:
+                conn.send(("done", int(o.request_id.split("-")[0]), tokens.pop(o.request_id),
+                           o.kv_transfer_params, stats.pop(o.request_id, None), str(o.finish_reason)))
 
 
 class _Deadline(Exception):
@@ -185,6 +139,14 @@ def _recv(conn, deadline, what):
     if msg[0] == "error":
         raise RuntimeError(msg[1])
     return msg
+
+
+#: Request ids of the reference run on the prefill engine (the P/D requests are 0..prompts).
+REFERENCE_RID = 1000
+
+#: The transfer stats of an engine that reported none.
+NO_TRANSFERS = {"transfers": 0, "bytes": 0, "transfer_s": 0.0, "failed_transfers": 0,
+                "failed_notifications": 0, "failed_handshakes": 0, "expired_requests": 0}
 
 
 def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False):
@@ -208,31 +170,30 @@ def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False)
         P, D = roles["prefill"][1], roles["decode"][1]
         t0 = time.monotonic()
         for i, ids in enumerate(token_prompts):
-            P.send(("add", f"p{i}", ids, 1, PREFILL_TRANSFER_PARAMS))
+            P.send(("add", i, ids, 1, PREFILL_TRANSFER_PARAMS))
         handoff, decoded = {}, {}
         while len(decoded) < prompts:
             if time.monotonic() > deadline:
                 raise _Deadline(f"P/D requests ({len(decoded)} of {prompts} decoded)")
             if P.poll(0.005):
-                _, rid, _, params, _ = _recv(P, deadline, "prefill output")
-                i = int(rid[1:])
+                _, i, _, params, _, _ = _recv(P, deadline, "prefill output")
                 handoff[i] = params
-                D.send(("add", f"d{i}", token_prompts[i], osl, None if recompute else params))
+                D.send(("add", i, token_prompts[i], osl, None if recompute else params))
             if D.poll(0.005):
-                _, rid, ids, _, stats = _recv(D, deadline, "decode output")
-                decoded[int(rid[1:])] = (ids, stats)
+                _, i, ids, _, stats, _ = _recv(D, deadline, "decode output")
+                decoded[i] = (ids, stats)
         report["pd_wall_s"] = round(time.monotonic() - t0, 3)
         P.send(("reset_prefix_cache",))
         report["prefix_cache_reset"] = _recv(P, deadline, "prefix cache reset")[1]
         for i, ids in enumerate(token_prompts):
-            P.send(("add", f"s{i}", ids, osl, None))
+            P.send(("add", REFERENCE_RID + i, ids, osl, None))
         single = {}
         while len(single) < prompts:
-            _, rid, ids, _, stats = _recv(P, deadline, "reference output")
-            single[int(rid[1:])] = (ids, stats)
+            _, rid, ids, _, stats, _ = _recv(P, deadline, "reference output")
+            single[rid - REFERENCE_RID] = (ids, stats)
         for role in ("prefill", "decode"):
             roles[role][1].send(("stop",))
-        stats = {role: _summary(_recv(roles[role][1], deadline, f"{role} stop")[1]) for role in roles}
+        stats = {role: _recv(roles[role][1], deadline, f"{role} stop")[1] or dict(NO_TRANSFERS) for role in roles}
     except _Deadline as e:
         report["error"] = f"ran past --timeout {timeout_s} s waiting for {e}"
         return 3, report

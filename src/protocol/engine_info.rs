@@ -116,6 +116,13 @@ pub struct EngineInfo {
     /// `OffloadingConnector`); `None` without KV transfer or offload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_connector: Option<String>,
+    /// The CPUs vLLM's KV transfer worker had pinned the engine's thread to
+    /// while the engine was built, which the shim then undid (vLLM 0.32's
+    /// NIXL worker on the CPU platform: the last core of each NUMA node,
+    /// docs/pd.md); `None` when building the engine left the thread's CPUs
+    /// as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_affinity: Option<Vec<u32>>,
     /// The engine is enginebench's fake one (tests), not vLLM.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fake_engine: bool,
@@ -222,7 +229,7 @@ mod tests {
         let text = r#"{"vllm": "0.32.0", "torch": null, "max_model_len": 2048,
             "tensor_parallel_size": 2, "pipeline_parallel_size": 2, "vocab_size": 5,
             "special_token_ids": [0, 4], "degraded": [], "fake_engine": true,
-            "enable_prefix_caching": true, "block_size": 16, "kv_cache_tokens": 23296, "kv_connector": null, "a_key_of_a_newer_shim": [1],
+            "enable_prefix_caching": true, "block_size": 16, "kv_cache_tokens": 23296, "kv_connector": null, "kv_transfer_affinity": [1], "a_key_of_a_newer_shim": [1],
             "compat": {"make_arg_parser": {"found": "vllm.entrypoints.openai.cli_args.make_arg_parser", "missing": null, "loses": null, "required": true},
                        "stat_logger_base": {"found": null, "missing": "not in vllm.v1.metrics.loggers", "loses": "step_stats", "required": false}}}"#;
         let info: EngineInfo = serde_json::from_str(text).unwrap();
@@ -232,6 +239,7 @@ mod tests {
         assert_eq!(info.allowed_token_ids(), Some(vec![1, 2, 3]));
         assert_eq!((info.enable_prefix_caching, info.block_size, info.kv_connector.as_deref()), (Some(true), Some(16), None));
         assert_eq!(info.kv_cache_tokens, Some(23296));
+        assert_eq!(info.kv_transfer_affinity, Some(vec![1]), "the CPUs NIXL had pinned the engine to");
         let older: EngineInfo = serde_json::from_str(r#"{"vllm": "0.32.0", "block_size": 16}"#).unwrap();
         assert_eq!(older.kv_cache_tokens, None, "a result file from before the field reads");
         let compat = info.compat.as_ref().unwrap();
