@@ -149,40 +149,51 @@ NO_TRANSFERS = {"transfers": 0, "bytes": 0, "transfer_s": 0.0, "failed_transfers
                 "failed_notifications": 0, "failed_handshakes": 0, "expired_requests": 0}
 
 
-def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False):
-    """Runs the probe; returns (exit code, report dict)."""
+def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False, prefill_engines=1):
+    """Runs the probe; returns (exit code, report dict).
+
+    `prefill_engines` prefill engines (side-channel ports `port`, `port`+1,
+    ...) and one decode engine (the next port); prompt i goes to prefill
+    engine i mod `prefill_engines` (round robin: equal prompts, so every
+    engine gets the same share), and the reference runs on prefill engine 0.
+    """
     rng = random.Random(0)
     # Token ids well inside SmolLM2's vocabulary (49,152) and clear of its special ids.
     token_prompts = [[rng.randrange(100, 40000) for _ in range(isl + 8 * i)] for i in range(prompts)]
     ctx = multiprocessing.get_context("spawn")
     ctx.set_executable(sys.executable)
     deadline = time.monotonic() + timeout_s
-    roles = {}
-    report = {"model": model, "recompute_control": recompute, "prompts": prompts, "isl": [len(p) for p in token_prompts], "osl": osl}
+    names = [f"prefill{k}" for k in range(prefill_engines)] + ["decode0"]
+    procs = {}
+    report = {"model": model, "recompute_control": recompute, "prompts": prompts,
+              "isl": [len(p) for p in token_prompts], "osl": osl, "balance": "round robin: prompt i to prefill i mod N"}
     try:
-        for role, offset in (("prefill", 0), ("decode", 1)):
-            argv = [model, *BASE_FLAGS, "--kv-transfer-config", connector_config(f"{role}0"), *extra_flags]
+        for offset, name in enumerate(names):
+            argv = [model, *BASE_FLAGS, "--kv-transfer-config", connector_config(name), *extra_flags]
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_engine_worker, args=(role, argv, port + offset, child), daemon=True)
+            proc = ctx.Process(target=_engine_worker, args=(name, argv, port + offset, child), daemon=True)
             proc.start()
-            roles[role] = (proc, parent)
-        report["engines"] = [_recv(roles[r][1], deadline, f"{r} engine start")[1] for r in ("prefill", "decode")]
-        P, D = roles["prefill"][1], roles["decode"][1]
+            procs[name] = (proc, parent)
+        report["engines"] = [_recv(procs[n][1], deadline, f"{n} engine start")[1] for n in names]
+        prefill = [procs[n][1] for n in names[:-1]]
+        D = procs["decode0"][1]
         t0 = time.monotonic()
         for i, ids in enumerate(token_prompts):
-            P.send(("add", i, ids, 1, PREFILL_TRANSFER_PARAMS))
+            prefill[i % prefill_engines].send(("add", i, ids, 1, PREFILL_TRANSFER_PARAMS))
         handoff, decoded = {}, {}
         while len(decoded) < prompts:
             if time.monotonic() > deadline:
                 raise _Deadline(f"P/D requests ({len(decoded)} of {prompts} decoded)")
-            if P.poll(0.005):
-                _, i, _, params, _, _ = _recv(P, deadline, "prefill output")
-                handoff[i] = params
-                D.send(("add", i, token_prompts[i], osl, None if recompute else params))
-            if D.poll(0.005):
+            for k, P in enumerate(prefill):
+                if P.poll(0.002):
+                    _, i, _, params, _, _ = _recv(P, deadline, f"prefill{k} output")
+                    handoff[i] = params
+                    D.send(("add", i, token_prompts[i], osl, None if recompute else params))
+            if D.poll(0.002):
                 _, i, ids, _, stats, _ = _recv(D, deadline, "decode output")
                 decoded[i] = (ids, stats)
         report["pd_wall_s"] = round(time.monotonic() - t0, 3)
+        P = prefill[0]
         P.send(("reset_prefix_cache",))
         report["prefix_cache_reset"] = _recv(P, deadline, "prefix cache reset")[1]
         for i, ids in enumerate(token_prompts):
@@ -191,9 +202,9 @@ def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False)
         while len(single) < prompts:
             _, rid, ids, _, stats, _ = _recv(P, deadline, "reference output")
             single[rid - REFERENCE_RID] = (ids, stats)
-        for role in ("prefill", "decode"):
-            roles[role][1].send(("stop",))
-        stats = {role: _recv(roles[role][1], deadline, f"{role} stop")[1] or dict(NO_TRANSFERS) for role in roles}
+        for name in names:
+            procs[name][1].send(("stop",))
+        stats = {name: _recv(procs[name][1], deadline, f"{name} stop")[1] or dict(NO_TRANSFERS) for name in names}
     except _Deadline as e:
         report["error"] = f"ran past --timeout {timeout_s} s waiting for {e}"
         return 3, report
@@ -201,7 +212,7 @@ def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False)
         report["error"] = str(e)
         return 2, report
     finally:
-        for proc, _ in roles.values():
+        for proc, _ in procs.values():
             proc.join(max(0.0, min(30.0, deadline - time.monotonic())))
             if proc.is_alive():
                 proc.kill()
@@ -211,6 +222,7 @@ def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False)
         s_ids, s_stats = single[i]
         rows.append({
             "prompt_tokens": len(ids),
+            "prefill_engine": (handoff[i] or {}).get("remote_engine_id"),
             "equal": d_ids == s_ids,
             "decode_external_cached": (d_stats or {}).get("num_external_cached_tokens"),
             "reference_cached": (s_stats or {}).get("num_cached_tokens"),
@@ -220,11 +232,12 @@ def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False)
         })
     report["requests"] = rows
     report["connector"] = stats
+    decode = stats["decode0"]
     ok = (
         all(r["equal"] and r["decode_external_cached"] == r["prompt_tokens"] and r["reference_cached"] == 0
-            for r in rows)
-        and stats["decode"]["transfers"] == prompts and stats["decode"]["bytes"] > 0
-        and not any(v for k, v in stats["decode"].items() if k.startswith(("failed", "expired")))
+            and r["prefill_engine"] == f"prefill{i % prefill_engines}" for i, r in enumerate(rows))
+        and decode["transfers"] == prompts and decode["bytes"] > 0
+        and not any(v for k, v in decode.items() if k.startswith(("failed", "expired")))
     )
     report["verdict"] = ok
     return (0 if ok else 1), report
@@ -238,21 +251,24 @@ def main(argv=None):
                    help="prompt tokens of the first prompt (each next one 8 more)")
     p.add_argument("--osl", type=int, default=16)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole probe")
-    p.add_argument("--port", type=int, default=5600, help="NIXL side-channel port of the prefill engine (decode: +1)")
+    p.add_argument("--prefill-engines", type=int, default=1,
+                   help="prefill engines (prompt i goes to engine i mod N); one decode engine")
+    p.add_argument("--port", type=int, default=5600,
+                   help="NIXL side-channel port of prefill engine 0 (each next engine, the decode one last: +1)")
     p.add_argument("--recompute", action="store_true",
                    help="control: the decode requests go without the prefill's kv_transfer_params, so the "
                         "decode engine recomputes the prompts and the verdict must fail (exit 1)")
     p.add_argument("extra", nargs="*", help="more `vllm serve` flags for both engines (after --)")
     a = p.parse_args(argv)
-    if a.prompts < 1 or a.isl < 1 or a.osl < 1 or a.timeout <= 0:
-        print("pd_probe: --prompts, --isl, --osl and --timeout must be positive", file=sys.stderr)
+    if a.prompts < 1 or a.isl < 1 or a.osl < 1 or a.timeout <= 0 or a.prefill_engines < 1:
+        print("pd_probe: --prompts, --isl, --osl, --timeout and --prefill-engines must be positive", file=sys.stderr)
         return 2
     import importlib.util
     if importlib.util.find_spec("nixl") is None:
         print("pd_probe: this Python has no `nixl` package (vLLM's NixlConnector needs it): "
               "use .enginebench/venv-pd/bin/python (ci/setup.sh makes it)", file=sys.stderr)
         return 2
-    code, report = run(a.model, a.prompts, a.isl, a.osl, a.timeout, a.port, a.extra, a.recompute)
+    code, report = run(a.model, a.prompts, a.isl, a.osl, a.timeout, a.port, a.extra, a.recompute, a.prefill_engines)
     print(json.dumps(report))
     if "error" in report:
         print(f"pd_probe: {report['error']}", file=sys.stderr)

@@ -51,6 +51,7 @@ fn decode_engine_pulls_the_prompt_kv_and_matches_a_single_engine() {
     let requests = report["requests"].as_array().unwrap();
     assert_eq!(requests.len(), 2);
     for r in requests {
+        assert_eq!(r["prefill_engine"], "prefill0", "{r}");
         let prompt = r["prompt_tokens"].as_u64().unwrap();
         // Greedy outputs equal the single engine's, token for token.
         assert_eq!(r["decode_tokens"], r["reference_tokens"], "{r}");
@@ -60,10 +61,10 @@ fn decode_engine_pulls_the_prompt_kv_and_matches_a_single_engine() {
         assert_eq!(r["remote_num_tokens"].as_u64(), Some(prompt), "{r}");
         assert_eq!(r["reference_cached"].as_u64(), Some(0), "{r}");
     }
-    let decode = &report["connector"]["decode"];
+    let decode = &report["connector"]["decode0"];
     assert_eq!(decode["transfers"].as_u64(), Some(2), "{decode}");
     assert_eq!(decode["failed_transfers"].as_u64(), Some(0), "{decode}");
     // One 128-token block per prompt, K and V of 30 layers, 3 KV heads x 64, fp32.
     assert_eq!(decode["bytes"].as_u64(), Some(2 * 30 * 2 * 128 * 3 * 64 * 4), "{decode}");
-    assert_eq!(report["connector"]["prefill"]["transfers"].as_u64(), Some(0));
+    assert_eq!(report["connector"]["prefill0"]["transfers"].as_u64(), Some(0));
 }
