@@ -433,13 +433,12 @@ class Engine:
         self._sink = [None, 0, None]
         logger = _stat_logger_class(self._sink)
         # OPENAI_API_SERVER gives `vllm serve` defaults (max_num_seqs, batched tokens).
-        affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        self.engine = compat.get("LLMEngine").from_engine_args(
-            engine_args,
-            usage_context=compat.get("UsageContext").OPENAI_API_SERVER,
-            stat_loggers=[logger] if logger is not None else None,
-        )
-        self.kv_transfer_affinity = _undo_kv_transfer_pinning(affinity)
+        self.engine, self.kv_transfer_affinity = _build_undoing_kv_transfer_pinning(
+            lambda: compat.get("LLMEngine").from_engine_args(
+                engine_args,
+                usage_context=compat.get("UsageContext").OPENAI_API_SERVER,
+                stat_loggers=[logger] if logger is not None else None,
+            ))
         # NixlKVConnectorStats dicts of the steps since take_kv_transfer_stats.
         self._kv_transfers = []
         self.step_stats = logger is not None
@@ -992,20 +991,39 @@ PREFILL_TRANSFER_PARAMS = {
 }
 
 
-def _undo_kv_transfer_pinning(before):
-    """Gives the engine thread back the CPUs it had before the engine was
-    built, when building it narrowed them: vLLM 0.32's NIXL worker on the
-    CPU platform pins the thread that builds it to the last core of each NUMA
-    node (`os.sched_setaffinity(0, ...)`, meant for its KV loads), and an
-    in-process engine runs entirely on that thread. Returns the CPUs it had
-    been pinned to (sorted), or None when nothing changed."""
-    if before is None:
-        return None
-    after = os.sched_getaffinity(0)
-    if after == before:
-        return None
-    os.sched_setaffinity(0, before)
-    return sorted(after)
+def _build_undoing_kv_transfer_pinning(build):
+    """Runs `build()` (the engine's construction) and undoes one thing it may
+    do to the calling thread: vLLM 0.32's NIXL worker on the CPU platform
+    pins the thread that builds it to the last core of each NUMA node
+    (`os.sched_setaffinity(0, ...)` in
+    distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py, meant for
+    its KV loads), and an in-process engine runs entirely on that thread.
+    Only a call made from a module under `vllm.distributed.kv_transfer` is
+    undone: the thread gets back the CPUs it had just before that call, so
+    vLLM's own OpenMP binding (`VLLM_CPU_OMP_THREADS_BIND`, made earlier in
+    the build) stays. Returns (what build() returned, the CPUs the thread
+    had been pinned to, sorted, or None when no such call was made)."""
+    set_affinity = getattr(os, "sched_setaffinity", None)
+    if set_affinity is None:
+        return build(), None
+    before_pin = []
+
+    def recording(pid, cpus):
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if pid == 0 and ".kv_transfer." in caller:
+            before_pin.append(os.sched_getaffinity(0))
+        return set_affinity(pid, cpus)
+
+    os.sched_setaffinity = recording
+    try:
+        built = build()
+    finally:
+        os.sched_setaffinity = set_affinity
+    if not before_pin:
+        return built, None
+    pinned = sorted(os.sched_getaffinity(0))
+    set_affinity(0, before_pin[0])
+    return built, pinned
 
 
 def _rank_of(name):

@@ -96,6 +96,7 @@ def _engine_worker(role, argv, side_channel_port, conn):
         conn.send(("error", f"{role} engine: {type(e).__name__}: {e}"))
         return
     conn.send(("ready", {"role": role, "kv_transfer_affinity": engine.kv_transfer_affinity,
+                         "cpus": sorted(os.sched_getaffinity(0)),
                          "kv_block_size": engine.engine.vllm_config.cache_config.block_size}))
     # Per request in flight (the core's id): its tokens so far, its PrefillStats.
     tokens, stats = {}, {}
@@ -166,7 +167,8 @@ def run(model, prompts, isl, osl, timeout_s, port, extra_flags, recompute=False,
     names = [f"prefill{k}" for k in range(prefill_engines)] + ["decode0"]
     procs = {}
     report = {"model": model, "recompute_control": recompute, "prompts": prompts,
-              "isl": [len(p) for p in token_prompts], "osl": osl, "balance": "round robin: prompt i to prefill i mod N"}
+              "isl": [len(p) for p in token_prompts], "osl": osl, "balance": "round robin: prompt i to prefill i mod N",
+              "cpus": sorted(os.sched_getaffinity(0))}
     try:
         for offset, name in enumerate(names):
             argv = [model, *BASE_FLAGS, "--kv-transfer-config", connector_config(name), *extra_flags]

@@ -61,6 +61,12 @@ fn decode_engine_pulls_the_prompt_kv_and_matches_a_single_engine() {
         assert_eq!(r["remote_num_tokens"].as_u64(), Some(prompt), "{r}");
         assert_eq!(r["reference_cached"].as_u64(), Some(0), "{r}");
     }
+    // vLLM's NIXL worker pins the engine thread to a core while the engine
+    // is built; the shim gives it back the CPUs it had (the probe's own).
+    for e in report["engines"].as_array().unwrap() {
+        assert!(!e["kv_transfer_affinity"].as_array().expect("the pinning recorded").is_empty(), "{e}");
+        assert_eq!(e["cpus"], report["cpus"], "{e}");
+    }
     let decode = &report["connector"]["decode0"];
     assert_eq!(decode["transfers"].as_u64(), Some(2), "{decode}");
     assert_eq!(decode["failed_transfers"].as_u64(), Some(0), "{decode}");
