@@ -197,6 +197,14 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
             Err(_) => usage(format!("{}: {e}", recipe_path.display())),
         }
     })?;
+    if recipe.is_pd() {
+        // Checked above (both sides, connector, model, blocks, KV dtype);
+        // the job itself is not built yet.
+        return Err(usage(format!(
+            "{}: a prefill/decode recipe ([roles]) does not run in `run`/`ab`/`eval` yet (issue 44): `enginebench recipe check` checks it, and docs/pd.md shows the transport (enginebench_shim.pd_probe)",
+            recipe_path.display()
+        )));
+    }
     if let Some(e) = missing_local_model(&recipe.model) {
         return Err(usage(format!("{}: {e}", recipe_path.display())));
     }

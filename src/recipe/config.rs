@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::args::{has_flag, remove_flag, set_flag, substitute};
+use super::roles::{PdRole, check_pair};
 use super::sweep::{ResolvedSweep, Sweep};
 use crate::protocol::Point;
 use super::variant::merge_tables;
@@ -40,6 +41,10 @@ pub struct EngineConfig {
     /// The variant's own interpreter (`python = "..."`), if it names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<std::path::PathBuf>,
+    /// The side of a prefill/decode pair this engine is (`[roles]`), or
+    /// `None` for an aggregated recipe's engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<PdRole>,
     /// Where its processes run (`[layout]`), checked against its parallel
     /// shape ([`super::layout::Placement`]).
     #[serde(default)]
@@ -47,12 +52,16 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// "base", "aiter", "aiter tp=8", ... for messages and tables.
+    /// "base", "aiter", "aiter tp=8", "base prefill", ... for messages and tables.
     pub fn label(&self) -> String {
         let v = self.variant.as_deref().unwrap_or("base");
-        match self.tp {
+        let label = match self.tp {
             Some(tp) => format!("{v} tp={tp}"),
             None => v.to_string(),
+        };
+        match self.role {
+            Some(r) => format!("{label} {r}"),
+            None => label,
         }
     }
 }
@@ -155,6 +164,45 @@ impl Recipe {
 
         check_json_flags(&args)?;
 
+        // The engines to build per TP size: the recipe's one, or a P/D
+        // recipe's two sides (the shared flags, then the side's own).
+        let shared_layout = v.layout.clone().or_else(|| self.layout.clone());
+        let sides = match &self.roles {
+            None => vec![(None, args, env, env_unset, shared_layout.unwrap_or_default())],
+            Some(_) if shared_layout.is_some() => {
+                return Err("[layout] in a prefill/decode recipe: each side has its own, give it as [roles.prefill.layout] / [roles.decode.layout]".into());
+            }
+            Some(roles) => roles
+                .pair()?
+                .into_iter()
+                .map(|(side, role)| {
+                    let mut args = args.clone();
+                    args.extend(role.args.iter().cloned());
+                    check_json_flags(&args).map_err(|e| format!("[roles.{side}] {e}"))?;
+                    let mut env = env.clone();
+                    env.extend(role.env.clone());
+                    let mut unset = env_unset.clone();
+                    for k in &role.env_unset {
+                        if role.env.contains_key(k) {
+                            return Err(format!("[roles.{side}] env variable {k} is both set and unset"));
+                        }
+                        env.remove(k);
+                        unset.push(k.clone());
+                    }
+                    unset.sort();
+                    unset.dedup();
+                    Ok((Some(side), args, env, unset, role.layout.clone().unwrap_or_default()))
+                })
+                .collect::<Result<_, String>>()?,
+        };
+        if let [(_, _, _, _, p), (_, _, _, _, d)] = &sides[..] {
+            if let (Some(gp), Some(gd)) = (p.gpus_per_node, d.gpus_per_node) {
+                if gp != gd {
+                    return Err(format!("[roles] prefill layout gpus_per_node = {gp} but decode's = {gd}: it is the allocation's GPUs per node, the same for both sides"));
+                }
+            }
+        }
+
         let mut sweep = self.sweep.clone();
         if let Some(s) = &v.sweep {
             sweep = sweep.overlay(s);
@@ -163,14 +211,14 @@ impl Recipe {
 
         let mut vars = self.vars.clone();
         vars.extend(v.vars.clone());
-        let uses_tp = args.iter().any(|a| a.contains("${TP}"));
-        let fixed_tp = has_flag(&args, &TP_FLAGS);
         let points = sweep.points();
-        sweep
-            .tps()
-            .into_iter()
-            .map(|tp| {
+        let mut out = Vec::new();
+        for tp in sweep.tps() {
+            let first = out.len();
+            for (role, args, env, env_unset, layout) in &sides {
                 let mut vars = vars.clone();
+                let uses_tp = args.iter().any(|a| a.contains("${TP}"));
+                let fixed_tp = has_flag(args, &TP_FLAGS);
                 if let Some(tp) = tp {
                     if fixed_tp && !uses_tp {
                         return Err(format!(
@@ -188,9 +236,16 @@ impl Recipe {
                     .iter()
                     .map(|(k, val)| Ok((k.clone(), substitute(val, &vars)?)))
                     .collect::<Result<_, String>>()?;
-                let layout = v.layout.clone().or_else(|| self.layout.clone()).unwrap_or_default();
-                super::layout::Placement::of(&layout, &args, tp, env.get(super::parallel::DP_SIZE_VAR).map(String::as_str))?;
-                Ok(EngineConfig {
+                // A side's workers are copies of one engine: its placement is one's.
+                let one = super::layout::NodeLayout { workers: 1, ..layout.clone() };
+                let placed = if role.is_some() { &one } else { layout };
+                super::layout::Placement::of(placed, &args, tp, env.get(super::parallel::DP_SIZE_VAR).map(String::as_str))
+                    .map_err(|e| match role {
+                        Some(r) => format!("[roles.{r}] {e}").replace("[layout]", "layout"),
+                        None => e,
+                    })?;
+                let layout = layout.clone();
+                out.push(EngineConfig {
                     variant: name.cloned(),
                     tp,
                     args,
@@ -199,10 +254,17 @@ impl Recipe {
                     sweep: sweep.clone(),
                     points: points.iter().filter(|p| p.tp == tp).copied().collect(),
                     python: v.python.clone(),
+                    role: *role,
                     layout,
-                })
-            })
-            .collect()
+                });
+            }
+            if let [p, d] = &out[first..] {
+                if p.role.is_some() {
+                    check_pair(&p.args, &d.args, &self.model, self.is_cpu())?;
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -302,6 +364,86 @@ env_unset = ["VLLM_ROCM_USE_AITER"]
         assert!(e.contains("not valid JSON") && e.contains("column 9"), "{e}");
         let fixed = RECIPE.replace("\"${TP}\"", "\"8\"");
         assert!(Recipe::parse(&fixed, "x").unwrap_err().to_string().contains("${TP}"));
+    }
+
+    const PD: &str = r#"
+name = "pd"
+model = "m"
+hardware = "cpu"
+[env]
+A = "1"
+[engine]
+args = ["--dtype", "float32", "--block-size", "128"]
+[roles.prefill]
+args = ["--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_producer", "kv_buffer_device": "cpu"}', "--max-num-seqs", "4"]
+env = { B = "p" }
+env_unset = ["A"]
+[roles.decode]
+args = ["--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer", "kv_buffer_device": "cpu"}']
+[sweep]
+isl = 64
+osl = 16
+conc = [1, 2]
+[variants.small]
+args_replace = { "--block-size" = "64" }
+"#;
+
+    #[test]
+    fn a_pd_recipe_is_two_engine_configurations() {
+        let r = Recipe::parse(PD, "pd.toml").unwrap();
+        assert!(r.is_pd());
+        let c = r.engine_configs(&[], &Sweep::default()).unwrap();
+        assert_eq!(c.iter().map(EngineConfig::label).collect::<Vec<_>>(), ["base prefill", "base decode"]);
+        assert_eq!(c[0].args[4..6], ["--kv-transfer-config".to_string(), r#"{"kv_connector": "NixlConnector", "kv_role": "kv_producer", "kv_buffer_device": "cpu"}"#.to_string()]);
+        assert_eq!(c[0].args.last().unwrap(), "4");
+        assert_eq!((c[0].env.get("A"), c[0].env.get("B").map(String::as_str), c[0].env_unset.clone()), (None, Some("p"), vec!["A".to_string()]));
+        assert_eq!((c[1].env["A"].as_str(), c[1].env.get("B"), c[1].env_unset.len()), ("1", None, 0));
+        assert_eq!((c[0].points.len(), c[1].points.len()), (2, 2));
+        // A variant's edit of the shared flags reaches both sides alike.
+        let small = r.engine_configs(&["small".into()], &Sweep::default()).unwrap();
+        assert!(small.iter().all(|c| c.args[2..4] == ["--block-size".to_string(), "64".to_string()]));
+        // A TP sweep sets both sides' TP.
+        let tp = PD.replace("conc = [1, 2]", "conc = [1]\ntp = [1, 2]");
+        let c = Recipe::parse(&tp, "x").unwrap().engine_configs(&[], &Sweep::default()).unwrap();
+        assert_eq!(c.iter().map(EngineConfig::label).collect::<Vec<_>>(), ["base tp=1 prefill", "base tp=1 decode", "base tp=2 prefill", "base tp=2 decode"]);
+    }
+
+    #[test]
+    fn each_side_has_its_own_layout() {
+        let two = PD.replace("env = { B = \"p\" }", "env = { B = \"p\" }\nlayout = { workers = 2 }");
+        let c = Recipe::parse(&two, "x").unwrap().engine_configs(&[], &Sweep::default()).unwrap();
+        assert_eq!((c[0].layout.workers, c[1].layout.workers), (2, 1));
+        let e = Recipe::parse(&format!("{two}\n[layout]\nnodes = 1\n"), "x").unwrap_err().to_string();
+        assert!(e.contains("[layout] in a prefill/decode recipe: each side has its own"), "{e}");
+        let bad = PD.replace("env = { B = \"p\" }", "env = { B = \"p\" }\nlayout = { nodes = 2, gpus_per_node = 4 }").replace("\"--max-num-seqs\", \"4\"]", "\"--max-num-seqs\", \"4\", \"-dp\", \"3\"]");
+        let e = Recipe::parse(&bad, "x").unwrap_err().to_string();
+        assert!(e.contains("[roles.prefill] layout nodes = 2 with DP size 3"), "{e}");
+        let gpus = PD.replace("env = { B = \"p\" }", "env = { B = \"p\" }\nlayout = { gpus_per_node = 4 }").replace("\n[sweep]", "\nlayout = { gpus_per_node = 8 }\n[sweep]");
+        let e = Recipe::parse(&gpus, "x").unwrap_err().to_string();
+        assert!(e.contains("prefill layout gpus_per_node = 4 but decode's = 8"), "{e}");
+    }
+
+    #[test]
+    fn bad_pd_recipes_are_usage_errors_that_name_the_fault() {
+        let err = |text: &str| {
+            let e = Recipe::parse(text, "pd.toml").unwrap_err();
+            assert!(e.downcast_ref::<crate::error::UsageError>().is_some(), "{e}");
+            e.to_string()
+        };
+        let no_decode = &PD[..PD.find("[roles.decode]").unwrap()];
+        let e = err(&format!("{no_decode}[sweep]\nisl = 64\nosl = 16\nconc = [1]\n"));
+        assert!(e.starts_with("recipe pd.toml: [roles] has prefill but no [roles.decode]"), "{e}");
+        let e = err(&PD.replace("[roles.decode]\nargs = [", "[roles.decode]\nargs = [\"--max-num-seqs\", \"2\"]\nx = ["));
+        assert!(e.contains("unknown field `x`") && e.contains("roles.decode"), "{e}");
+        let e = err(&PD.replace(r#""--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer", "kv_buffer_device": "cpu"}'"#, "\"--enforce-eager\""));
+        assert!(e.contains("[roles.decode] has no --kv-transfer-config"), "{e}");
+        // Only the variant's blocks differ between the sides: named with the variant.
+        let e = err(&PD.replace("[variants.small]\nargs_replace = { \"--block-size\" = \"64\" }", "[variants.small]\nargs_add = [\"--kv-cache-dtype\", \"fp8\"]").replace("\"--max-num-seqs\", \"4\"]", "\"--max-num-seqs\", \"4\", \"--kv-cache-dtype\", \"auto\"]"));
+        assert!(e.contains("variant small: [roles] prefill has KV dtype auto (--dtype float32) but decode has --kv-cache-dtype fp8"), "{e}");
+        let e = err(&PD.replace("\"--max-num-seqs\", \"4\"]", "\"--max-num-seqs\", \"4\", \"--model\", \"other\"]"));
+        assert!(e.contains("[roles.prefill] has --model other but the recipe's model is m"), "{e}");
+        let e = err(&PD.replace("env_unset = [\"A\"]", "env_unset = [\"B\"]"));
+        assert!(e.contains("[roles.prefill] env variable B is both set and unset"), "{e}");
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod config;
 pub mod layout;
 pub mod overrides;
 pub mod parallel;
+pub mod roles;
 pub mod show;
 pub mod sweep;
 pub mod variant;
@@ -93,6 +94,11 @@ pub struct Recipe {
     pub env_unset: Vec<String>,
     #[serde(default)]
     pub engine: EngineSection,
+    /// A disaggregated prefill/decode recipe's two sides, each with its own
+    /// flags and environment over the shared ones ([`roles::Roles`]);
+    /// absent: an aggregated recipe (one engine configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles: Option<roles::Roles>,
     /// Where the engine's processes run when its job spans nodes
     /// ([`layout::NodeLayout`]; absent: one node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -321,13 +327,24 @@ impl Recipe {
                 return bad("eval.max_tokens: give a number of tokens > 0 or \"inferencex\"".into());
             }
         }
-        let names = self.env.keys().chain(&self.env_unset).chain(self.variants.values().flat_map(|v| v.env.keys().chain(&v.env_unset)));
+        let roles = self.roles.iter().flat_map(|r| r.prefill.iter().chain(&r.decode));
+        let names = self
+            .env
+            .keys()
+            .chain(&self.env_unset)
+            .chain(self.variants.values().flat_map(|v| v.env.keys().chain(&v.env_unset)))
+            .chain(roles.flat_map(|r| r.env.keys().chain(&r.env_unset)));
         for k in names {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return bad(format!("env: {k:?} is not a valid environment variable name"));
             }
         }
         Ok(())
+    }
+
+    /// True for a disaggregated prefill/decode recipe (`[roles]`).
+    pub fn is_pd(&self) -> bool {
+        self.roles.is_some()
     }
 
     /// True when the recipe targets the CPU backend.

@@ -85,3 +85,39 @@ fn show_lists_one_line_per_point() {
     // TP8: 2 pairs x 6 concurrencies; TP4: 2 pairs x 9.
     assert_eq!(log.lines().filter(|l| l.trim_start().starts_with("all ")).count(), 12 + 18, "{log}");
 }
+
+/// A P/D recipe (`[roles]`, issue 44): its faults exit 2 with one line
+/// naming them, from `recipe check` and from `run` before any engine starts
+/// (no Python is asked: these are read from the recipe itself).
+#[test]
+fn bad_pd_recipes_exit_2_before_any_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(repo().join("recipes/cpu/smollm2-135m-pd.toml")).unwrap();
+    let decode_kv = r#"'{"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu", "kv_load_failure_policy": "fail"}'"#;
+    assert!(good.contains(decode_kv));
+    let cases = [
+        ("missing", good[..good.find("[roles.decode]").unwrap()].to_string() + &good[good.find("[sweep]").unwrap()..], "[roles] has prefill but no [roles.decode]"),
+        ("nokv", good.replace(&format!("\"--kv-transfer-config\", {decode_kv}"), "\"--max-num-seqs\", \"4\""), "[roles.decode] has no --kv-transfer-config"),
+        ("block", good.replace(decode_kv, &format!("{decode_kv}, \"--block-size\", \"64\"")), "[roles] prefill has --block-size 128 but decode has 64"),
+        ("dtype", good.replace(decode_kv, &format!("{decode_kv}, \"--kv-cache-dtype\", \"fp8\"")), "prefill has KV dtype auto (--dtype float32) but decode has --kv-cache-dtype fp8"),
+        ("model", good.replace(decode_kv, &format!("{decode_kv}, \"--model\", \"Qwen/Qwen3-0.6B\"")), "[roles.decode] has --model Qwen/Qwen3-0.6B but the recipe's model is bundled:smollm2-135m-instruct"),
+        ("device", good.replace(", \"kv_buffer_device\": \"cpu\", \"kv_load", ", \"kv_load"), "kv_buffer_device unset (vLLM's default \"cuda\")"),
+        ("role", good.replace("\"kv_role\": \"kv_both\", \"kv_buffer_device\": \"cpu\", \"kv_load", "\"kv_role\": \"kv_producer\", \"kv_buffer_device\": \"cpu\", \"kv_load"), "the decode side needs \"kv_both\" or \"kv_consumer\""),
+    ];
+    for (name, body, want) in &cases {
+        let f = write_recipe(dir.path(), name, body);
+        for cmd in [&["recipe", "check", f.as_str()][..], &["run", f.as_str(), "-o", dir.path().join("runs").to_str().unwrap()][..]] {
+            let out = enginebench(cmd);
+            let log = text(&out);
+            assert_eq!(out.status.code(), Some(2), "{name} {cmd:?}: {log}");
+            let line = log.lines().find(|l| l.contains(want)).unwrap_or_else(|| panic!("{name} {cmd:?}: no {want:?} in {log}"));
+            assert!(line.starts_with("error: recipe ") && line.contains(&format!("{name}.toml")), "{name}: {line}");
+            assert!(!log.contains("Traceback") && !log.contains("checking flags"), "{name}: the recipe's own fault, found before Python: {log}");
+        }
+    }
+    assert!(!dir.path().join("runs").exists(), "no run folder for a refused recipe");
+    // The good recipe: `run` refuses P/D jobs, naming why, until they are built.
+    let out = enginebench(&["run", repo().join("recipes/cpu/smollm2-135m-pd.toml").to_str().unwrap(), "-o", dir.path().join("runs").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("a prefill/decode recipe ([roles]) does not run"), "{}", text(&out));
+}
