@@ -63,6 +63,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python-shim", "enginebench_shim"))
 import pyloop  # noqa: E402  (per-step figures, computed the same way for both loops)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import threads  # noqa: E402  (per-thread CPU and context switches from /proc)
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -225,13 +228,30 @@ def write_trace(path, a, sessions, turns):
 
 
 def run(cmd, env, log, timeout=3600):
+    """Runs `cmd` to its end; (seconds, its process tree's thread
+    snapshots (threads.Sampler), its pid)."""
     t = time.monotonic()
     with open(log, "w") as f:
-        r = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=ROOT)
-    if r.returncode != 0:
+        child = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+        sampler = threads.Sampler(child.pid).start()
+        try:
+            rc = child.wait(timeout=timeout)
+        finally:
+            if child.poll() is None:
+                child.kill()
+            samples = sampler.stop()
+    if rc != 0:
         tail = open(log).read()[-3000:]
-        raise SystemExit(f"{cmd[0]} failed ({r.returncode}), log {log}:\n{tail}")
-    return time.monotonic() - t
+        raise SystemExit(f"{cmd[0]} failed ({rc}), log {log}:\n{tail}")
+    return time.monotonic() - t, samples, child.pid
+
+
+def add_threads(res, samples, engine_pid):
+    """Puts each point's per-thread figures over its measured steps
+    (threads.summarize over the point's `window`) into its figures."""
+    for fig in res.values():
+        if "window" in fig:
+            fig["threads"] = threads.summarize(samples, fig["window"], engine_pid)
 
 
 def first_measured_step(probe, adds_before):
@@ -258,18 +278,26 @@ def load_eb(out, probe_dir, n_points):
             steps.setdefault(s["point"], []).append(s)
     # Every Python enginebench starts writes one (the interpreter probe too):
     # the worker's is the one that saw vLLM's step() calls.
+    found = engine_probe(probe_dir)
+    (job,) = result["jobs"]
+    if result["status"] != "ok" or len(job["points"]) != n_points:
+        raise SystemExit(f"enginebench run in {out}: status {result['status']}")
+    return result, steps, found, job
+
+
+def engine_probe(probe_dir):
+    """The probe record of the process that stepped vLLM, with its "pid"
+    (from the file's name, probe-<pid>.json)."""
     found = []
     for name in sorted(x for x in os.listdir(probe_dir) if x.endswith(".json")):
         with open(os.path.join(probe_dir, name)) as f:
             p = json.load(f)
         if p.get("d"):
+            p["pid"] = int(name[len("probe-"):-len(".json")])
             found.append(p)
     if len(found) != 1:
         raise SystemExit(f"expected one probe with engine steps in {probe_dir}, found {len(found)}")
-    (job,) = result["jobs"]
-    if result["status"] != "ok" or len(job["points"]) != n_points:
-        raise SystemExit(f"enginebench run in {out}: status {result['status']}")
-    return result, steps, found[0], job
+    return found[0]
 
 
 def parse_eb(out, probe_dir, points):
@@ -375,9 +403,10 @@ def run_eb(a, d, env, binary, recipe, parse, extra=()):
     os.makedirs(probe_dir, exist_ok=True)
     env = dict(env, PYTHONPATH=os.path.join(ROOT, "bench", "probe"), EB_STEP_PROBE=probe_dir)
     out = os.path.join(d, "run")
-    secs = run([binary, "run", os.path.join(a.out, recipe), "--no-eval", "--step-trace",
-                "-o", out, *extra], env, os.path.join(d, "stderr.log"))
+    secs, samples, _ = run([binary, "run", os.path.join(a.out, recipe), "--no-eval", "--step-trace",
+                            "-o", out, *extra], env, os.path.join(d, "stderr.log"))
     res, _ = parse(out, probe_dir)
+    add_threads(res, samples, engine_probe(probe_dir)["pid"])
     return res, secs
 
 
@@ -394,11 +423,13 @@ def run_py(a, points, d, env):
         json.dump(job, f)
     of = os.path.join(d, "out.json")
     py = os.path.join(a.home, "venv", "bin", "python")
-    secs = run([py, os.path.join(ROOT, "python-shim", "enginebench_shim", "pyloop.py"), jf, of],
-               env, os.path.join(d, "stderr.log"))
+    secs, samples, pid = run([py, os.path.join(ROOT, "python-shim", "enginebench_shim", "pyloop.py"), jf, of],
+                             env, os.path.join(d, "stderr.log"))
     with open(of) as f:
         out = json.load(f)
-    return {p["conc"]: p for p in out["points"]}, secs
+    res = {p["conc"]: p for p in out["points"]}
+    add_threads(res, samples, pid)  # pyloop steps vLLM in the child itself
+    return res, secs
 
 
 def run_vb(a, points, d, env):
@@ -413,7 +444,7 @@ def run_vb(a, points, d, env):
                "--dataset-name", "random", "--random-input-len", str(a.isl),
                "--random-output-len", str(a.osl), "--num-prompts", str(p["num_prompts"]),
                "--num-warmups", str(p["warmups"]), "--seed", str(a.seed), "--output-json", of]
-        secs += run(cmd, env, os.path.join(d, f"conc{p['conc']}.log"))
+        secs += run(cmd, env, os.path.join(d, f"conc{p['conc']}.log"))[0]
         with open(of) as f:
             r = json.load(f)
         out_tokens = r["num_requests"] * a.osl  # ignore_eos: exactly OSL each
@@ -706,6 +737,7 @@ def report(meta, rounds):
                 f"| {med(get(h, c, 'crossing_median_us')):.0f} | {med(get(h, c, 'hooks_us')):.0f} "
                 f"| {med(get(h, c, 'outside_step_us')):.0f} | {med(get(h, c, 'steps')):.0f} "
                 f"| {f'{med(core) / 1e3:.1f}' if core else '-'} | {med(get(h, c, 'step_wall_us')) / 1e3:.1f} |")
+    lines += threads_table(rounds, concs)
     if any("eb0" in r for r in rounds):
         lines += ["", "Baseline binary (eb0) vs this one (eb), same rounds:", "",
                   "| conc | eb/eb0 out tok/s | harness us/step eb0 | harness us/step eb |", "|---|---|---|---|"]
@@ -752,6 +784,56 @@ def report(meta, rounds):
             rr = ratio("eb", "py", c)
             lines.append(f"conc {c}: out tok/s eb / py, geometric mean with 95% CI: {ci_text(rr)}")
     return "\n".join(lines)
+
+
+def threads_table(rounds, concs, loops=("eb", "eb0", "ebe", "ebq", "ebr", "py", "pye")):
+    """Markdown lines: per conc and loop, medians over the rounds of what
+    each thread did during the point's measured steps (bench/threads.py):
+    CPU as a share of the window (100% = one core) and involuntary context
+    switches per second (the core taken away); [] when no run has them."""
+    med = statistics.median
+    rows = []
+    for c in concs:
+        for h in loops:
+            runs = [r[h][c]["threads"] for r in rounds if h in r and c in r[h] and r[h][c].get("threads")]
+            if not runs:
+                continue
+
+            def rate(label, key):
+                return med([t["threads"].get(label, {}).get(key, 0) / t["window_s"] for t in runs])
+
+            def group(pred, key):
+                return med([sum(v[key] for k, v in t["threads"].items() if pred(k)) / t["window_s"] for t in runs])
+
+            labels = sorted({k for t in runs for k in t["threads"]}, key=lambda k: -rate(k, "cpu_s"))
+            engine_rest = [k for k in labels if k.startswith("engine:") and k != "engine:main"]
+            others = [k for k in labels if not k.startswith("engine:")]
+
+            def named(ks):
+                shown = [f"{k.split(':', 1)[0] + ':' if not k.startswith('engine:') else ''}{k.split(':', 1)[1]} "
+                         f"{rate(k, 'cpu_s') * 100:.1f}%/{rate(k, 'invol'):.0f}" for k in ks[:4]
+                         if rate(k, "cpu_s") >= 0.001 or rate(k, "invol") >= 1]
+                return ", ".join(shown) or "-"
+
+            rows.append(
+                f"| {c} | {h} | {med([t['window_s'] for t in runs]):.1f} "
+                f"| {rate('engine:main', 'cpu_s') * 100:.1f}% | {rate('engine:main', 'invol'):.0f} "
+                f"| {rate('engine:main', 'vol'):.0f} "
+                f"| {group(lambda k: k.startswith('engine:') and k != 'engine:main', 'cpu_s') * 100:.1f}% "
+                f"| {group(lambda k: k.startswith('engine:') and k != 'engine:main', 'invol'):.0f} "
+                f"| {named(engine_rest)} | {group(lambda k: not k.startswith('engine:'), 'cpu_s') * 100:.1f}% "
+                f"| {named(others)} |")
+    if not rows:
+        return []
+    return ["", "Threads during the measured steps (medians over the rounds; bench/threads.py reads /proc every "
+            "0.25 s): CPU as a share of the window (100% = one core), context switches per second, "
+            "involuntary = the scheduler took the thread's core for another runnable thread; engine = the "
+            "process stepping vLLM (main: the thread that steps it; the rest: OpenMP's team, gloo, ...), "
+            "other = every other process of the loop (enginebench's orchestrator); named threads as "
+            "name CPU%/involuntary per s.", "",
+            "| conc | loop | window s | engine main CPU | main invol/s | main vol/s | engine rest CPU "
+            "| rest invol/s | engine rest, top | other processes CPU | other, top |",
+            "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
 
 
 # Two-sided 95% Student t quantiles t(0.975, df), df = 1..30 (standard

@@ -410,6 +410,9 @@ def summary(t0, marks, inner, adds, hooks=(), device=()):
     stepping = sum(d for _, d in inner)
     return {
         "steps": n,
+        # The loop's stepping window on the probe's clock (bench/threads.py
+        # reads each thread's counters over it).
+        "window": [start, inner[-1][0] + inner[-1][1]],
         "step_wall_us": wall / n * 1e6,
         "core_step_us": stepping / n * 1e6,
         "not_stepping": 1.0 - stepping / window if window > 0 else 0.0,
