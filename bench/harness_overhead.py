@@ -300,6 +300,11 @@ def engine_probe(probe_dir):
     return found[0]
 
 
+def probe_gcs(probe):
+    """The probe's GC collections, [(start, duration, generation)]."""
+    return list(zip(probe.get("gt", ()), probe.get("gd", ()), probe.get("gg", ())))
+
+
 def parse_eb(out, probe_dir, points):
     """Per-conc figures of one enginebench run (fixed-length points)."""
     result, steps, probe, job = load_eb(out, probe_dir, len(points))
@@ -333,7 +338,7 @@ def parse_eb(out, probe_dir, points):
             "duration_s": p["duration_s"],
             "output_tokens": p["total_output_tokens"],
             "crossing_check_us": mismatch * 1e6,
-            **pyloop.summary(0.0, marks, inner, adds, hooks, probe.get("dev", ())),
+            **pyloop.summary(0.0, marks, inner, adds, hooks, probe.get("dev", ()), probe_gcs(probe)),
         }
     return res, result
 
@@ -371,7 +376,7 @@ def parse_eb_replay(out, probe_dir, concs):
         marks = [(s["t_s"], s["t_s"] + s["dur_ms"] / 1e3) for s in st[m:]]
         t0 = st[m - 1]["t_s"] + st[m - 1]["dur_ms"] / 1e3 if m > 0 else 0.0
         return {"requests": len(adds), "crossing_check_us": mismatch * 1e6,
-                **pyloop.summary(t0, marks, inner, adds, hooks, probe.get("dev", ()))}
+                **pyloop.summary(t0, marks, inner, adds, hooks, probe.get("dev", ()), probe_gcs(probe))}
 
     res = {}
     k = 0
@@ -637,12 +642,36 @@ def gpu_pace_report(meta, rounds):
                     f"| {med(get(key, c, 'harness_us')):.0f} / {med(get(key, c, 'harness_median_us')):.0f} / "
                     f"{med(get(key, c, 'harness_p99_us')):.0f} / {max(get(key, c, 'harness_max_us')):.0f} "
                     f"| {med(get(key, c, idle)):.4f} | {mmm(get(key, c, 'harness_us'), '.0f')} |")
+    lines += ["", "Gaps between engine-core steps longer than 10 ms (medians over the rounds; the largest of all "
+              "rounds) and Python's cyclic GC: 'by GC' = gaps GC took half or more of; GC ms = every collection "
+              "in the window, inside steps or between them; full = generation-2 collections.", "",
+              "| step ms | conc | harness | gaps > 10 ms | by GC | largest gap ms | its GC ms | GC ms | full GCs "
+              "| longest GC ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for ms in meta["step_ms"]:
+        for c in concs:
+            for h in harnesses:
+                key = f"{h}@{ms:g}"
+                if not get(key, c, "gap_max_ms"):
+                    continue
+                worst = max(range(len(get(key, c, "gap_max_ms"))), key=lambda i: get(key, c, "gap_max_ms")[i])
+                lines.append(
+                    f"| {ms:g} | {c} | {h} | {med(get(key, c, 'gaps_over_10ms')):.0f} "
+                    f"| {med(get(key, c, 'gaps_over_10ms_gc')):.0f} | {get(key, c, 'gap_max_ms')[worst]:.1f} "
+                    f"| {get(key, c, 'gap_max_gc_ms')[worst]:.1f} | {med(get(key, c, 'gc_ms')):.0f} "
+                    f"| {med(get(key, c, 'gc_full')):.0f} | {max(get(key, c, 'gc_max_ms')):.1f} |")
+    lines += threads_table(rounds, concs, loops=[k for k in dict.fromkeys(k for r in rounds for k in r)
+                                                  if k != "order"])
     lines.append("")
     for ms in meta["step_ms"]:
         if ms != 5:
             continue
+        for c in concs:
+            gaps = get(f"ebr@5", c, "gap_max_ms")
+            if gaps:
+                ok = "meets" if max(gaps) <= 20 else "misses"
+                lines.append(f"5 ms, conc {c}, AgentX replay: largest gap {max(gaps):.1f} ms (all rounds) {ok} <= 20 ms")
         for h in ("eb", "ebr"):
-            for c in (64, 256):
+            for c in concs:
                 share = [1.0 - x for x in get(f"{h}@5", c, idle)]
                 if share:
                     ok = "meets" if med(share) >= 0.99 else "misses"

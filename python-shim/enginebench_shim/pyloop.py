@@ -210,10 +210,14 @@ class Probe:
         self.at, self.ad = [], []    # InprocClient.add_request
         self.ht, self.hd = [], []    # shim hooks inside step()
         self.dev = []                # null engine, async mode: device batches (start, end)
+        self.gt, self.gd, self.gg = [], [], []  # Python's cyclic GC: start, duration, generation
 
     def clear(self):
-        for x in (self.t, self.d, self.at, self.ad, self.ht, self.hd, self.dev):
+        for x in (self.t, self.d, self.at, self.ad, self.ht, self.hd, self.dev, self.gt, self.gd, self.gg):
             x.clear()
+
+    def gcs(self):
+        return list(zip(self.gt, self.gd, self.gg))
 
     def steps(self):
         return list(zip(self.t, self.d))
@@ -226,7 +230,7 @@ class Probe:
 
     def as_json(self):
         return {"t": self.t, "d": self.d, "at": self.at, "ad": self.ad, "ht": self.ht, "hd": self.hd,
-                "dev": self.dev}
+                "dev": self.dev, "gt": self.gt, "gd": self.gd, "gg": self.gg}
 
     def _timed(self, fn, starts, durs):
         mono = time.monotonic
@@ -274,11 +278,27 @@ class Probe:
         StatLoggerBase.__init_subclass__ = classmethod(init_subclass)
 
     def install(self):
+        import gc
         import importlib.abc
         import importlib.util
 
         target = "vllm.v1.engine.llm_engine"
         probe = self
+        mono = time.monotonic
+        began = []
+
+        # Every collection of Python's cyclic GC, wherever it runs (inside a
+        # core step or between steps): a stall no step timer names.
+        def on_gc(phase, info):
+            if phase == "start":
+                began.append(mono())
+            elif began:
+                t = began.pop()
+                probe.gt.append(t)
+                probe.gd.append(mono() - t)
+                probe.gg.append(info.get("generation", -1))
+
+        gc.callbacks.append(on_gc)
 
         class Finder(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path, target_=None):
@@ -388,7 +408,36 @@ def device_busy(device, lo, hi):
     return busy / (hi - lo) if hi > lo else 0.0
 
 
-def summary(t0, marks, inner, adds, hooks=(), device=()):
+def gap_causes(inner, gcs, over_s=0.010):
+    """The gaps between engine-core steps (end of one to the start of the
+    next) longer than `over_s`, and how much of them Python's cyclic GC
+    took: {"gaps_over_10ms", "gaps_over_10ms_gc" (GC took half or more of
+    the gap), "gap_max_ms", "gap_max_gc_ms", "gc_ms" (all collections in the
+    window, inside steps or not), "gc_full" (generation-2 collections),
+    "gc_max_ms"}; `gcs`: [(start, duration, generation)] on the steps' clock."""
+    lo, hi = inner[0][0], inner[-1][0] + inner[-1][1]
+    gcs = sorted((t, d, g) for t, d, g in gcs if lo <= t <= hi)
+
+    def gc_in(a, b):
+        return sum(max(0.0, min(b, t + d) - max(a, t)) for t, d, _ in gcs if t < b and t + d > a)
+
+    long_gaps = []
+    for (t1, d1), (t2, _) in zip(inner, inner[1:]):
+        if t2 - (t1 + d1) > over_s:
+            long_gaps.append((t2 - (t1 + d1), gc_in(t1 + d1, t2)))
+    worst = max(long_gaps, default=(0.0, 0.0))
+    return {
+        "gaps_over_10ms": len(long_gaps),
+        "gaps_over_10ms_gc": sum(1 for g, c in long_gaps if c >= g / 2),
+        "gap_max_ms": max((t2 - (t1 + d1) for (t1, d1), (t2, _) in zip(inner, inner[1:])), default=0.0) * 1e3,
+        "gap_max_gc_ms": worst[1] * 1e3 if long_gaps and worst[0] == max(g for g, _ in long_gaps) else 0.0,
+        "gc_ms": sum(d for _, d, _ in gcs) * 1e3,
+        "gc_full": sum(1 for _, _, g in gcs if g == 2),
+        "gc_max_ms": max((d for _, d, _ in gcs), default=0.0) * 1e3,
+    }
+
+
+def summary(t0, marks, inner, adds, hooks=(), device=(), gcs=()):
     """Per-step figures of one loop, us: the harness time per step (mean,
     median, p99, max; see harness_per_step), outside-step() time (the step
     call's own overhead left out), crossing (the step call's time outside
@@ -426,6 +475,7 @@ def summary(t0, marks, inner, adds, hooks=(), device=()):
         "hooks_us": sum(d for t, d in hooks if inner[0][0] <= t <= inner[-1][0] + inner[-1][1]) / n * 1e6,
         "add_request_us": sum(d for _, d in adds) / len(adds) * 1e6 if adds else 0.0,
         **({"device_idle": 1.0 - device_busy(device, start, inner[-1][0] + inner[-1][1])} if device else {}),
+        **gap_causes(inner, gcs),
     }
 
 
@@ -465,7 +515,7 @@ def main(job_path, out_path):
         probe.clear()
         t0, end, tokens, marks = closed_loop(engine, prompts[k:], lens[k:], point["conc"], rid)
         rid += point["num_prompts"]
-        inner, adds, hooks, device = probe.steps(), probe.adds(), probe.hooks(), list(probe.dev)
+        inner, adds, hooks, device, gcs = probe.steps(), probe.adds(), probe.hooks(), list(probe.dev), probe.gcs()
         assert len(adds) == point["num_prompts"]
         assert tokens == sum(lens[k:]), f"got {tokens} output tokens, expected {sum(lens[k:])}"
         results.append({
@@ -473,7 +523,7 @@ def main(job_path, out_path):
             "output_tokens": tokens,
             "duration_s": end - t0,
             "output_throughput": tokens / (end - t0),
-            **summary(t0, marks, inner, adds, hooks, device),
+            **summary(t0, marks, inner, adds, hooks, device, gcs),
         })
     engine.shutdown()
     out = {"engine_start_s": engine_start_s, "points": results,
