@@ -23,11 +23,14 @@ impl Interrupts {
         let c = Arc::clone(&count);
         match Signals::new([SIGINT, SIGTERM]) {
             Ok(mut signals) => {
-                std::thread::spawn(move || {
+                let counter = std::thread::Builder::new().name("eb-signals".into()).spawn(move || {
                     for _ in signals.forever() {
                         c.fetch_add(1, Ordering::SeqCst);
                     }
                 });
+                if let Err(e) = counter {
+                    tracing::warn!("cannot handle Ctrl-C gracefully: {e}");
+                }
             }
             Err(e) => tracing::warn!("cannot handle Ctrl-C gracefully: {e}"),
         }

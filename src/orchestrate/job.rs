@@ -411,7 +411,8 @@ impl<'a> WorkerWatch<'a> {
         for (index, worker) in workers.iter_mut().enumerate() {
             let stdout = worker.stdout.take().expect("piped");
             let tx = tx.clone();
-            std::thread::spawn(move || {
+            let name = format!("eb-worker-msg{index}");
+            std::thread::Builder::new().name(name).spawn(move || {
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
                     let feed = if groups {
@@ -429,7 +430,7 @@ impl<'a> WorkerWatch<'a> {
                     }
                 }
                 let _ = tx.send(if groups { Feed::GroupClosed(index) } else { Feed::Rank(index, None) });
-            });
+            })?;
         }
         drop(tx);
         let n = self.nodes.as_ref().map_or(workers.len(), |p| p.rank_count() as usize);

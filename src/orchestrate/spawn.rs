@@ -61,7 +61,8 @@ pub fn spawn_worker(
         .with_context(|| format!("creating {}", log_path.display()))?;
     let tail = Arc::clone(&log_tail);
     let ui = ui.clone();
-    std::thread::spawn(move || {
+    // Named threads (here and below) let a profile tell ours from vLLM's.
+    std::thread::Builder::new().name("eb-worker-log".into()).spawn(move || {
         // Progress bars of Python (tqdm) redraw with '\r': split on both.
         let mut reader = BufReader::new(stderr);
         let mut buf = Vec::new();
@@ -82,7 +83,7 @@ pub fn spawn_worker(
             }
             buf.clear();
         }
-    });
+    })?;
     let stdout = child.stdout.take();
     Ok(Worker { child, stdout, log_tail })
 }

@@ -31,11 +31,11 @@ pub fn stderr_of<T>(f: impl FnOnce() -> T) -> (T, String) {
         }
         libc::close(fds[1]);
         let mut reader = std::fs::File::from_raw_fd(fds[0]);
-        let drain = std::thread::spawn(move || {
+        let drain = std::thread::Builder::new().name("eb-capture".into()).spawn(move || {
             let mut text = String::new();
             let _ = reader.read_to_string(&mut text);
             text
-        });
+        }).expect("starting a thread"); // as std::thread::spawn would
         let out = f();
         // Restoring fd 2 closes the pipe's last write end: the reader ends.
         libc::dup2(saved, 2);

@@ -62,7 +62,10 @@ impl Prefetch {
     ) -> Prefetch {
         let (jobs, todo) = channel::<PromptKey>();
         let (done, built) = channel();
-        scope.spawn(move || {
+        // Named so a per-thread profile of the worker tells it from vLLM's.
+        // A thread that cannot start leaves every prompt to be built in line
+        // (`take` then finds nothing pending).
+        let _ = std::thread::Builder::new().name("eb-prefetch".into()).spawn_scoped(scope, move || {
             crate::telemetry::lower_thread_priority();
             let mut scratch = Vec::new();
             for key in todo {
