@@ -46,8 +46,6 @@ fn yes_no(b: bool) -> String {
 /// file does not record (`not recorded by the baseline file: ignore_eos`).
 /// Burstiness counts only when a side sends at a finite request rate.
 pub fn workload_differences(b: &PointRecord, c: &PointRecord) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut unrecorded: [Vec<&str>; 2] = [Vec::new(), Vec::new()];
     let finite_rate = [&b.request_rate, &c.request_rate].iter().any(|r| r.as_deref().is_some_and(|r| r != "inf"));
     let fields: [(&str, Option<String>, Option<String>, bool); 7] = [
         ("num_prompts", b.num_prompts.map(|x| x.to_string()), c.num_prompts.map(|x| x.to_string()), true),
@@ -58,28 +56,7 @@ pub fn workload_differences(b: &PointRecord, c: &PointRecord) -> Vec<String> {
         ("request rate", b.request_rate.clone(), c.request_rate.clone(), true),
         ("burstiness", b.burstiness.map(|x| x.to_string()), c.burstiness.map(|x| x.to_string()), finite_rate),
     ];
-    for (name, x, y, counts) in fields {
-        if !counts {
-            continue;
-        }
-        match (&x, &y) {
-            (Some(x), Some(y)) if x != y => out.push(format!("{name} {x} (baseline) vs {y} (candidate)")),
-            _ => {
-                if x.is_none() {
-                    unrecorded[0].push(name);
-                }
-                if y.is_none() {
-                    unrecorded[1].push(name);
-                }
-            }
-        }
-    }
-    for (list, role) in unrecorded.iter().zip(["baseline", "candidate"]) {
-        if !list.is_empty() {
-            out.push(format!("not recorded by the {role} file: {}", list.join(", ")));
-        }
-    }
-    out
+    differences(fields.into_iter().filter(|f| f.3).map(|(name, x, y, _)| (name, x, y)))
 }
 
 /// Why `metric` is not compared at a point whose sides hold `b` and `c`:
@@ -154,14 +131,20 @@ impl EvalSettings {
 /// The eval settings that differ between the sides, or that a side's file
 /// does not record, one phrase each.
 pub fn eval_differences(b: &EvalSettings, c: &EvalSettings) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut unrecorded: [Vec<&str>; 2] = [Vec::new(), Vec::new()];
     let fields: [(&str, Option<String>, Option<String>); 4] = [
         ("shots", b.num_fewshot.map(|x| x.to_string()), c.num_fewshot.map(|x| x.to_string())),
         ("chat template", b.chat.map(yes_no), c.chat.map(yes_no)),
         ("max tokens", b.max_tokens.map(|x| x.to_string()), c.max_tokens.map(|x| x.to_string())),
         ("questions (n)", b.n.map(|x| x.to_string()), c.n.map(|x| x.to_string())),
     ];
+    differences(fields)
+}
+
+/// One phrase per field whose two sides (baseline, candidate) differ, then
+/// one per side naming the fields its file does not record.
+fn differences<'a>(fields: impl IntoIterator<Item = (&'a str, Option<String>, Option<String>)>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut unrecorded: [Vec<&str>; 2] = [Vec::new(), Vec::new()];
     for (name, x, y) in fields {
         match (&x, &y) {
             (Some(x), Some(y)) if x != y => out.push(format!("{name} {x} (baseline) vs {y} (candidate)")),
