@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::util::{bundled_recipe_head, engine_lock, f, output, read_json, text, write_recipe};
+use crate::util::{bundled_recipe_head, engine_lock, f, fake_command, output, read_json, text, write_recipe};
 
 /// A fake-engine recipe on a model folder whose config names no experts
 /// (dense), with `args` as the engine flags.
@@ -22,13 +22,6 @@ fn fake_recipe(dir: &Path, args: &str, sweep: &str) -> String {
         model.display()
     );
     write_recipe(dir, "fake-dp", &body)
-}
-
-fn fake_command(fake: &str, args: &[&str]) -> std::process::Command {
-    let python = ["/usr/bin/python3", "/usr/local/bin/python3"].iter().find(|p| Path::new(p).is_file()).expect("a python3");
-    let mut c = crate::util::command(args);
-    c.env("ENGINEBENCH_PYTHON", python).env("ENGINEBENCH_FAKE_ENGINE", fake);
-    c
 }
 
 #[test]

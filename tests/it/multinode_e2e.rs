@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::util::{engine_lock, output, read_json, text, write_recipe};
+use crate::util::{engine_lock, fake_command, output, read_json, text, write_recipe};
 
 /// The tiny MoE on 2 "nodes": a DP group of 2 ranks (one a node, expert
 /// parallel), and TP 2 spanning both nodes.
@@ -113,13 +113,6 @@ fn fake_two_nodes(dir: &Path, extra: &str) -> String {
         model.display()
     );
     write_recipe(dir, "fake-2node", &body)
-}
-
-fn fake_command(fake: &str, args: &[&str]) -> std::process::Command {
-    let python = ["/usr/bin/python3", "/usr/local/bin/python3"].iter().find(|p| Path::new(p).is_file()).expect("a python3");
-    let mut c = crate::util::command(args);
-    c.env("ENGINEBENCH_PYTHON", python).env("ENGINEBENCH_FAKE_ENGINE", fake);
-    c
 }
 
 #[test]

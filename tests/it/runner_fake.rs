@@ -7,11 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{output, read_json, write_recipe};
-
-pub(crate) fn python() -> PathBuf {
-    ["/usr/bin/python3", "/usr/local/bin/python3"].iter().map(PathBuf::from).find(|p| p.is_file()).expect("a python3 to run workers in")
-}
+use crate::util::{fake_command as command, output, read_json, system_python as python, write_recipe};
 
 pub(crate) fn recipe(dir: &Path, variants: &str) -> String {
     let body = format!(
@@ -30,12 +26,6 @@ warmups = 0
 "#
     );
     write_recipe(dir, "fake", &body)
-}
-
-fn command(fake: &str, args: &[&str]) -> Command {
-    let mut c = crate::util::command(args);
-    c.env("ENGINEBENCH_PYTHON", python()).env("ENGINEBENCH_FAKE_ENGINE", fake);
-    c
 }
 
 pub(crate) fn run(fake: &str, args: &[&str]) -> (Output, String) {

@@ -59,6 +59,19 @@ pub fn command(args: &[&str]) -> Command {
     c
 }
 
+/// The system `python3`: fake-engine workers need a real CPython, not vLLM.
+pub fn system_python() -> PathBuf {
+    ["/usr/bin/python3", "/usr/local/bin/python3"].iter().map(PathBuf::from).find(|p| p.is_file()).expect("a python3 to run workers in")
+}
+
+/// [`command`] with the workers on the fake step engine
+/// (`ENGINEBENCH_FAKE_ENGINE=fake`, src/engine/fake.rs) in [`system_python`].
+pub fn fake_command(fake: &str, args: &[&str]) -> Command {
+    let mut c = command(args);
+    c.env("ENGINEBENCH_PYTHON", system_python()).env("ENGINEBENCH_FAKE_ENGINE", fake);
+    c
+}
+
 /// Runs the enginebench binary with `args` from the repository root.
 pub fn enginebench(args: &[&str]) -> Output {
     enginebench_env(args, &[])
