@@ -15,6 +15,7 @@
 //! | [`orchestrate`] | planning a run from a recipe, the worker processes (started with the recipe's environment in `spawn`), the job runner and its executors (local, parallel, Slurm), `ab`, `overhead`, `recipe check`, `doctor` |
 //! | [`protocol`] | the vocabulary orchestrator and worker share: the wire messages, points, workloads, steps, engine facts, per-request records (TTFT, TPOT, E2EL in `records`) |
 //! | [`workload`] | what is sent and when: random prompts and lengths, arrival schedules, the one request driver, trace and conversation replays (prompts built from hash ids in `synth`) |
+//! | [`pd`] | disaggregated prefill/decode: the decode worker's proxy over its prefill workers, the prefill workers' loop, the links between them |
 //! | [`engine`] | the engine behind the `StepEngine` trait: vLLM through pyo3 (feature `python`), and the fake engine for tests |
 //! | [`python`] | which interpreter runs the engine, probing it, the worker's command line |
 //! | [`recipe`] | the recipe schema, variants, the sweep matrix, command-line overlays |
@@ -44,6 +45,7 @@ pub mod install;
 pub mod knobs;
 pub mod metrics;
 pub mod orchestrate;
+pub mod pd;
 pub mod protocol;
 pub mod profile;
 pub mod recipe;

@@ -682,6 +682,23 @@ class Engine:
             return self._path.add_tokens(rid, token_ids, params)
         return self._path.add_tokens(rid, token_ids, self._token_params_for(max_tokens, ignore_eos))
 
+    def add_prefill(self, rid, token_ids):
+        """A P/D prefill request: the prompt, max_tokens 1, greedy, with
+        PREFILL_TRANSFER_PARAMS (the connector keeps its KV for a remote
+        decode). Returns what add_tokens returns."""
+        return self.add_tokens(rid, token_ids, 1, True, PREFILL_TRANSFER_PARAMS)
+
+    def add_decode(self, rid, token_ids, max_tokens, ignore_eos, params_json):
+        """A P/D decode request: add_tokens with a finished prefill's
+        kv_transfer_params, given as JSON text (from the prefill worker)."""
+        return self.add_tokens(rid, token_ids, max_tokens, ignore_eos, json.loads(params_json))
+
+    @staticmethod
+    def kv_params_json(params):
+        """A finished output's kv_transfer_params as JSON text (what goes to
+        the decode worker), None when it has none."""
+        return None if params is None else json.dumps(params)
+
     def take_kv_transfer_stats(self):
         """The KV connector's transfer statistics since the last call, summed
         (vLLM's `SchedulerStats.kv_connector_stats`, on the steps that

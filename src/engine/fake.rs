@@ -87,6 +87,12 @@ pub struct FakeEngine {
     /// step is a dummy one.
     group: Option<super::fake_dp::FakeDpGroup>,
     dummy_next: bool,
+    /// P/D stand-in ([`super::KvTransfer`]): prompt lengths of prefill
+    /// requests (their finish hands back transfer parameters) and of decode
+    /// requests (their first output counts the prompt as transferred).
+    prefills: BTreeMap<u64, usize>,
+    decodes: BTreeMap<u64, usize>,
+    transfers: crate::protocol::pd::KvTransferStats,
 }
 
 impl FakeEngine {
@@ -110,7 +116,7 @@ impl FakeEngine {
             ..EngineInfo::default()
         };
         let group = super::fake_dp::FakeDpGroup::from_env(Duration::from_secs(60))?;
-        Ok(FakeEngine { cfg, info, allowed: (1..1000).collect(), running: BTreeMap::new(), added: 0, group, dummy_next: false })
+        Ok(FakeEngine { cfg, info, allowed: (1..1000).collect(), running: BTreeMap::new(), added: 0, group, dummy_next: false, prefills: BTreeMap::new(), decodes: BTreeMap::new(), transfers: Default::default() })
     }
 }
 
@@ -163,6 +169,14 @@ impl StepEngine for FakeEngine {
             st.1 += 1;
             let finished = st.1 >= st.0;
             out.deltas.push(Delta { rid, new_tokens: 1, finished });
+            if let Some(n) = self.decodes.remove(&rid) {
+                out.external_cached.push((rid, n as u32));
+                self.transfers.transfers += 1;
+                self.transfers.bytes += n as u64;
+            }
+            if let Some(n) = self.prefills.remove(&rid).filter(|_| finished) {
+                out.kv_params.push((rid, serde_json::json!({"remote_engine_id": "fake", "remote_num_tokens": n}).to_string()));
+            }
             if finished {
                 done.push(rid);
                 if st.2 {
@@ -182,6 +196,25 @@ impl StepEngine for FakeEngine {
             self.running.remove(r);
         }
         Ok(())
+    }
+}
+
+impl super::KvTransfer for FakeEngine {
+    fn add_prefill(&mut self, rid: u64, prompt: &[u32]) -> Result<()> {
+        self.add_tokens(rid, prompt, 1, true)?;
+        self.prefills.insert(rid, prompt.len());
+        Ok(())
+    }
+
+    fn add_decode(&mut self, rid: u64, prompt: &[u32], max_tokens: u32, ignore_eos: bool, _params: &serde_json::Value) -> Result<()> {
+        self.add_tokens(rid, prompt, max_tokens, ignore_eos)?;
+        self.decodes.insert(rid, prompt.len());
+        Ok(())
+    }
+
+    fn take_kv_transfer_stats(&mut self) -> Result<Option<crate::protocol::pd::KvTransferStats>> {
+        let t = std::mem::take(&mut self.transfers);
+        Ok((t.transfers > 0).then_some(t))
     }
 }
 

@@ -64,6 +64,27 @@ pub trait StepEngine {
     fn abort(&mut self, rids: &[u64]) -> Result<()>;
 }
 
+/// An engine with a KV connector, as one side of a disaggregated
+/// prefill/decode pair (issue 44, docs/pd.md). Finished requests' transfer
+/// parameters and arrived-by-transfer token counts come back in the
+/// [`StepOutput`] (`kv_params`, `external_cached`).
+pub trait KvTransfer: StepEngine {
+    /// Adds a prefill-only request: the prompt's token ids, `max_tokens` 1,
+    /// with the `kv_transfer_params` that ask the connector to keep its KV
+    /// for a remote decode (the shim's `PREFILL_TRANSFER_PARAMS`, the keys
+    /// vLLM's toy proxy sends). The finished output's parameters come back
+    /// in [`StepOutput::kv_params`].
+    fn add_prefill(&mut self, rid: u64, prompt: &[u32]) -> Result<()>;
+    /// [`StepEngine::add_tokens`] with a finished prefill's
+    /// `kv_transfer_params` (a JSON object) on the request
+    /// (`SamplingParams.extra_args`): the decode side reads the prompt's KV
+    /// from the prefill engine instead of computing it.
+    fn add_decode(&mut self, rid: u64, prompt: &[u32], max_tokens: u32, ignore_eos: bool, params: &serde_json::Value) -> Result<()>;
+    /// The connector's transfer figures since the last call (`None`: no
+    /// step reported any).
+    fn take_kv_transfer_stats(&mut self) -> Result<Option<crate::protocol::pd::KvTransferStats>>;
+}
+
 /// An engine that can open a profiler window around some of its steps.
 pub trait Profiler {
     /// Starts the profiler; returns the activities it records (`CPU`, `CUDA`).
@@ -115,6 +136,13 @@ pub trait WorkerEngine: StepEngine + Profiler {
     /// `None`: this engine has no vLLM to ask (the fake engine).
     fn knob_report(&self, _argv: &[String], _request: &crate::protocol::knobs::KnobRequest) -> Option<Result<crate::protocol::KnobReport>> {
         None
+    }
+    /// A P/D proxy's figures for the requests `rids` (a point's measured
+    /// requests, in send order) and its connector's transfers since the
+    /// last call; requests before `rids` are forgotten. `None`: this engine
+    /// is not a P/D proxy (crate::pd::proxy).
+    fn pd_point(&mut self, _rids: std::ops::Range<u64>) -> Result<Option<crate::protocol::pd::PdRaw>> {
+        Ok(None)
     }
 }
 

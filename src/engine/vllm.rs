@@ -53,6 +53,9 @@ pub struct VllmEngine {
     /// A rank of a vLLM DP group (MoE data parallel): every loop iteration
     /// asks the group whether to step ([`StepEngine::keep_stepping`]).
     lockstep: bool,
+    /// The engine has a KV connector (P/D): finished outputs' transfer
+    /// parameters and first outputs' arrived-by-transfer counts are read.
+    kv_connector: bool,
 }
 
 /// What a core-path request needs for vLLM's own timings and for an abort.
@@ -80,6 +83,8 @@ struct OutputNames {
     num_cached_tokens: Py<PyString>,
     kind: Py<PyString>,
     timestamp: Py<PyString>,
+    kv_transfer_params: Py<PyString>,
+    num_external_cached_tokens: Py<PyString>,
 }
 
 impl OutputNames {
@@ -94,6 +99,8 @@ impl OutputNames {
             num_cached_tokens: n("num_cached_tokens"),
             kind: n("type"),
             timestamp: n("timestamp"),
+            kv_transfer_params: n("kv_transfer_params"),
+            num_external_cached_tokens: n("num_external_cached_tokens"),
         }
     }
 }
@@ -125,6 +132,7 @@ impl VllmEngine {
             let allowed_token_ids: Vec<u32> =
                 engine.getattr("allowed_token_ids").and_then(|v| v.extract()).py_context(py)?;
             let info: EngineInfo = serde_json::from_str(&info)?;
+            let kv_connector = info.kv_connector.is_some();
             let lockstep: bool = engine.getattr("dp_lockstep").and_then(|v| v.extract()).py_context(py)?;
             let vocab = info.vocab_size.unwrap_or(0).max(allowed_token_ids.iter().max().map_or(0, |m| m + 1));
             let token_objects: Vec<Py<PyAny>> =
@@ -139,6 +147,7 @@ impl VllmEngine {
                 names: OutputNames::new(py),
                 record_ids: false,
                 lockstep,
+                kv_connector,
             })
         })
     }
@@ -242,13 +251,7 @@ impl StepEngine for VllmEngine {
                 }
             }
             .py_context(py)?;
-            // Core path: (vLLM's request id, arrival time); engine path: None.
-            let core: Option<(String, f64)> = added.extract(py).py_context(py)?;
-            if let Some((vllm_id, arrival_s)) = core {
-                let req = CoreRequest { vllm_id, arrival_s, ttft_s: 0.0, first_ts: None, queued_ts: 0.0, scheduled_ts: 0.0 };
-                self.core.insert(rid, req);
-            }
-            Ok(())
+            self.track(py, rid, added)
         })
     }
 
@@ -393,7 +396,55 @@ impl StepEngine for VllmEngine {
     }
 }
 
+impl super::KvTransfer for VllmEngine {
+    fn add_prefill(&mut self, rid: u64, prompt: &[u32]) -> Result<()> {
+        Python::attach(|py| {
+            let ids = self.prompt_list(py, prompt).py_context(py)?;
+            let added = self.engine.call_method1(py, intern!(py, "add_prefill"), (rid, ids)).py_context(py)?;
+            self.track(py, rid, added)
+        })
+    }
+
+    fn add_decode(&mut self, rid: u64, prompt: &[u32], max_tokens: u32, ignore_eos: bool, params: &serde_json::Value) -> Result<()> {
+        Python::attach(|py| {
+            let ids = self.prompt_list(py, prompt).py_context(py)?;
+            let added = self
+                .engine
+                .call_method1(py, intern!(py, "add_decode"), (rid, ids, max_tokens, ignore_eos, params.to_string()))
+                .py_context(py)?;
+            self.track(py, rid, added)
+        })
+    }
+
+    fn take_kv_transfer_stats(&mut self) -> Result<Option<crate::protocol::pd::KvTransferStats>> {
+        Python::attach(|py| {
+            let stats = self.engine.call_method0(py, intern!(py, "take_kv_transfer_stats")).py_context(py)?;
+            if stats.is_none(py) {
+                return Ok(None);
+            }
+            let text: String = py
+                .import("json")
+                .and_then(|json| json.call_method1("dumps", (stats,)))
+                .and_then(|s| s.extract())
+                .py_context(py)?;
+            Ok(Some(serde_json::from_str(&text).context("reading the KV connector's transfer stats")?))
+        })
+    }
+}
+
 impl VllmEngine {
+    /// Keeps what vLLM's timings of a just-added request need: `added` is
+    /// the shim's answer, (vLLM's request id, arrival time) on the core
+    /// path, None on the engine path.
+    fn track(&mut self, py: Python<'_>, rid: u64, added: Py<PyAny>) -> Result<()> {
+        let core: Option<(String, f64)> = added.extract(py).py_context(py)?;
+        if let Some((vllm_id, arrival_s)) = core {
+            let req = CoreRequest { vllm_id, arrival_s, ttft_s: 0.0, first_ts: None, queued_ts: 0.0, scheduled_ts: 0.0 };
+            self.core.insert(rid, req);
+        }
+        Ok(())
+    }
+
     /// A Python list of `prompt`'s ids, made of the shared int objects
     /// (ids beyond the table, never drawn by enginebench, as new ints),
     /// untracked by Python's cyclic garbage collector.
@@ -448,6 +499,13 @@ impl VllmEngine {
             if self.record_ids {
                 out.token_ids.push(new.extract()?);
             }
+            if finished && self.kv_connector {
+                let params = o.getattr(names.kv_transfer_params.bind(py))?;
+                if !params.is_none() {
+                    let text = self.engine.bind(py).call_method1(intern!(py, "kv_params_json"), (params,))?;
+                    out.kv_params.push((rid, text.extract()?));
+                }
+            }
             // A request's first output carries its QUEUED/SCHEDULED events
             // and prefill stats (both recorded only with vLLM's log_stats), a
             // later one events only at a preemption: a plain decode output
@@ -477,6 +535,10 @@ impl VllmEngine {
                 // is_prefilling): its cached prompt tokens, vLLM's TTFT.
                 let cached: u32 = prefill.getattr(names.num_cached_tokens.bind(py))?.extract()?;
                 out.cached.push((rid, cached));
+                if self.kv_connector {
+                    let external = prefill.getattr(names.num_external_cached_tokens.bind(py)).and_then(|v| v.extract::<u32>()).unwrap_or(0);
+                    out.external_cached.push((rid, external));
+                }
                 req.ttft_s = wall_s - req.arrival_s;
                 req.first_ts = Some(core_ts);
             }

@@ -2,6 +2,7 @@
 //! them (vllm/benchmarks/serve.py, `calculate_metrics`).
 
 pub mod crosscheck;
+pub mod pd;
 pub mod point;
 pub mod prefix_cache;
 pub mod sessions;

@@ -141,7 +141,16 @@ pub fn finish_point(
         Some(mask) => raw.engine_timings.iter().zip(mask).filter(|(_, m)| **m).map(|(t, _)| *t).collect(),
         None => raw.engine_timings.clone(),
     };
-    let crosscheck = cross_check(&measured, &timings, step_stats.median_step_ms);
+    // P/D: vLLM's clock starts at the decode engine's add.
+    let crosscheck = match &raw.pd {
+        Some(pd) if measured_mask.is_none() => cross_check(&crate::metrics::pd::as_decode_saw(&measured, pd), &timings, step_stats.median_step_ms),
+        _ => cross_check(&measured, &timings, step_stats.median_step_ms),
+    };
+    let pd = raw
+        .pd
+        .as_ref()
+        .filter(|_| measured_mask.is_none())
+        .map(|pd| crate::metrics::pd::summarize_pd(pd, &measured, &timings, &figures, &sweep.percentiles));
     if let Some(c) = crosscheck.as_ref().filter(|c| !c.agree && in_process) {
         tracing::warn!(
             "{}/{} conc {}: harness and vLLM disagree (TTFT median diff {:.2} ms, E2EL {:.2} ms, tolerance {:.2}/{:.2} ms)",
@@ -191,6 +200,7 @@ pub fn finish_point(
         spec_decode,
         prefix_cache,
         sessions,
+        pd,
         telemetry: None,
         profile: None,
         ranks: Vec::new(),
@@ -241,6 +251,39 @@ pub fn point_line(p: &PointResult) -> String {
     }
     if p.figures.not_sent > 0 {
         line.push_str(&format!(", {} requests not sent (interrupted first)", p.figures.not_sent));
+    }
+    if let Some(pd) = &p.pd {
+        line.push('\n');
+        line.push_str(&pd_line(pd));
+    }
+    line
+}
+
+/// A P/D point's second line: the TTFT split (medians), the transfers,
+/// the tokens that arrived by transfer, the spread over prefill workers
+/// and InferenceX's per-GPU throughput.
+fn pd_line(pd: &crate::metrics::pd::PdSummary) -> String {
+    let t = &pd.ttft_split;
+    let mut line = format!(
+        "    P/D TTFT median ms: prefill queue {:.1} + prefill {:.1} + hand-off {:.1} + KV wait {:.1} + first token {:.1}",
+        t.prefill_queue_ms.median, t.prefill_compute_ms.median, t.handoff_ms.median, t.kv_wait_ms.median, t.first_token_ms.median
+    );
+    match &pd.transfers {
+        Some(x) => line.push_str(&format!(
+            "; KV {} transfers, {:.1} MB, {} MB/s, {} failed",
+            x.stats.transfers,
+            x.stats.bytes as f64 / 1e6,
+            x.mb_per_s.map_or("-".into(), |v| format!("{v:.0}")),
+            x.stats.failed_transfers
+        )),
+        None => line.push_str("; no KV transfer reported"),
+    }
+    line.push_str(&format!(
+        "; {}/{} prompt tokens by transfer; prefill workers' requests {:?}",
+        pd.transferred_tokens, pd.prompt_tokens, pd.requests_per_prefill_worker
+    ));
+    if pd.recomputed > 0 {
+        line.push_str(&format!("; {} recomputed", pd.recomputed));
     }
     line
 }

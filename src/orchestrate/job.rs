@@ -16,7 +16,7 @@ use super::interrupt::Interrupts;
 use super::outputs::OutputFiles;
 use super::plan::Plan;
 use super::progress::{Bar, say};
-use super::spawn::{Worker, spawn_worker};
+use super::spawn::{Worker, kill_group, spawn_worker};
 pub use super::spawn::describe_exit;
 use crate::protocol::{Job, Message, PointSpec, STOP_SIGNAL, Task};
 use crate::report::result::{Evals, JobResult, PointResult, PointStatus, RunError, RunResult, Status, TelemetryInfo, Unfinished, UnfinishedStatus};
@@ -92,10 +92,29 @@ pub fn run_job(
         gpu_count_hint: None,
     });
     telemetry.mark("engine load");
-    let mut workers = match (&job.nodes, &job.dp) {
-        (Some(nodes), dp) => super::nodes::launch::spawn_nodes(job, nodes, dp.as_ref(), request, visible.as_deref(), (&files.dir, &suffix), plan.telemetry_interval, session.ui)?,
-        (None, None) => vec![spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?],
-        (None, Some(dp)) => spawn_ranks(job, dp, request, visible.as_deref(), &files.dir, &suffix, session)?,
+    // A P/D job's prefill workers serve its decode worker, the one watched.
+    let mut prefill_workers = Vec::new();
+    let mut workers = match (&job.nodes, &job.dp, &job.pd) {
+        (None, None, Some(pd)) => {
+            let at = super::pd::PairLaunch {
+                python: &job.python,
+                model_path: &plan.model_path,
+                decode: &job.config,
+                decode_env: &job.env,
+                decode_unset: &job.config.env_unset,
+                dir: &files.dir,
+                suffix: &suffix,
+                start_timeout: plan.start_timeout,
+                verbose: session.verbose,
+                ui: session.ui,
+            };
+            let (decode, prefill) = super::pd::spawn_pair(pd, request, &at)?;
+            prefill_workers = prefill;
+            vec![decode]
+        }
+        (Some(nodes), dp, _) => super::nodes::launch::spawn_nodes(job, nodes, dp.as_ref(), request, visible.as_deref(), (&files.dir, &suffix), plan.telemetry_interval, session.ui)?,
+        (None, None, None) => vec![spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?],
+        (None, Some(dp), _) => spawn_ranks(job, dp, request, visible.as_deref(), &files.dir, &suffix, session)?,
     };
     telemetry.set_engine_pid(workers[0].child.id());
     result.jobs[index].worker_pid = Some(workers[0].child.id());
@@ -105,6 +124,8 @@ pub fn run_job(
     let mut watch = WorkerWatch::new(plan, index, session, &telemetry, visible);
     watch.nodes = job.nodes.clone();
     let followed = watch.follow(&mut workers, world_size, result, files);
+    // The decode worker is done (or gone): its prefill workers end with it.
+    let prefill_end = super::pd::end_prefill_workers(&mut prefill_workers);
     let (mut end, node_telemetry) = match followed {
         Ok(end) => end,
         Err(e) => {
@@ -141,6 +162,9 @@ pub fn run_job(
             (None, false) => "the engine worker".to_string(),
         };
         end.failure = Some(RunError { message: format!("{who} ended unexpectedly ({})", describe_exit(status)), ..RunError::default() });
+    }
+    if let (Some(f), Some((i, exit))) = (end.failure.as_mut(), &prefill_end) {
+        f.message = format!("{} (prefill worker {i} {exit}; its log: worker{suffix}.prefill{i}.log)", f.message);
     }
     if let Some(f) = end.failure.as_mut() {
         f.log_tail = match &job.nodes {
@@ -237,6 +261,7 @@ fn worker_request(plan: &Plan, index: usize, result: &RunResult, files: &OutputF
         record_token_ids: job.record_token_ids,
         profile,
         dp: None,
+        pd: None,
         knobs: Some(KnobRequest {
             env: job.env.clone(),
             env_unset: job.config.env_unset.clone(),
@@ -821,14 +846,6 @@ fn regate(plan: &Plan, j: &mut crate::report::result::JobResult) {
     let metric = plan.recipe.eval.as_ref().map(|e| e.gate_metric).unwrap_or_default();
     if let Some(e) = j.eval.as_mut() {
         e.gate = gate(e, builtin, &plan.gate, metric);
-    }
-}
-
-/// Kills the worker and everything it started (its own process group).
-fn kill_group(pid: u32) {
-    // SAFETY: signals to our own child's process group.
-    unsafe {
-        libc::kill(-(pid as i32), libc::SIGKILL);
     }
 }
 

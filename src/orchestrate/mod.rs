@@ -17,6 +17,7 @@ pub mod lengths;
 pub mod nodes;
 pub mod outputs;
 pub mod overhead;
+pub mod pd;
 pub mod plan;
 pub mod preflight;
 pub mod private_fd;

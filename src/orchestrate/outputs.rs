@@ -38,7 +38,11 @@ struct RequestLine<'a> {
     /// every chunk carried one token (no speculative decoding).
     #[serde(skip_serializing_if = "Option::is_none")]
     itl_chunk_tokens: Option<&'a [u32]>,
-    /// Generated token ids (only in `ab`, for the lossless check).
+    /// A P/D job's request: its prefill worker, TTFT split and prompt
+    /// tokens that arrived by transfer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pd: Option<PdLine>,
+    /// Generated token ids (`ab`'s lossless check, `run --record-token-ids`).
     #[serde(skip_serializing_if = "Option::is_none")]
     token_ids: Option<&'a [u32]>,
     /// Prompt tokens served from the prefix cache (vLLM's num_cached_tokens).
@@ -52,6 +56,44 @@ struct RequestLine<'a> {
     trace_name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none", flatten)]
     turn: Option<&'a TurnInfo>,
+}
+
+/// One request's way through a P/D pair in `requests.jsonl`
+/// ([`crate::metrics::pd::TtftParts`] in ms; the parts add up to `ttft_ms`).
+#[derive(Serialize)]
+struct PdLine {
+    prefill_worker: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prefill_queue_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prefill_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handoff_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kv_wait_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_token_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    external_cached_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    recomputed: bool,
+}
+
+impl PdLine {
+    fn of(r: &crate::protocol::RequestRecord, p: &crate::protocol::pd::PdRequest, decode: Option<&crate::protocol::EngineTiming>) -> PdLine {
+        let parts = crate::metrics::pd::ttft_parts(r, p, decode);
+        let ms = |f: fn(&crate::metrics::pd::TtftParts) -> f64| parts.as_ref().map(|t| f(t) * 1000.0);
+        PdLine {
+            prefill_worker: p.prefill_worker,
+            prefill_queue_ms: ms(|t| t.prefill_queue_s),
+            prefill_ms: ms(|t| t.prefill_compute_s),
+            handoff_ms: ms(|t| t.handoff_s),
+            kv_wait_ms: ms(|t| t.kv_wait_s),
+            first_token_ms: ms(|t| t.first_token_s),
+            external_cached_tokens: p.external_cached_tokens,
+            recomputed: p.recomputed,
+        }
+    }
 }
 
 /// Where lm-eval writes its own files for the job `label`:
@@ -196,6 +238,7 @@ impl OutputFiles {
                 vllm_ttft_ms: vllm.map(|t| t.ttft_s * 1000.0),
                 vllm_queued_ms: vllm.map(|t| t.queued_s * 1000.0),
                 itl_chunk_tokens: (!r.chunk_tokens.is_empty()).then_some(r.chunk_tokens.as_slice()),
+                pd: raw.pd.as_ref().and_then(|pd| pd.requests.get(i)).map(|p| PdLine::of(r, p, vllm.as_ref())),
                 token_ids: raw.token_ids.get(i).map(Vec::as_slice),
                 cached_tokens: r.cached_tokens,
                 trace_name: raw.turns.get(i).and_then(|t| raw.trace_names.get(t.trace as usize)).map(String::as_str),

@@ -67,6 +67,7 @@ pub fn overhead(opts: &RunOptions, how: &ExecOptions) -> Result<crate::error::Ex
         label: Some(TIERS[1].into()),
         dp: base.dp.clone(),
         nodes: base.nodes.clone(),
+        pd: base.pd.clone(),
     };
     mp.env.insert(MP_VAR.into(), "1".into());
     plan.jobs = vec![PlannedJob { label: Some(TIERS[0].into()), ..base }, mp];
@@ -182,6 +183,7 @@ fn serve_point(server: &VllmServer, spec: &PointSpec, allowed: &[u32]) -> Result
         measure_start_s: None,
         replay_stop: None,
         file_requests: None,
+        pd: None,
     })
 }
 

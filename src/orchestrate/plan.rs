@@ -58,6 +58,11 @@ pub struct RunOptions {
     /// Write every engine step to steps.jsonl.
     #[arg(long)]
     pub step_trace: bool,
+    /// Record each perf request's generated token ids in requests.jsonl
+    /// (`token_ids`): outputs to compare with another run or engine (a P/D
+    /// pair against one engine, say). Costs a list per step.
+    #[arg(long)]
+    pub record_token_ids: bool,
     /// The most one point (warm-up included) or the eval may take, s; then the
     /// engine worker is killed and the point recorded as `timeout`.
     #[arg(long, value_name = "S", value_parser = seconds)]
@@ -129,6 +134,10 @@ pub struct PlannedJob {
     /// ([`super::nodes`]); `None`: one node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<super::nodes::NodePlan>,
+    /// A prefill/decode job: its prefill side (the job's own config is the
+    /// decode side); `None`: one aggregated engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<super::pd::PdPlan>,
 }
 
 /// Everything a run needs, checked.
@@ -153,6 +162,34 @@ pub struct Plan {
     pub telemetry_interval: std::time::Duration,
     /// `--profile`, checked against every job's points.
     pub profile: Option<crate::profile::ProfileOptions>,
+}
+
+/// The interpreter a P/D recipe runs in when none is named (no
+/// `--python`, no `$ENGINEBENCH_PYTHON`): set-up's `.enginebench/venv-pd`,
+/// the main venv with the registry's nixl layered on it (ci/setup.sh).
+fn pd_venv(recipe: &Recipe, install: Option<&Install>) -> Option<PathBuf> {
+    if !recipe.is_pd() || std::env::var_os(python::PYTHON_VAR).is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let path = install?.root.join("venv-pd/bin/python");
+    path.exists().then_some(path)
+}
+
+/// A P/D recipe's jobs: its configurations come as (prefill, decode)
+/// pairs ([`crate::recipe::EngineConfig::role`]); each pair becomes one job
+/// of the decode side with the prefill side's plan.
+///
+/// Errors (usage): see [`super::pd::PdPlan::of`].
+fn pair_roles(recipe: &Recipe, jobs: Vec<PlannedJob>) -> Result<Vec<PlannedJob>> {
+    let mut out = Vec::new();
+    let mut it = jobs.into_iter();
+    while let (Some(prefill), Some(mut decode)) = (it.next(), it.next()) {
+        let env = engine_env(recipe, &prefill.config);
+        let label = decode.config.label();
+        decode.pd = Some(super::pd::PdPlan::of(prefill.config, env, &decode.config, recipe.is_cpu()).map_err(|e| usage(format!("{label}: {e}")))?);
+        out.push(decode);
+    }
+    Ok(out)
 }
 
 /// Telemetry sampling interval, ms, unless `--telemetry-interval-ms` says
@@ -197,11 +234,10 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
             Err(_) => usage(format!("{}: {e}", recipe_path.display())),
         }
     })?;
-    if recipe.is_pd() {
-        // Checked above (both sides, connector, model, blocks, KV dtype);
-        // the job itself is not built yet.
+    if recipe.is_pd() && (opts.only_eval || (recipe.eval.is_some() && !opts.no_eval)) {
+        // Checked above (both sides, connector, model, blocks, KV dtype).
         return Err(usage(format!(
-            "{}: a prefill/decode recipe ([roles]) does not run in `run`/`ab`/`eval` yet (issue 44): `enginebench recipe check` checks it, and docs/pd.md shows the transport (enginebench_shim.pd_probe)",
+            "{}: a prefill/decode recipe ([roles]) runs its perf points only: the eval does not run through a P/D pair yet (issue 44); add --no-eval, or run the eval on an aggregated recipe",
             recipe_path.display()
         )));
     }
@@ -209,7 +245,10 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         return Err(usage(format!("{}: {e}", recipe_path.display())));
     }
     let install = Install::locate().ok();
-    let python = python::default_interpreter(python)?;
+    let python = match (python, pd_venv(&recipe, install.as_ref())) {
+        (None, Some(pd)) => python::named_interpreter(&pd, "the P/D venv (.enginebench/venv-pd: the main venv plus nixl)")?,
+        (flag, _) => python::default_interpreter(flag)?,
+    };
     let model_path = resolve_model(&recipe.model, install.as_ref())?;
     if !opts.only_eval {
         check_context(&recipe_path, &configs, &model_path)?;
@@ -223,7 +262,7 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
         _ => None,
     };
     let mut seen_variants = Vec::new();
-    let mut jobs = configs
+    let jobs = configs
         .into_iter()
         .filter(|config| {
             // The eval alone needs one engine per variant, not one per TP.
@@ -247,13 +286,15 @@ pub fn plan(opts: &RunOptions, python: Option<&std::path::Path>) -> Result<Plan>
                 specs,
                 config,
                 run_eval,
-                record_token_ids: false,
+                record_token_ids: opts.record_token_ids,
                 label: None,
                 dp: None,
                 nodes: None,
+                pd: None,
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let mut jobs = if recipe.is_pd() { pair_roles(&recipe, jobs)? } else { jobs };
     let gate = gate_rules(recipe.eval.as_ref(), &opts.eval)?;
     let point_timeout = opts.point_timeout.or(recipe.point_timeout_s.map(Duration::from_secs_f64));
     let start_timeout = opts

@@ -153,3 +153,11 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
         _ => "unknown status".into(),
     }
 }
+
+/// Kills the worker and everything it started (its own process group).
+pub fn kill_group(pid: u32) {
+    // SAFETY: signals to our own child's process group.
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+}

@@ -130,6 +130,7 @@ fn run(channel: &mut Channel) -> Result<()> {
     match serde_json::from_str(&input).context("reading the task from stdin")? {
         Task::Run(job) => run_job(&job, channel),
         Task::Check(check) => run_check(&check, channel),
+        Task::Prefill(job) => run_prefill(&job, channel),
         Task::Doctor => {
             let report = crate::engine::vllm::doctor()?;
             channel.send(&Message::Doctor { report: Box::new(report) });
@@ -163,12 +164,63 @@ fn run_job(job: &Job, channel: &mut Channel) -> Result<()> {
     let started = Instant::now();
     match FakeConfig::from_env()? {
         // The stand-in engine (tests of the runner; see crate::engine::fake).
-        Some(cfg) => drive_job(FakeEngine::build(&job.engine_argv, cfg)?, job, channel, started),
+        Some(cfg) => drive_maybe_pd(FakeEngine::build(&job.engine_argv, cfg)?, job, channel, started),
         None => {
             let profile_dir = crate::profile::worker_trace_dir(&job.profile);
             let engine = VllmEngine::build(&job.engine_argv, profile_dir.as_deref()).context("building the vLLM engine")?;
-            drive_job(engine, job, channel, started)
+            drive_maybe_pd(engine, job, channel, started)
         }
+    }
+}
+
+/// A P/D job's decode worker drives its engine through the proxy
+/// (crate::pd::proxy) once every prefill worker has accepted it; any
+/// other job drives the engine itself.
+fn drive_maybe_pd<E: WorkerEngine + crate::engine::KvTransfer>(engine: E, job: &Job, channel: &mut Channel, started: Instant) -> Result<()> {
+    match &job.pd {
+        None => drive_job(engine, job, channel, started),
+        Some(side) => {
+            let pd = crate::pd::proxy::PdEngine::connect(engine, side, side.prefill_devices)?;
+            drive_job(pd, job, channel, started)
+        }
+    }
+}
+
+/// A P/D job's prefill worker: builds its engine, says it is ready, then
+/// listens for its decode worker and serves it (crate::pd::prefill).
+fn run_prefill(job: &crate::protocol::pd::PrefillJob, channel: &mut Channel) -> Result<()> {
+    let started = Instant::now();
+    let timeout = Duration::from_secs_f64(job.connect_timeout_s);
+    let serve = |mut engine: Box<dyn PrefillEngine>, channel: &mut Channel| -> Result<()> {
+        channel.send(&Message::Ready { engine: Box::new(engine.info().clone()), engine_start_s: started.elapsed().as_secs_f64() });
+        let listener = std::net::TcpListener::bind(("127.0.0.1", job.port))
+            .with_context(|| format!("prefill worker {}: listening on 127.0.0.1:{}", job.index, job.port))?;
+        engine.serve(&listener, timeout)?;
+        engine.shutdown()
+    };
+    match FakeConfig::from_env()? {
+        Some(cfg) => serve(Box::new(FakeEngine::build(&job.engine_argv, cfg)?), channel),
+        None => serve(Box::new(VllmEngine::build(&job.engine_argv, None).context("building the prefill engine")?), channel),
+    }
+}
+
+/// What a prefill worker needs of its engine, object-safe so the vLLM and
+/// fake engines share one path.
+trait PrefillEngine {
+    fn info(&self) -> &crate::protocol::EngineInfo;
+    fn serve(&mut self, listener: &std::net::TcpListener, timeout: Duration) -> Result<()>;
+    fn shutdown(&mut self) -> Result<()>;
+}
+
+impl<E: WorkerEngine + crate::engine::KvTransfer> PrefillEngine for E {
+    fn info(&self) -> &crate::protocol::EngineInfo {
+        WorkerEngine::info(self)
+    }
+    fn serve(&mut self, listener: &std::net::TcpListener, timeout: Duration) -> Result<()> {
+        crate::pd::prefill::serve(self, listener, timeout, &STOP)
+    }
+    fn shutdown(&mut self) -> Result<()> {
+        WorkerEngine::shutdown(self)
     }
 }
 
@@ -316,7 +368,11 @@ fn run_point(
     let mut progress = Progress::start(phase, total, channel);
     // vLLM's own totals around the measured requests only (warm-ups done).
     let spec_before = engine.spec_counters();
+    // P/D: the proxy's figures of the measured requests only.
+    let first_rid = ids.peek();
+    engine.pd_point(first_rid..first_rid)?;
     let outcome = drive(engine, measured, pacing, ids, &mut |done| progress.on_done(channel, done))?;
+    let pd = engine.pd_point(first_rid..ids.peek())?;
     let vllm_spec = spec_before.zip(engine.spec_counters()).map(|(before, after)| after.since(&before));
     Ok(RawPoint {
         spec: spec.clone(),
@@ -335,6 +391,7 @@ fn run_point(
         measure_start_s: None,
         replay_stop: None,
         file_requests: None,
+        pd,
     })
 }
 
@@ -449,6 +506,7 @@ fn run_sessions(
         measure_start_s,
         replay_stop: replay.stop_reason(),
         file_requests: Some(set.turns.len() as u32),
+        pd: None,
     })
 }
 

@@ -17,12 +17,15 @@
 //!   [`RandomDataset`], [`LengthConvention`]).
 //! - [`profile`]: a point's profiler window ([`ProfileTarget`], [`ProfileRaw`]).
 //! - [`workload`]: what kind of requests a point sends ([`Workload`]).
+//! - [`pd`]: a prefill/decode job's worker tasks, the lines between a
+//!   decode worker and its prefill workers, a point's P/D figures.
 //! - [`wire`]: the messages on the pipe ([`Task`] in, [`Message`] out, one
 //!   JSON document / JSON lines).
 
 pub mod doctor;
 pub mod engine_info;
 pub mod knobs;
+pub mod pd;
 pub mod point;
 pub mod profile;
 pub mod records;

@@ -123,6 +123,18 @@ pub struct StepOutput {
     /// (vLLM's `RequestOutput.num_cached_tokens`: local prefix cache plus
     /// any KV connector such as CPU offload).
     pub cached: Vec<(u64, u32)>,
+    /// (request id, JSON of vLLM's `kv_transfer_params`) of each request
+    /// that finished in this step with some: an engine with a KV connector
+    /// (a P/D prefill engine's hand-off to the decode side).
+    pub kv_params: Vec<(u64, String)>,
+    /// (request id, prompt tokens that arrived through the KV connector,
+    /// `PrefillStats.num_external_cached_tokens`) at a request's first
+    /// output, on an engine with a KV connector.
+    pub external_cached: Vec<(u64, u32)>,
+    /// (request id, why) of requests that failed outside the engine this
+    /// step (a P/D request whose prefill failed): the driver records the
+    /// error and counts them finished.
+    pub failures: Vec<(u64, String)>,
 }
 
 impl StepOutput {
@@ -134,6 +146,9 @@ impl StepOutput {
         self.spec = None;
         self.token_ids.clear();
         self.cached.clear();
+        self.kv_params.clear();
+        self.external_cached.clear();
+        self.failures.clear();
     }
 }
 

@@ -25,6 +25,8 @@ pub enum Task {
     Check(CheckJob),
     /// Report vLLM, torch, the platform and the compatibility items (`doctor`).
     Doctor,
+    /// Serve prefills to a decode worker (a P/D job's prefill side).
+    Prefill(super::pd::PrefillJob),
 }
 
 /// Flag lists to check.
@@ -104,6 +106,9 @@ pub struct Job {
     /// [`Message::Knobs`]; by rank 0 of a data-parallel job).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub knobs: Option<super::knobs::KnobRequest>,
+    /// A P/D job's decode worker: the proxy to these prefill workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<super::pd::DecodeSide>,
 }
 
 /// A data-parallel worker's place in its job: its rank, the DP size, and
@@ -215,6 +220,9 @@ pub struct RawPoint {
     /// Session workloads: requests (turns) the file holds in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_requests: Option<u32>,
+    /// A P/D job's figures (the decode worker's; `None` otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<super::pd::PdRaw>,
 }
 
 /// How `max_tokens` is set.

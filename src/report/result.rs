@@ -407,6 +407,9 @@ pub struct PointResult {
     /// vs later-turn TTFT, session durations; absent for random workloads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<crate::metrics::sessions::SessionSummary>,
+    /// A P/D job's point: TTFT split, transfers, per-role throughput.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<crate::metrics::pd::PdSummary>,
     /// GPU and host telemetry over the measured window: power, energy,
     /// J/token (InferenceX's `avg_power_w`, `total_gpu_energy_j`,
     /// `joules_per_*_token`, `power_valid`), temperatures, clocks, utilisation,
@@ -478,6 +481,7 @@ impl PointResult {
             spec_decode: None,
             prefix_cache: None,
             sessions: None,
+            pd: None,
             telemetry: None,
             profile: None,
             ranks: Vec::new(),

@@ -73,6 +73,11 @@ impl RequestIds {
         self.next += n as u64;
         base
     }
+
+    /// The id the next [`RequestIds::reserve`] gives.
+    pub fn peek(&self) -> u64 {
+        self.next
+    }
 }
 
 /// How requests are released to the engine.
@@ -373,6 +378,24 @@ pub fn drive_stepwise<E: StepEngine>(
                 schedule.finished(idx, now, got_token[idx]);
             }
         }
+        // Requests that failed outside the engine (a P/D request whose
+        // prefill failed): finished, with their reason.
+        for (rid, why) in step.failures.drain(..) {
+            let Some(idx) = index_of(rid, base, n) else {
+                bail!("engine returned unknown request id {rid}");
+            };
+            if finished_flags[idx] {
+                continue;
+            }
+            out.records[idx].error = Some(why);
+            finished_flags[idx] = true;
+            finished += 1;
+            in_flight -= 1;
+            if !got_token[idx] {
+                awaiting_first_token -= 1;
+            }
+            schedule.finished(idx, now, false);
+        }
         for c in step.completions.drain(..) {
             if let Some(idx) = index_of(c.rid, base, n) {
                 out.completions[idx] = Some((c.text, c.token_ids));
@@ -402,7 +425,7 @@ pub fn drive_stepwise<E: StepEngine>(
         out.records[a.idx as usize].on_tokens(a.now_s, a.new_tokens);
     }
     for (r, &done) in out.records.iter_mut().zip(&finished_flags) {
-        if done && r.output_tokens == 0 {
+        if done && r.output_tokens == 0 && r.error.is_none() {
             r.error = Some("finished without output tokens".into());
         }
     }

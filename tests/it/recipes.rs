@@ -116,8 +116,19 @@ fn bad_pd_recipes_exit_2_before_any_engine() {
         }
     }
     assert!(!dir.path().join("runs").exists(), "no run folder for a refused recipe");
-    // The good recipe: `run` refuses P/D jobs, naming why, until they are built.
-    let out = enginebench(&["run", repo().join("recipes/cpu/smollm2-135m-pd.toml").to_str().unwrap(), "-o", dir.path().join("runs").to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("a prefill/decode recipe ([roles]) does not run"), "{}", text(&out));
+    // What P/D jobs do not run yet is refused by `run`, before any engine.
+    let runs = dir.path().join("runs");
+    let two_decode = write_recipe(dir.path(), "twodecode", &good.replace("[roles.decode]\n", "[roles.decode]\nlayout = { workers = 2 }\n"));
+    let shipped = repo().join("recipes/cpu/smollm2-135m-pd.toml");
+    let refused = [
+        (vec!["run", two_decode.as_str()], "[roles.decode] layout workers = 2: P/D jobs run one decode worker for now"),
+        (vec!["run", shipped.to_str().unwrap(), "--task", "gsm8k"], "the eval does not run through a P/D pair yet"),
+    ];
+    for (mut cmd, want) in refused {
+        cmd.extend(["-o", runs.to_str().unwrap()]);
+        let out = enginebench(&cmd);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {}", text(&out));
+        assert!(text(&out).contains(want), "{cmd:?}: {}", text(&out));
+    }
+    assert!(!runs.exists(), "no run folder for a refused job");
 }

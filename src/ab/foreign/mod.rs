@@ -252,6 +252,7 @@ fn arm_of(read: Read, label: String) -> Result<Arm> {
             spec_decode: None,
             prefix_cache: None,
             sessions: None,
+            pd: None,
             telemetry: None,
             profile: None,
             ranks: Vec::new(),
