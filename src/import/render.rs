@@ -412,6 +412,10 @@ fn list(items: &[String]) -> String {
     format!("[{}]", items.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "))
 }
 
+/// What one engine configuration of a job must be: its side of a P/D pair
+/// (none for one engine), its flags, environment and layout.
+type Wanted = (Option<PdRole>, Vec<String>, BTreeMap<String, String>, NodeLayout);
+
 /// The round trip: the whole recipe must parse to exactly what its data
 /// lines alone parse to (every key: nothing a comment carried became
 /// data), and the recipe loader must read it and give each job exactly its
@@ -431,7 +435,7 @@ pub fn verify(doc: &Doc, jobs: &[Job]) -> Result<(), String> {
         let bad = |what: &str| Err(format!("job {}: the written recipe gives different {what} than the launcher", j.name));
         // What each engine configuration must be: the job's one, or each
         // side's (the shared flags and environment, then the side's own).
-        let wanted: Vec<(Option<PdRole>, Vec<String>, BTreeMap<String, String>, NodeLayout)> = match &j.roles {
+        let wanted: Vec<Wanted> = match &j.roles {
             None => vec![(None, j.engine.args.clone(), j.engine.env.clone(), recipe.layout.clone().unwrap_or_default())],
             Some(roles) => roles
                 .pair()?

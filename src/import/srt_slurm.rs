@@ -577,7 +577,7 @@ fn pd_engines(d: &Yaml) -> Result<Engines, String> {
     for (i, side) in PdRole::BOTH.into_iter().enumerate() {
         let own: BTreeMap<String, Yaml> = sides[i].iter().filter(|(k, _)| !shared.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
         let (own_args, own_notes) = flags_of(&as_yaml(own))?;
-        notes.extend(own_notes.into_iter().map(|n| format!("[roles.{side}]: {n}")));
+        notes.extend(own_notes.into_iter().map(|n| format!("[roles.{side}] {n}")));
         let all_args: Vec<String> = args.iter().chain(&own_args).cloned().collect();
         let layout = layout_of(d, side.name(), &all_args, &envs[i])?;
         notes.extend(packing_note(d, side.name(), &layout));

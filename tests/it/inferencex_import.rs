@@ -330,7 +330,7 @@ fn srt_slurm_pd_recipes_import_with_their_roles_and_check() {
         "resources.decode_nodes 2 for 3 decode worker(s)",
         "[roles.decode] --kv-transfer-config engine_id \"decode-fixed\"",
         "[roles.prefill] --kv-transfer-config is a MultiConnector of NixlConnector + MooncakeStoreConnector",
-        "[roles.decode]: --enable-expert-parallel: false in the recipe",
+        "[roles.decode] --enable-expert-parallel: false in the recipe",
         "(4 frontends behind nginx)",
     ] {
         assert!(toml.contains(note), "note {note:?} missing: {toml}");
