@@ -19,12 +19,17 @@ benchmarks/multi_node/srt-slurm-recipes/vllm/ whose
 `backend.vllm_config.aggregated` is set, imported by its path
 (`import inferencex --inferencex-checkout DIR --key PATH`), then checked;
 each refused one is listed with the reason the importer gave (the arm).
-Prefill/decode files are counted apart (refused until issue 44).
+
+The multi-node P/D row: every srt-slurm recipe with
+`backend.vllm_config.prefill` / `.decode` (issue 44), imported and checked
+the same way (both sides through vLLM's parser and the P/D checks); the
+refused and failed ones are also counted by reason (the importer's or
+`recipe check`'s error, the file's own names taken out).
 
 usage: bench/inferencex_passrate.py [--only KIND] [--machine-fact 'CMD=OUTPUT' ...]
                                      INFERENCEX_DIR [ENGINEBENCH_BINARY]
   --only KIND: only the entries of one row (fixed-seq-len, agentic,
-  deprecated or multi-node-agg).
+  deprecated, multi-node-agg or multi-node-pd).
   --machine-fact: passed to every import (repeatable): the output of a
   command a launcher reads off its machine, e.g. an MI355X node's
   `rocm-smi --showfw` or a large node's `df -BG --output=avail /dev/shm`,
@@ -36,6 +41,7 @@ usage: bench/inferencex_passrate.py [--only KIND] [--machine-fact 'CMD=OUTPUT' .
 """
 import glob
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -85,6 +91,18 @@ def last_error(text):
     return " | ".join((errs or lines)[-4:])[:600]
 
 
+def reason(text, rel):
+    """An error with what names one file taken out (its recipe name and path,
+    the temp file, per-recipe values in vLLM's messages), so that files
+    failing for one reason count together."""
+    text = re.sub(r"^.*?\(" + re.escape(rel) + r"\): ", "", text)
+    text = re.sub(r"error: |\S*/tmp\S*|\b(base|job base)( prefill| decode)?:? ", "", text)
+    # vLLM's parser quotes the whole flag value: keep only what it objects to.
+    text = re.sub(r"'\{.*?\}'", "'{...}'", text)
+    text = re.sub(r"\b\d+\b", "N", text)
+    return text.strip()[:300]
+
+
 def check_all(exe, files):
     """One `recipe check` over every imported file (one vLLM parser process);
     returns {file: (ok, problem lines)} from its per-recipe report."""
@@ -98,13 +116,17 @@ def check_all(exe, files):
             result[current][1].append(line.strip())
             if line.strip().startswith("error:"):
                 result[current][0] = False
+        elif current and result[current][1] and line[:1].strip() and not line.startswith(("checking ", "error: ")):
+            # A message of several lines (pydantic's names the field on the
+            # next one, at the margin): joined to its error.
+            result[current][1][-1] += f" ({line.strip()})"
     if not result:
         for f in files:
             result[f] = [False, [last_error(c.stdout + c.stderr)]]
     return result
 
 
-KINDS = ("fixed-seq-len", "agentic", "deprecated", "multi-node-agg")
+KINDS = ("fixed-seq-len", "agentic", "deprecated", "multi-node-agg", "multi-node-pd")
 
 
 def main():
@@ -121,6 +143,8 @@ def main():
     root = args[0]
     exe = args[1] if len(args) > 1 else "target/release/enginebench"
     rows, imported = [], []
+    # kind -> [(stage, reason)] of the srt-slurm recipes that failed
+    reasons = {}
     total = {k: 0 for k in KINDS}
     with tempfile.TemporaryDirectory() as tmp:
         for cfg, key, kind, scenario in entries(root):
@@ -148,22 +172,20 @@ def main():
             else:
                 imported.append((cfg, key, kind, outs))
             print(rows[-1][1] if failed else f"imported {key} ({kind})", file=sys.stderr, flush=True)
-        if only in (None, "multi-node-agg"):
-            disagg = 0
-            for rel, agg in srt_recipes(root):
-                if not agg:
-                    disagg += 1
-                    continue
-                total["multi-node-agg"] += 1
-                out = os.path.join(tmp, os.path.basename(rel) + ".toml")
-                p = subprocess.run([exe, "import", "inferencex", "--inferencex-checkout", root, "--key", rel, "-o", out, *facts],
-                                   capture_output=True, text=True, timeout=900)
-                if p.returncode != 0:
-                    rows.append(("multi-node-agg", f"IMPORT {rel}: exit {p.returncode}: {last_error(p.stderr)}"))
-                else:
-                    imported.append((rel, rel, "multi-node-agg", [(out, 1)]))
-                print(rows[-1][1] if p.returncode != 0 else f"imported {rel}", file=sys.stderr, flush=True)
-            print(f"(prefill/decode srt-slurm recipes not imported yet, issue 44: {disagg})", file=sys.stderr)
+        for rel, agg in srt_recipes(root):
+            kind = "multi-node-agg" if agg else "multi-node-pd"
+            if only not in (None, kind):
+                continue
+            total[kind] += 1
+            out = os.path.join(tmp, rel.replace("/", "_") + ".toml")
+            p = subprocess.run([exe, "import", "inferencex", "--inferencex-checkout", root, "--key", rel, "-o", out, *facts],
+                               capture_output=True, text=True, timeout=900)
+            if p.returncode != 0:
+                rows.append((kind, f"IMPORT {rel}: exit {p.returncode}: {last_error(p.stderr)}"))
+                reasons.setdefault(kind, []).append(("import", reason(last_error(p.stderr), rel)))
+            else:
+                imported.append((rel, rel, kind, [(out, 1)]))
+            print(rows[-1][1] if p.returncode != 0 else f"imported {rel}", file=sys.stderr, flush=True)
         checked = check_all(exe, [o for *_, outs in imported for o, _ in outs]) if imported else {}
         ok = {k: 0 for k in KINDS}
         done = {k: 0 for k in KINDS}
@@ -184,9 +206,18 @@ def main():
                 rows.append((kind, f"DP     {key} ({cfg}): {jobs} job(s), {len(errors)} with vLLM -dp > 1 (refused in-process; the others check)"))
             else:
                 rows.append((kind, f"CHECK  {key} ({cfg}): {' | '.join(p for p in problems if p.startswith('error:'))[:600]}"))
+                if kind.startswith("multi-node"):
+                    reasons.setdefault(kind, []).append(("check", reason(" | ".join(sorted(set(errors))), cfg)))
     for kind in KINDS:
         print(f"\n== {kind}")
         print("\n".join(r for k, r in rows if k == kind))
+    for kind, found in sorted(reasons.items()):
+        print(f"\n== {kind}: refused (import) and failed (check), by reason")
+        counts = {}
+        for stage, why in found:
+            counts[(stage, why)] = counts.get((stage, why), 0) + 1
+        for (stage, why), n in sorted(counts.items(), key=lambda x: (-x[1], x[0])):
+            print(f"{n:4}  {stage}: {why}")
     print()
     for kind in KINDS:
         print(f"{kind:14} entries: {total[kind]:3}; imported: {done[kind]:3}; imported and checked: {ok[kind]:3} "

@@ -232,6 +232,14 @@ pub fn prepare(root: &Path, key: &str, scenario: Option<&str>, machine_facts: &[
         for (k, v) in &j.engine.env {
             say(format!("    env {k}={v}"));
         }
+        // A P/D job: what each side adds to the shared flags and environment.
+        for (side, role) in j.roles.as_ref().and_then(|r| r.pair().ok()).into_iter().flatten() {
+            let layout = role.layout.clone().unwrap_or_default();
+            say(format!("    {side} ({} worker(s) of {} node(s)): + {}", layout.workers, layout.nodes, shell_words::join(&role.args)));
+            for (k, v) in &role.env {
+                say(format!("      env {k}={v}"));
+            }
+        }
     }
     for n in &imported.notes {
         say(format!("  note: {n}"));

@@ -272,6 +272,7 @@ fn group(e: &Entry, evaluated: Vec<(MatrixPoint, Result<(std::path::PathBuf, Poi
                     facts_used: vec![],
                     checkpoints: vec![],
                     eval_env,
+                    roles: None,
                 });
                 jobs.last_mut().expect("just pushed")
             }

@@ -2,7 +2,8 @@
 //! produced ([`super::inferencex`]) and what the recipe is rendered from
 //! ([`super::render`]): one engine configuration ([`Engine`]), what its
 //! points send ([`Bench`]), helper servers the launcher starts beside it
-//! ([`Service`]), and the points themselves.
+//! ([`Service`]), the two sides of a prefill/decode job (`roles`), and the
+//! points themselves.
 
 use std::collections::BTreeMap;
 
@@ -88,6 +89,10 @@ pub struct Job {
     /// `(line, download command)` of stubbed downloads whose checkpoint was
     /// counted as present.
     pub checkpoints: Vec<(u32, String)>,
+    /// A prefill/decode job's two sides (`[roles.prefill]` / `[roles.decode]`:
+    /// each side's flags, environment and layout over [`Job::engine`], which
+    /// then holds what both share); `None` for one engine configuration.
+    pub roles: Option<crate::recipe::roles::Roles>,
 }
 
 impl Job {

@@ -11,8 +11,12 @@
 //! a point). Where every point of a job has one TP and the flags carry it
 //! (`-tp 8`, or `-dp 8` under DP attention), the flag's value becomes
 //! `${TP}` and the search space says `tp = 8`: the recipe's TP is then
-//! InferenceX's, which its per-GPU figures divide by.
+//! InferenceX's, which its per-GPU figures divide by. A prefill/decode job
+//! (an srt-slurm P/D file) also writes `[roles.prefill]` / `[roles.decode]`
+//! (each side's own flags, environment and layout; `[engine]` and `[env]`
+//! hold what both share) and names no TP in its sweep.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use toml::Value;
@@ -22,6 +26,8 @@ use super::job::{Bench, Job};
 use super::master_config::Entry;
 use crate::protocol::{LengthConvention, Workload};
 use crate::recipe::args::is_flag;
+use crate::recipe::layout::NodeLayout;
+use crate::recipe::roles::PdRole;
 use crate::recipe::sweep::{INFERENCEX_PERCENTILES, INFERENCEX_WARMUPS_PER_CONC};
 
 /// What an InferenceX checkout says about evals: its thresholds file
@@ -115,8 +121,11 @@ const TP_VALUE_FLAGS: [&str; 4] = ["--tensor-parallel-size", "-tp", "--data-para
 
 /// A job's flags as written, with the matrix TP as `${TP}` where a
 /// parallel-size flag carries it, and that TP (None: left as written).
+///
+/// A prefill/decode job's sides have their own TPs: its flags stay as
+/// written and its sweep names no TP.
 fn written_args(j: &Job) -> (Vec<String>, Option<u32>) {
-    let Some(tp) = j.tp() else { return (j.engine.args.clone(), None) };
+    let Some(tp) = j.tp().filter(|_| j.roles.is_none()) else { return (j.engine.args.clone(), None) };
     let value = tp.to_string();
     let mut args = j.engine.args.clone();
     let mut replaced = false;
@@ -321,7 +330,11 @@ pub fn render(e: &Entry, jobs: &[Job], notes: &[String], evals: &CheckoutEvals) 
     for (k, v) in &base.engine.env {
         t.data(&format!("{} = {}", q(k), q(v)));
     }
-    t.data(&format!("\n[engine]\nargs = {}\n\n[sweep]", list(&written_args(base).0)));
+    t.data(&format!("\n[engine]\nargs = {}", list(&written_args(base).0)));
+    if let Some(roles) = &base.roles {
+        roles_section(&mut t, roles);
+    }
+    t.data("\n[sweep]");
     for (k, v) in sweep_keys(base) {
         t.data(&format!("{k} = {v}"));
     }
@@ -355,6 +368,29 @@ pub fn render(e: &Entry, jobs: &[Job], notes: &[String], evals: &CheckoutEvals) 
     t
 }
 
+/// `[roles.prefill]` and `[roles.decode]` of a prefill/decode job: each
+/// side's flags (after the shared `[engine] args`), its layout (serde's own
+/// TOML of [`crate::recipe::layout::NodeLayout`]), the variables it removes
+/// and, as a table of its own, the ones it sets over `[env]`.
+fn roles_section(t: &mut Doc, roles: &crate::recipe::roles::Roles) {
+    for (side, role) in [("prefill", &roles.prefill), ("decode", &roles.decode)] {
+        let Some(role) = role else { continue };
+        t.data(&format!("\n[roles.{side}]\nargs = {}", list(&role.args)));
+        if let Some(layout) = role.layout.as_ref().and_then(|l| Value::try_from(l).ok()) {
+            t.data(&format!("layout = {layout}"));
+        }
+        if !role.env_unset.is_empty() {
+            t.data(&format!("env_unset = {}", list(&role.env_unset)));
+        }
+        if !role.env.is_empty() {
+            t.data(&format!("\n[roles.{side}.env]"));
+            for (k, v) in &role.env {
+                t.data(&format!("{} = {}", q(k), q(v)));
+            }
+        }
+    }
+}
+
 /// Distinct flag names of an argument list, in order.
 fn flag_names(args: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -376,6 +412,10 @@ fn list(items: &[String]) -> String {
     format!("[{}]", items.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "))
 }
 
+/// What one engine configuration of a job must be: its side of a P/D pair
+/// (none for one engine), its flags, environment and layout.
+type Wanted = (Option<PdRole>, Vec<String>, BTreeMap<String, String>, NodeLayout);
+
 /// The round trip: the whole recipe must parse to exactly what its data
 /// lines alone parse to (every key: nothing a comment carried became
 /// data), and the recipe loader must read it and give each job exactly its
@@ -392,17 +432,41 @@ pub fn verify(doc: &Doc, jobs: &[Job]) -> Result<(), String> {
     for (i, j) in jobs.iter().enumerate() {
         let variant = if i == 0 { vec![] } else { vec![j.name.clone()] };
         let configs = recipe.engine_configs(&variant, &crate::recipe::Sweep::default())?;
-        let [c] = configs.as_slice() else { return Err(format!("job {}: {} engine configurations, not 1", j.name, configs.len())) };
         let bad = |what: &str| Err(format!("job {}: the written recipe gives different {what} than the launcher", j.name));
-        if c.args != j.engine.args {
-            return bad("flags");
+        // What each engine configuration must be: the job's one, or each
+        // side's (the shared flags and environment, then the side's own).
+        let wanted: Vec<Wanted> = match &j.roles {
+            None => vec![(None, j.engine.args.clone(), j.engine.env.clone(), recipe.layout.clone().unwrap_or_default())],
+            Some(roles) => roles
+                .pair()?
+                .into_iter()
+                .map(|(side, role)| {
+                    let args = j.engine.args.iter().chain(&role.args).cloned().collect();
+                    let mut env = j.engine.env.clone();
+                    env.extend(role.env.clone());
+                    env.retain(|k, _| !role.env_unset.contains(k));
+                    (Some(side), args, env, role.layout.clone().unwrap_or_default())
+                })
+                .collect(),
+        };
+        if configs.len() != wanted.len() {
+            return Err(format!("job {}: {} engine configurations, not {}", j.name, configs.len(), wanted.len()));
         }
-        if c.env != j.engine.env || !c.env_unset.iter().all(|k| !j.engine.env.contains_key(k)) {
-            return bad("environment");
+        for (c, (role, args, env, layout)) in configs.iter().zip(&wanted) {
+            if c.role != *role || c.layout != *layout {
+                return bad("prefill/decode sides or layout");
+            }
+            if c.args != *args {
+                return bad("flags");
+            }
+            if c.env != *env || !c.env_unset.iter().all(|k| !env.contains_key(k)) {
+                return bad("environment");
+            }
+            if c.tp != written_args(j).1 {
+                return bad("TP");
+            }
         }
-        if c.tp != written_args(j).1 {
-            return bad("TP");
-        }
+        let c = &configs[0];
         let s = &c.sweep;
         let mut want: Vec<(u32, u32, u32, u32, u32)> = Vec::new();
         match &j.bench {

@@ -11,7 +11,8 @@
 //!   `--master-addr`, `--headless`, `--host`, `--port`, the DP placement
 //!   flags) and Dynamo's own (`dyn-*`, `connector`) are not engine flags:
 //!   named in the notes.
-//! - `backend.aggregated_environment`: the engine's environment.
+//! - `environment` (every worker's), then `backend.aggregated_environment`:
+//!   the engine's environment.
 //! - `resources`: `gpu_type`, `gpus_per_node`, `agg_nodes`, `agg_workers`,
 //!   `gpus_per_agg`: the recipe's `[layout]` and hardware.
 //! - `benchmark`: `type: custom` running `agentic_srt.sh` (AIPerf's trace
@@ -24,8 +25,14 @@
 //!   (etcd/NATS), `backend.kv_events_config`, `mooncake_kv_store`: servers
 //!   beside the engine, recorded in the notes, not run.
 //!
-//! Prefill/decode files (`vllm_config.prefill`/`.decode`) are read and
-//! refused for now: P/D is issue 44.
+//! Prefill/decode files (`vllm_config.prefill`/`.decode`, issue 44) become
+//! P/D recipes (docs/pd.md): each side's keys its `[roles.<side>] args`
+//! (the keys both sides give alike, but the KV connector's config, the
+//! shared `[engine] args`), `environment` and `backend.<side>_environment`
+//! each side's env (what both see alike the shared `[env]`), `resources`
+//! (`<side>_nodes`, `<side>_workers`, `gpus_per_<side>`, `gpus_per_node`)
+//! each side's `layout`; the router between the sides, srt-slurm's node
+//! packing and a MultiConnector's Mooncake store are named in the notes.
 //!
 //! A file is named by its `name:` or its path; only files whose real path
 //! is inside the checkout are read (issue 47's rule).
@@ -43,6 +50,7 @@ use super::master_config::Entry;
 use super::sandbox::Call;
 use super::workflow::{Kind, MatrixPoint, AGENTIC_DURATION_S};
 use crate::recipe::layout::NodeLayout;
+use crate::recipe::roles::{PdRole, Role, Roles};
 
 /// Where the recipes live in a checkout.
 pub const RECIPES_DIR: &str = "benchmarks/multi_node/srt-slurm-recipes/vllm";
@@ -116,7 +124,9 @@ fn inside(root: &Path, path: &Path) -> bool {
 
 /// The first document of `text` as PyYAML reads it for srt-slurm
 /// (`yaml.safe_load`): a key given twice in one mapping keeps its last
-/// value (yaml-rust2's loader refuses the file). Returns the document and
+/// value (yaml-rust2's loader refuses the file), and a merge key
+/// (`<<: *anchor`) brings the anchored mapping's keys in under the
+/// mapping's own. Returns the document and
 /// the keys that were given twice.
 ///
 /// Errors: YAML syntax, with line and column.
@@ -164,7 +174,7 @@ pub fn load_last_key_wins(text: &str) -> Result<(Yaml, Vec<String>), String> {
                 Event::MappingStart(anchor, _) => self.stack.push((Yaml::Hash(Default::default()), anchor, None)),
                 Event::SequenceEnd | Event::MappingEnd => {
                     if let Some((node, anchor, _)) = self.stack.pop() {
-                        self.add(node, anchor);
+                        self.add(merged(node), anchor);
                     }
                 }
                 Event::Scalar(v, style, anchor, _) => {
@@ -178,6 +188,29 @@ pub fn load_last_key_wins(text: &str) -> Result<(Yaml, Vec<String>), String> {
                 _ => {}
             }
         }
+    }
+
+    /// A mapping's merge key (`<<: *anchor`, or a list of anchors) resolved
+    /// as PyYAML's `flatten_mapping` does: the merged mappings' keys first
+    /// (an earlier one in a list over a later one), the mapping's own keys
+    /// over them.
+    fn merged(node: Yaml) -> Yaml {
+        let Yaml::Hash(mut map) = node else { return node };
+        let Some(sources) = map.remove(&Yaml::String("<<".into())) else { return Yaml::Hash(map) };
+        let sources = match sources {
+            Yaml::Array(items) => items,
+            one => vec![one],
+        };
+        let mut out = yaml_rust2::yaml::Hash::new();
+        for source in sources.iter().rev() {
+            for (k, v) in source.as_hash().into_iter().flatten() {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+        for (k, v) in map {
+            out.insert(k, v);
+        }
+        Yaml::Hash(out)
     }
 
     let mut tree = Tree::default();
@@ -304,80 +337,116 @@ fn env_of(y: &Yaml) -> BTreeMap<String, String> {
 }
 
 /// The master-config entry and search-space concurrencies that name a
-/// recipe (`CONFIG_FILE=recipes/vllm/<path>`), if one does.
+/// recipe (`CONFIG_FILE=recipes/vllm/<path>`, else
+/// `EVAL_CONFIG_FILE=recipes/vllm/<path>`), if one does.
 struct MasterRef {
     entry: Entry,
     concs: Vec<u32>,
+    /// The setting that names the recipe: `CONFIG_FILE`, or
+    /// `EVAL_CONFIG_FILE` (the recipe InferenceX's multi-node launchers run
+    /// in place of CONFIG_FILE when `EVAL_ONLY=true`, e.g.
+    /// runners/launch_gb300-nv.sh, at the same search-space point).
+    setting: &'static str,
 }
 
 fn master_ref(masters: &[PathBuf], rel_to_recipes: &str) -> Result<Option<MasterRef>, String> {
-    let wanted = format!("CONFIG_FILE={CONFIG_FILE_PREFIX}{rel_to_recipes}");
-    for file in masters {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        if !text.contains(&wanted) {
-            continue;
-        }
-        let docs = YamlLoader::load_from_str(&text).map_err(|e| format!("{}: invalid YAML: {e}", file.display()))?;
-        let Some(top) = docs.first().and_then(Yaml::as_hash) else { continue };
-        for (key, e) in top {
-            let Some(key) = key.as_str() else { continue };
-            let mut concs: Vec<u32> = Vec::new();
-            for (_, scenario) in e["scenarios"].as_hash().into_iter().flatten() {
-                for config in scenario.as_vec().into_iter().flatten() {
-                    for space in config["search-space"].as_vec().into_iter().flatten() {
-                        let names = space["prefill"]["additional-settings"].as_vec().into_iter().flatten().chain(space["additional-settings"].as_vec().into_iter().flatten());
-                        if names.filter_map(Yaml::as_str).any(|s| s == wanted) {
-                            let one = Yaml::Array(vec![space.clone()]);
-                            concs.extend(super::master_config::spaces(&one).iter().flat_map(|s| s.concs()));
+    for setting in ["CONFIG_FILE", "EVAL_CONFIG_FILE"] {
+        let wanted = format!("{setting}={CONFIG_FILE_PREFIX}{rel_to_recipes}");
+        for file in masters {
+            let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            if !text.contains(&wanted) {
+                continue;
+            }
+            let docs = YamlLoader::load_from_str(&text).map_err(|e| format!("{}: invalid YAML: {e}", file.display()))?;
+            let Some(top) = docs.first().and_then(Yaml::as_hash) else { continue };
+            for (key, e) in top {
+                let Some(key) = key.as_str() else { continue };
+                let mut concs: Vec<u32> = Vec::new();
+                for (_, scenario) in e["scenarios"].as_hash().into_iter().flatten() {
+                    for config in scenario.as_vec().into_iter().flatten() {
+                        for space in config["search-space"].as_vec().into_iter().flatten() {
+                            let names =
+                                space["prefill"]["additional-settings"].as_vec().into_iter().flatten().chain(space["additional-settings"].as_vec().into_iter().flatten());
+                            if names.filter_map(Yaml::as_str).any(|s| s == wanted) {
+                                let one = Yaml::Array(vec![space.clone()]);
+                                concs.extend(super::master_config::spaces(&one).iter().flat_map(|s| s.concs()));
+                            }
                         }
                     }
                 }
-            }
-            if !concs.is_empty() {
-                concs.sort_unstable();
-                concs.dedup();
-                let entry = super::master_config::read_entry(&text, key).map_err(|e| format!("{}: {e}", file.display()))?;
-                return Ok(Some(MasterRef { entry, concs }));
+                if !concs.is_empty() {
+                    concs.sort_unstable();
+                    concs.dedup();
+                    let entry = super::master_config::read_entry(&text, key).map_err(|e| format!("{}: {e}", file.display()))?;
+                    return Ok(Some(MasterRef { entry, concs, setting }));
+                }
             }
         }
     }
     Ok(None)
 }
 
-/// Imports an aggregated recipe file as a recipe with a `[layout]`;
-/// `masters`: the checkout's master configs (where its concurrencies are).
+/// For the first note: where the concurrencies came from.
+fn concs_from(m: &MasterRef) -> String {
+    let how = match m.setting {
+        "CONFIG_FILE" => "",
+        _ => " (which names it as EVAL_CONFIG_FILE: InferenceX runs it in place of the point's CONFIG_FILE in eval-only runs, EVAL_ONLY=true)",
+    };
+    format!("; concurrencies from master-config entry {}{how}", m.entry.key)
+}
+
+/// The engine part of a recipe file: the shared `[engine] args` and
+/// `[env]`, the aggregated engine's `[layout]` or a P/D file's two sides,
+/// the first note (what came from where) and the notes on what was not
+/// carried.
+struct Engines {
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    /// An aggregated file's `[layout]`.
+    layout: Option<NodeLayout>,
+    /// A P/D file's `[roles.prefill]` / `[roles.decode]`.
+    roles: Option<Roles>,
+    /// What the engine part came from, for the recipe's first note.
+    summary: String,
+    notes: Vec<String>,
+}
+
+/// The `vllm_config` key that configures the KV connector: each side of a
+/// P/D recipe keeps its own, even when both give the same.
+const KV_TRANSFER_KEY: &str = "kv-transfer-config";
+
+/// Imports a recipe file: an aggregated one (`vllm_config.aggregated`) as a
+/// recipe with a `[layout]`, a prefill/decode one (`vllm_config.prefill` /
+/// `.decode`) as a P/D recipe (`[roles.prefill]` / `[roles.decode]`, each
+/// with its layout); `masters`: the checkout's master configs (where its
+/// concurrencies are).
 ///
-/// Errors (naming the file and the part): a P/D file (issue 44), a
-/// benchmark type other than the agentic replay or sa-bench, an agentic
-/// replay no master-config entry gives concurrencies for, GPUs that do not
-/// add up (`gpus_per_agg` against TP x PP x PCP x DP), a recipe that does
-/// not parse back.
+/// Errors (naming the file and the part): no engine configuration or only
+/// one side of a P/D pair, a benchmark type other than the agentic replay
+/// or sa-bench, an agentic replay no master-config entry gives
+/// concurrencies for, GPUs that do not add up (`gpus_per_agg` /
+/// `gpus_per_prefill` / `gpus_per_decode` against TP x PP x PCP x DP), a
+/// recipe that does not parse back or fails the P/D checks
+/// ([`crate::recipe::roles::check_pair`], the sides' layouts).
 pub fn import(r: &SrtRecipe, masters: &[PathBuf], evals: &super::render::CheckoutEvals) -> Result<Imported, String> {
     let arm = format!("{} ({})", r.name, r.path.display());
     if d_is_cpu(&r.doc) && r.doc["resources"]["gpus_per_node"].as_i64().is_some() {
         return Err(format!("{arm}: resources.gpu_type cpu with gpus_per_node: a CPU recipe counts no GPUs"));
     }
-    if r.is_disaggregated() {
-        return Err(format!(
-            "{arm}: a prefill/decode recipe (backend.vllm_config.prefill/decode): P/D runs through issue 44, not yet; the aggregated recipes (vllm_config.aggregated) import"
-        ));
-    }
     let d = &r.doc;
-    let mode = &d["backend"]["vllm_config"]["aggregated"];
-    if mode.is_badvalue() {
-        return Err(format!("{arm}: no backend.vllm_config.aggregated (the vllm serve keys of an aggregated recipe)"));
-    }
     if let Some(t) = d["backend"]["type"].as_str().filter(|t| *t != "vllm") {
         return Err(format!("{arm}: backend.type {t}: only vllm recipes import"));
     }
-    let (args, mut notes) = flags_of(mode).map_err(|e| format!("{arm}: {e}"))?;
+    let engines = if r.is_disaggregated() { pd_engines(d) } else { aggregated_engine(d) }.map_err(|e| format!("{arm}: {e}"))?;
+    let Engines { args, env, layout, roles, summary, notes: engine_notes } = engines;
+    let mut notes = engine_notes;
     for k in &r.twice {
         notes.push(format!("{k}: given twice in one mapping of the file; the last value counts, as srt-slurm's YAML reader (PyYAML) takes it"));
     }
-    let env = env_of(&d["backend"]["aggregated_environment"]);
+    let configs = &d["backend"]["vllm_config"];
     let model = d["identity"]["model"]["repo"]
         .as_str()
-        .or(mode["served-model-name"].as_str())
+        .or(["aggregated", "prefill", "decode"].iter().find_map(|m| configs[*m]["served-model-name"].as_str()))
         .or(d["model"]["path"].as_str())
         .ok_or_else(|| format!("{arm}: no model (identity.model.repo, served-model-name or model.path)"))?
         .to_string();
@@ -386,11 +455,10 @@ pub fn import(r: &SrtRecipe, masters: &[PathBuf], evals: &super::render::Checkou
             notes.push(format!("model {model} (identity.model.repo); srt-slurm mounts it by its alias {alias:?} (model.path)"));
         }
     }
-    let layout = layout_of(d, &args, &env).map_err(|e| format!("{arm}: {e}"))?;
     let rel_to_recipes = r.path.strip_prefix(RECIPES_DIR).unwrap_or(&r.path).display().to_string();
     let master = master_ref(masters, &rel_to_recipes)?;
     let (bench, points) = bench_of(d, &args, master.as_ref()).map_err(|e| format!("{arm}: {e}"))?;
-    notes.extend(server_notes(d));
+    notes.extend(server_notes(d, r.is_disaggregated()));
     let mut entry = master.as_ref().map(|m| m.entry.clone()).unwrap_or_default();
     entry.key = r.name.clone();
     entry.model = Some(model.clone());
@@ -409,15 +477,13 @@ pub fn import(r: &SrtRecipe, masters: &[PathBuf], evals: &super::render::Checkou
         eval_env: BTreeMap::new(),
         facts_used: Vec::new(),
         checkpoints: Vec::new(),
+        roles,
     };
     let mut all_notes = vec![format!(
-        "srt-slurm recipe {} ({}): {} node(s) of {} {} GPUs{}; the vllm serve keys of backend.vllm_config.aggregated as flags in srt-slurm's order, backend.aggregated_environment as [env]",
+        "srt-slurm recipe {} ({}): {summary}{}",
         r.name,
         r.path.display(),
-        layout.nodes,
-        layout.gpus_per_node.map_or("?".into(), |g| g.to_string()),
-        entry.runner.clone().unwrap_or_default(),
-        master.as_ref().map(|m| format!("; concurrencies from master-config entry {}", m.entry.key)).unwrap_or_default()
+        master.as_ref().map(concs_from).unwrap_or_default()
     )];
     if let Bench::Agentic(rp) = &bench {
         all_notes.extend(super::render::agentic_notes(rp));
@@ -434,49 +500,201 @@ pub fn import(r: &SrtRecipe, masters: &[PathBuf], evals: &super::render::Checkou
     }
     let launcher_said = |l: &str| ["# Imported by", "# the launcher ran", "# InferenceX ran it", "# job base"].iter().any(|p| l.starts_with(p));
     let mut doc = rendered.with_header(&header, launcher_said);
-    doc.push_data(&render_layout(&layout));
-    super::render::verify(&doc, std::slice::from_ref(&job))?;
+    if let Some(layout) = &layout {
+        doc.push_data(&render_layout(layout));
+    }
+    super::render::verify(&doc, std::slice::from_ref(&job)).map_err(|e| format!("{arm}: {e}"))?;
     let recipe = crate::recipe::Recipe::parse(&doc.toml, "the imported recipe").map_err(|e| format!("{e:#}"))?;
-    if recipe.layout.as_ref() != Some(&layout) {
+    if recipe.layout != layout {
         return Err(format!("{arm}: the written recipe gives a different [layout]"));
     }
     Ok(Imported { toml: doc.toml, jobs: vec![job], notes: all_notes })
+}
+
+/// `backend.vllm_config.aggregated` with `environment` and
+/// `backend.aggregated_environment` (srt-slurm's environment of every
+/// worker, then the mode's) and `resources` as `[layout]`.
+fn aggregated_engine(d: &Yaml) -> Result<Engines, String> {
+    let mode = &d["backend"]["vllm_config"]["aggregated"];
+    if mode.is_badvalue() {
+        return Err("no backend.vllm_config.aggregated (the vllm serve keys of an aggregated recipe) nor .prefill/.decode (a P/D recipe's)".into());
+    }
+    let (args, notes) = flags_of(mode)?;
+    let env = mode_env(d, "aggregated");
+    let layout = layout_of(d, "agg", &args, &env)?;
+    let summary = format!(
+        "{} node(s) of {} {} GPUs; the vllm serve keys of backend.vllm_config.aggregated as flags in srt-slurm's order, environment and backend.aggregated_environment as [env]",
+        layout.nodes,
+        layout.gpus_per_node.map_or("?".into(), |g| g.to_string()),
+        d["resources"]["gpu_type"].as_str().unwrap_or_default(),
+    );
+    Ok(Engines { args, env, layout: Some(layout), roles: None, summary, notes })
+}
+
+/// srt-slurm's environment of a mode's workers: `environment` (every
+/// worker's), then `backend.<mode>_environment` over it.
+fn mode_env(d: &Yaml, mode: &str) -> BTreeMap<String, String> {
+    let mut env = env_of(&d["environment"]);
+    env.extend(env_of(&d["backend"][format!("{mode}_environment").as_str()]));
+    env
+}
+
+/// A mapping's keys as srt-slurm spells the flags (`_` as `-`).
+fn keys_as_flags(mode: &Yaml) -> Result<BTreeMap<String, Yaml>, String> {
+    let Yaml::Hash(h) = mode else { return Err("not a mapping of vllm serve keys".into()) };
+    Ok(h.iter().filter_map(|(k, v)| k.as_str().map(|k| (k.replace('_', "-"), v.clone()))).collect())
+}
+
+/// A prefill/decode file's two sides: `vllm_config.prefill` / `.decode` as
+/// each side's flags (the keys both give with the same value, but the KV
+/// connector's config, go to the shared `[engine] args`), `environment`
+/// and each side's `backend.<side>_environment` as the shared `[env]` and
+/// each side's env (what both sides see alike is shared), `resources` as
+/// each side's layout.
+///
+/// Errors: one side missing or not a mapping, a side's flags or layout
+/// ([`layout_of`]).
+fn pd_engines(d: &Yaml) -> Result<Engines, String> {
+    let configs = &d["backend"]["vllm_config"];
+    let mut sides = Vec::new();
+    for side in PdRole::BOTH {
+        let mode = &configs[side.name()];
+        if mode.is_badvalue() {
+            let other = PdRole::BOTH.into_iter().find(|s| *s != side).unwrap_or(side);
+            return Err(format!("backend.vllm_config has {other} but no {side}: a prefill/decode recipe needs both sides' vllm serve keys"));
+        }
+        sides.push(keys_as_flags(mode).map_err(|e| format!("backend.vllm_config.{side}: {e}"))?);
+    }
+    let shared: BTreeMap<String, Yaml> =
+        sides[0].iter().filter(|(k, v)| k.as_str() != KV_TRANSFER_KEY && sides[1].get(*k) == Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let as_yaml = |m: BTreeMap<String, Yaml>| Yaml::Hash(m.into_iter().map(|(k, v)| (Yaml::String(k), v)).collect());
+    let (args, shared_notes) = flags_of(&as_yaml(shared.clone()))?;
+    let mut notes: Vec<String> = shared_notes.into_iter().map(|n| format!("both sides: {n}")).collect();
+    let envs: Vec<BTreeMap<String, String>> = PdRole::BOTH.iter().map(|s| mode_env(d, s.name())).collect();
+    let env: BTreeMap<String, String> = envs[0].iter().filter(|(k, v)| envs[1].get(*k) == Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut roles = Roles::default();
+    let mut shown = Vec::new();
+    for (i, side) in PdRole::BOTH.into_iter().enumerate() {
+        let own: BTreeMap<String, Yaml> = sides[i].iter().filter(|(k, _)| !shared.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let (own_args, own_notes) = flags_of(&as_yaml(own))?;
+        notes.extend(own_notes.into_iter().map(|n| format!("[roles.{side}] {n}")));
+        let all_args: Vec<String> = args.iter().chain(&own_args).cloned().collect();
+        let layout = layout_of(d, side.name(), &all_args, &envs[i])?;
+        notes.extend(packing_note(d, side.name(), &layout));
+        notes.extend(kv_notes(side, &all_args));
+        shown.push(format!("{side} {} worker(s) of {} node(s) each", layout.workers, layout.nodes));
+        let role = Role {
+            args: own_args,
+            env: envs[i].iter().filter(|(k, _)| !env.contains_key(*k)).map(|(k, v)| (k.clone(), v.clone())).collect(),
+            env_unset: Vec::new(),
+            layout: Some(layout),
+        };
+        match side {
+            PdRole::Prefill => roles.prefill = Some(role),
+            PdRole::Decode => roles.decode = Some(role),
+        }
+    }
+    let res = &d["resources"];
+    let summary = format!(
+        "prefill/decode on nodes of {} {} GPUs: {}; the vllm serve keys of backend.vllm_config.prefill/.decode as [roles.prefill]/[roles.decode] args in srt-slurm's order (the keys both sides give alike, but {KV_TRANSFER_KEY}, as [engine] args), environment and backend.prefill_environment/decode_environment as each side's env (what both see alike as [env]), resources as each side's layout",
+        res["gpus_per_node"].as_i64().map_or("?".into(), |g| g.to_string()),
+        res["gpu_type"].as_str().unwrap_or_default(),
+        shown.join(", ")
+    );
+    for (key, what) in [
+        ("het_jobs", "a Slurm heterogeneous job per side"),
+        ("spread_workers", "workers spread over the nodes"),
+    ] {
+        if res[key].as_bool() == Some(true) {
+            notes.push(format!("resources.{key} true ({what}): srt-slurm's placement of the workers; not carried (each side's layout gives its engines' nodes)"));
+        }
+    }
+    for key in ["allow_prefill_decode_colocation", "allow_prefill_decode_colocation_across_nodes"] {
+        if d["backend"][key].as_bool() == Some(true) {
+            notes.push(format!("backend.{key} true: srt-slurm may put prefill and decode workers on one node; not carried (each side's layout gives its own nodes)"));
+        }
+    }
+    if let Some(m) = d["backend"]["dp_launch_mode"].as_str() {
+        notes.push(format!("backend.dp_launch_mode {m}: how srt-slurm starts a DP worker's processes (per node or per GPU); enginebench places DP ranks itself (docs/data-parallel.md, docs/multi-node.md)"));
+    }
+    Ok(Engines { args, env, layout: None, roles: Some(roles), summary, notes })
+}
+
+/// For the notes: srt-slurm's node count of a side when its workers share
+/// nodes (several on one node, or on the other side's nodes); the layout
+/// gives each worker its own.
+fn packing_note(d: &Yaml, side: &str, layout: &NodeLayout) -> Option<String> {
+    let nodes = d["resources"][format!("{side}_nodes").as_str()].as_i64()?;
+    if nodes == 0 {
+        return Some(format!("resources.{side}_nodes 0: srt-slurm puts the {side} workers on the other side's nodes; here each {side} worker has {} node(s) of its own", layout.nodes));
+    }
+    let own = i64::from(layout.workers) * i64::from(layout.nodes);
+    (nodes != own).then(|| {
+        format!(
+            "resources.{side}_nodes {nodes} for {} {side} worker(s): srt-slurm packs several workers on one node; here each has {} node(s) of its own ({own} in all)",
+            layout.workers, layout.nodes
+        )
+    })
+}
+
+/// For the notes: what a side's KV connector config holds that runs
+/// beside the engine or is the harness's to give.
+fn kv_notes(side: PdRole, args: &[String]) -> Vec<String> {
+    let Some(text) = crate::recipe::parallel::flag_value(args, &crate::recipe::roles::KV_TRANSFER_FLAGS) else { return Vec::new() };
+    let Ok(kv) = serde_json::from_str::<serde_json::Value>(&text) else { return Vec::new() };
+    let mut out = Vec::new();
+    let inner: Vec<&serde_json::Value> = kv["kv_connector_extra_config"]["connectors"].as_array().into_iter().flatten().collect();
+    if let Some(id) = std::iter::once(&kv).chain(inner.iter().copied()).find_map(|c| c["engine_id"].as_str()) {
+        out.push(format!("[roles.{side}] --kv-transfer-config engine_id {id:?}: the harness gives each worker its own engine id and NIXL side-channel port; the recipe's is not used"));
+    }
+    let parts: Vec<&str> = inner.iter().filter_map(|c| c["kv_connector"].as_str()).collect();
+    if parts.iter().any(|c| c.starts_with("Mooncake")) {
+        out.push(format!(
+            "[roles.{side}] --kv-transfer-config is a {} of {}: kept as the recipe gives it; the Mooncake store its MooncakeStore connector reads and writes (srt-slurm's backend.mooncake_kv_store) is not set up by enginebench",
+            kv["kv_connector"].as_str().unwrap_or("MultiConnector"),
+            parts.join(" + ")
+        ));
+    }
+    out
 }
 
 fn d_is_cpu(d: &Yaml) -> bool {
     d["resources"]["gpu_type"].as_str() == Some("cpu")
 }
 
-/// `resources` as the recipe's layout.
+/// `resources` as the layout of one mode's engines (`mode`: `agg`,
+/// `prefill` or `decode`): `<mode>_workers` engines, each on the nodes its
+/// GPUs need (`gpus_per_<mode>`, else srt-slurm's `<mode>_nodes` x
+/// `gpus_per_node` / workers, over `gpus_per_node`).
 ///
-/// Errors: no `agg_nodes`/`gpus_per_node`, or `gpus_per_agg` unequal to
-/// TP x PP x PCP x DP.
-fn layout_of(d: &Yaml, args: &[String], env: &BTreeMap<String, String>) -> Result<NodeLayout, String> {
+/// Errors: no `<mode>_nodes` / `gpus_per_node`, or GPUs per worker unequal
+/// to TP x PP x PCP x DP of `args`.
+fn layout_of(d: &Yaml, mode: &str, args: &[String], env: &BTreeMap<String, String>) -> Result<NodeLayout, String> {
     let res = &d["resources"];
     let int = |k: &str| res[k].as_i64().and_then(|v| u32::try_from(v).ok());
-    let nodes = int("agg_nodes").ok_or("resources.agg_nodes missing")?;
-    // A CPU recipe (gpu_type cpu) counts no GPUs: its nodes split cores.
-    let cpu = res["gpu_type"].as_str() == Some("cpu");
-    let gpus_per_node = match int("gpus_per_node") {
-        Some(g) => Some(g),
-        None if cpu => None,
-        None => return Err("resources.gpus_per_node missing".into()),
-    };
-    let workers = int("agg_workers").unwrap_or(1);
+    let nodes = int(&format!("{mode}_nodes")).ok_or(format!("resources.{mode}_nodes missing"))?;
+    let workers = int(&format!("{mode}_workers")).unwrap_or(1).max(1);
     let shape = crate::recipe::parallel::Layout::of(args, None, env.get(crate::recipe::parallel::DP_SIZE_VAR).map(String::as_str));
-    if let Some(g) = int("gpus_per_agg") {
-        if g != shape.gpus() {
-            return Err(format!(
-                "resources.gpus_per_agg {g} but the flags make TP {} x PP {} x PCP {} x DP {} = {} GPUs",
-                shape.tp,
-                shape.pp,
-                shape.pcp,
-                shape.dp,
-                shape.gpus()
-            ));
-        }
+    // A CPU recipe (gpu_type cpu) counts no GPUs: its nodes split cores.
+    if res["gpu_type"].as_str() == Some("cpu") {
+        return Ok(NodeLayout { nodes: (nodes / workers).max(1), gpus_per_node: None, dp_ranks_per_node: None, workers });
     }
-    Ok(NodeLayout { nodes, gpus_per_node: gpus_per_node.filter(|_| !cpu), dp_ranks_per_node: None, workers })
+    let gpus_per_node = int("gpus_per_node").ok_or("resources.gpus_per_node missing")?;
+    let key = format!("gpus_per_{mode}");
+    let per_worker = int(&key).unwrap_or(nodes * gpus_per_node / workers);
+    if per_worker != shape.gpus() {
+        let given = if int(&key).is_some() { format!("resources.{key} {per_worker}") } else { format!("resources ({mode}_nodes x gpus_per_node / {mode}_workers) give {per_worker} GPUs per worker") };
+        return Err(format!(
+            "{given} but the {} flags make TP {} x PP {} x PCP {} x DP {} = {} GPUs",
+            if mode == "agg" { "engine's".to_string() } else { format!("{mode} side's") },
+            shape.tp,
+            shape.pp,
+            shape.pcp,
+            shape.dp,
+            shape.gpus()
+        ));
+    }
+    Ok(NodeLayout { nodes: per_worker.div_ceil(gpus_per_node).max(1), gpus_per_node: Some(gpus_per_node), dp_ranks_per_node: None, workers })
 }
 
 fn render_layout(l: &NodeLayout) -> String {
@@ -523,7 +741,7 @@ fn bench_of(d: &Yaml, args: &[String], master: Option<&MasterRef>) -> Result<(Be
             let trace = Call { line: 0, args: vec![loader], env: BTreeMap::new() };
             let replay = client::replay(&call, Some(&trace))?;
             let m = master.ok_or(
-                "no master-config entry names this recipe (CONFIG_FILE=recipes/vllm/...): the replay's concurrencies (CONC_LIST) come from there",
+                "no master-config entry names this recipe (CONFIG_FILE=recipes/vllm/... or EVAL_CONFIG_FILE=...): the replay's concurrencies (CONC_LIST) come from there",
             )?;
             Ok((Bench::Agentic(replay), m.concs.iter().map(|&c| point(Kind::Agentic, 0, 0, c)).collect()))
         }
@@ -560,15 +778,27 @@ fn bench_of(d: &Yaml, args: &[String], master: Option<&MasterRef>) -> Result<(Be
     }
 }
 
-/// What runs beside the engine in srt-slurm and is not reproduced.
-fn server_notes(d: &Yaml) -> Vec<String> {
+/// What runs beside the engine in srt-slurm and is not reproduced; `pd`:
+/// a prefill/decode file.
+fn server_notes(d: &Yaml, pd: bool) -> Vec<String> {
     let mut out = Vec::new();
     let f = &d["frontend"];
     if let Some(t) = f["type"].as_str() {
         let args = scalar(&f["args"]).map(|a| format!(" with {a}")).unwrap_or_default();
+        let env = f["env"].as_hash().filter(|h| !h.is_empty()).map(|_| format!(" and env {}", to_json(&f["env"]))).unwrap_or_default();
+        let more = match f["num_additional_frontends"].as_i64() {
+            Some(n) if f["enable_multiple_frontends"].as_bool() == Some(true) && n > 0 => format!(" ({} frontends behind nginx)", n + 1),
+            _ => String::new(),
+        };
+        let engines = if pd {
+            "requests go to the engines directly (no HTTP; between the sides the harness is the proxy, docs/pd.md)"
+        } else {
+            "requests go to the engine directly (no HTTP, no router; with DP, enginebench's balancer spreads them as vLLM's does)"
+        };
         out.push(format!(
-            "frontend {t}{args}: the {} in front of the engine is not reproduced: requests go to the engine directly (no HTTP, no router; with DP, enginebench's balancer spreads them as vLLM's does)",
-            if t == "dynamo" { "Dynamo frontend and router" } else { "API server" }
+            "frontend {t}{args}{env}{more}: the {} in front of the {} is not reproduced: {engines}",
+            if t == "dynamo" { "Dynamo frontend and router" } else { "API server" },
+            if pd { "prefill and decode workers" } else { "engine" }
         ));
     }
     if let Some(v) = d["dynamo"]["version"].as_str().or(d["identity"]["frameworks"]["dynamo"].as_str()) {
@@ -599,6 +829,12 @@ mod tests {
         let (doc, twice) = load_last_key_wins("a:\n  x: 1\n  y: '2'\n  x: 3\nb: [1, two]\n").unwrap();
         assert_eq!((doc["a"]["x"].as_i64(), doc["a"]["y"].as_str(), doc["b"][1].as_str()), (Some(3), Some("2"), Some("two")));
         assert_eq!(twice, ["x"]);
+        // A merge key: the anchored mapping's keys under the mapping's own.
+        let (doc, twice) = load_last_key_wins("p: &base {a: 1, b: 2}\nd:\n  <<: *base\n  b: 3\n  c: 4\n").unwrap();
+        assert_eq!((doc["d"]["a"].as_i64(), doc["d"]["b"].as_i64(), doc["d"]["c"].as_i64(), doc["p"]["b"].as_i64()), (Some(1), Some(3), Some(4), Some(2)));
+        assert!(doc["d"]["<<"].is_badvalue() && twice.is_empty());
+        let (doc, _) = load_last_key_wins("x: &x {a: 1}\ny: &y {a: 2, b: 2}\nz: {<<: [*x, *y]}\n").unwrap();
+        assert_eq!((doc["z"]["a"].as_i64(), doc["z"]["b"].as_i64()), (Some(1), Some(2)));
         assert!(load_last_key_wins("a: [1,").unwrap_err().contains("invalid YAML"));
     }
 
@@ -619,5 +855,40 @@ mod tests {
         let n = notes.join("\n");
         assert!(n.contains("--data-parallel-rpc-port 13345: srt-slurm sets it"), "{n}");
         assert!(n.contains("dyn-tool-call-parser") && n.contains("--enforce-eager: false"), "{n}");
+    }
+
+    /// A P/D file's sides: keys both give alike (but the KV connector's
+    /// config) shared, the rest each side's; the environment split the same
+    /// way; each side's layout from `resources`.
+    #[test]
+    fn a_pd_file_splits_into_shared_flags_and_two_sides() {
+        let (d, _) = load_last_key_wins(
+            "environment: {G: '1'}\nresources: {gpu_type: gb200, gpus_per_node: 8, prefill_nodes: 2, prefill_workers: 1, gpus_per_prefill: 16, decode_nodes: 1, decode_workers: 2, gpus_per_decode: 4}\nbackend:\n  prefill_environment: {A: '1', B: p}\n  decode_environment: {A: '1', B: d}\n  vllm_config:\n    prefill: &p {kv-transfer-config: '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}', tensor-parallel-size: 8, data-parallel-size: 2, block_size: 64, dyn-tool-call-parser: x}\n    decode: {<<: *p, data-parallel-size: 1, tensor-parallel-size: 4}\n",
+        )
+        .unwrap();
+        let e = pd_engines(&d).unwrap();
+        assert_eq!(e.args, ["--block-size", "64"]);
+        assert_eq!(e.env, BTreeMap::from([("A".to_string(), "1".to_string()), ("G".to_string(), "1".to_string())]));
+        let roles = e.roles.unwrap();
+        let (p, dd) = (roles.prefill.unwrap(), roles.decode.unwrap());
+        assert_eq!(p.args[..2], ["--data-parallel-size", "2"]);
+        assert!(p.args.contains(&"--kv-transfer-config".to_string()) && dd.args.contains(&"--kv-transfer-config".to_string()), "each side keeps its connector: {p:?} {dd:?}");
+        assert_eq!((p.env.get("B").map(String::as_str), dd.env.get("B").map(String::as_str)), (Some("p"), Some("d")));
+        assert_eq!(p.layout, Some(NodeLayout { nodes: 2, gpus_per_node: Some(8), dp_ranks_per_node: None, workers: 1 }));
+        assert_eq!(dd.layout, Some(NodeLayout { nodes: 1, gpus_per_node: Some(8), dp_ranks_per_node: None, workers: 2 }));
+        let n = e.notes.join("\n");
+        assert!(n.contains("both sides: dyn-tool-call-parser") && n.contains("resources.decode_nodes 1 for 2 decode worker(s)"), "{n}");
+    }
+
+    #[test]
+    fn a_pd_file_with_one_side_or_gpus_that_do_not_add_up_is_refused() {
+        let one = yaml("resources: {gpus_per_node: 4, prefill_nodes: 1}\nbackend: {vllm_config: {prefill: {tensor-parallel-size: 4}}}");
+        let e = pd_engines(&one).err().unwrap();
+        assert!(e.contains("backend.vllm_config has prefill but no decode"), "{e}");
+        let gpus = yaml(
+            "resources: {gpus_per_node: 4, prefill_nodes: 1, decode_nodes: 1, gpus_per_prefill: 4, gpus_per_decode: 8}\nbackend: {vllm_config: {prefill: {tensor-parallel-size: 4}, decode: {tensor-parallel-size: 4}}}",
+        );
+        let e = pd_engines(&gpus).err().unwrap();
+        assert!(e.contains("resources.gpus_per_decode 8 but the decode side's flags make TP 4 x PP 1 x PCP 1 x DP 1 = 4 GPUs"), "{e}");
     }
 }

@@ -219,8 +219,8 @@ fn a_data_parallel_recipe_checks_and_a_slow_start_ends_quickly() {
 /// named by `name:` or path, the vllm serve keys as flags through vLLM's
 /// parser (`recipe check`), the environment, `resources` as `[layout]`, the
 /// concurrencies of the master-config entry that names the file, Dynamo's
-/// frontend and settings in the notes; a P/D file refused naming issue 44;
-/// a multi-node master-config entry names its recipes.
+/// frontend and settings in the notes; a multi-node master-config entry
+/// names its recipes.
 #[test]
 fn srt_slurm_aggregated_recipes_import_with_their_layout_and_check() {
     let dir = tempfile::tempdir().unwrap();
@@ -262,14 +262,92 @@ fn srt_slurm_aggregated_recipes_import_with_their_layout_and_check() {
     args.extend(files.iter().map(String::as_str));
     let check = enginebench(&args);
     assert_eq!(check.status.code(), Some(0), "{}", text(&check));
-    // P/D: read, refused for now.
-    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "demo-moe-vllm-disagg-1p1d"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("prefill/decode") && text(&out).contains("issue 44"), "{}", text(&out));
     // The multi-node master-config entry names its srt-slurm recipes.
     let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "demo-moe-fp4-gb200-dynamo-vllm-agentic"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("srt-slurm-recipes/vllm/demo-moe/agentic/agg-tp8-agentic.yaml"), "{}", text(&out));
+}
+
+/// InferenceX's srt-slurm prefill/decode recipes (issue 44), on the fixture
+/// checkout: a 1P1D file by `name:` and a 2P3D one by path become P/D
+/// recipes (each side's flags, env and layout; what both share in
+/// `[engine]` / `[env]`; the router, node packing, the Mooncake store,
+/// Dynamo's keys and a recipe's engine id in the notes) that pass `recipe
+/// check` (both sides through vLLM's parser, the P/D checks); a file whose
+/// sides disagree on the KV block size is refused with exit 2 naming the
+/// file and the flag.
+#[test]
+fn srt_slurm_pd_recipes_import_with_their_roles_and_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let ix = checkout();
+    let one = dir.path().join("1p1d.toml");
+    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "demo-moe-vllm-disagg-1p1d", "-o", one.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let toml = std::fs::read_to_string(&one).unwrap();
+    let recipe: toml::Table = toml::from_str(&toml).unwrap();
+    let args = |t: &toml::Value| t["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        args(&recipe["engine"]),
+        ["--block-size", "64", "--kv-cache-dtype", "fp8", "--served-model-name", "example/Demo-MoE-FP4", "--tensor-parallel-size", "4"],
+        "the keys both sides give alike: {toml}"
+    );
+    let nixl = r#"{"kv_connector":"NixlConnector","kv_role":"kv_both"}"#;
+    let (p, d) = (&recipe["roles"]["prefill"], &recipe["roles"]["decode"]);
+    assert_eq!(args(p), ["--enforce-eager", "--kv-transfer-config", nixl, "--max-num-batched-tokens", "16384"], "{toml}");
+    assert_eq!(args(d), ["--kv-transfer-config", nixl, "--max-num-batched-tokens", "512", "--max-num-seqs", "256"], "{toml}");
+    assert_eq!(recipe["env"]["VLLM_ENGINE_READY_TIMEOUT_S"].as_str(), Some("3600"), "{toml}");
+    assert_eq!(p["env"]["DEMO_PREFILL_KNOB"].as_str(), Some("1"), "{toml}");
+    assert!(d.get("env").is_none(), "{toml}");
+    for side in [p, d] {
+        assert_eq!(side["layout"].to_string(), "{ gpus_per_node = 4, nodes = 1, workers = 1 }", "{toml}");
+    }
+    assert!(recipe.get("layout").is_none() && toml.contains("conc = [8, 32]"), "{toml}");
+    assert!(toml.contains("frontend dynamo with {\"router-mode\":\"round-robin\"}") && toml.contains("between the sides the harness is the proxy"), "{toml}");
+
+    // xPyD by path: DP prefill workers and TP decode workers packed on
+    // nodes, the decode keys merged from the prefill's (a YAML anchor).
+    let two = dir.path().join("2p3d.toml");
+    let key = "demo-moe/disagg/disagg-2p3d.yaml";
+    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", key, "-o", two.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let toml = std::fs::read_to_string(&two).unwrap();
+    let recipe: toml::Table = toml::from_str(&toml).unwrap();
+    let (p, d) = (&recipe["roles"]["prefill"], &recipe["roles"]["decode"]);
+    assert_eq!(args(&recipe["engine"]), ["--block-size", "64", "--served-model-name", "example/Demo-MoE-FP4"], "{toml}");
+    assert_eq!(&args(p)[..3], ["--data-parallel-size", "4", "--enable-expert-parallel"], "{toml}");
+    let (pa, da) = (args(p), args(d));
+    assert!(pa.ends_with(&["--max-num-batched-tokens".into(), "16384".into(), "--tensor-parallel-size".into(), "1".into()]), "{toml}");
+    assert!(da.ends_with(&["--max-num-batched-tokens".into(), "256".into(), "--tensor-parallel-size".into(), "4".into()]), "{toml}");
+    assert!(!da.contains(&"--enable-expert-parallel".to_string()) && da[..2] == ["--data-parallel-size", "1"], "{toml}");
+    assert_eq!(p["layout"].to_string(), "{ gpus_per_node = 8, nodes = 1, workers = 2 }", "{toml}");
+    assert_eq!(d["layout"].to_string(), "{ gpus_per_node = 8, nodes = 1, workers = 3 }", "{toml}");
+    assert_eq!((recipe["env"]["PYTHONHASHSEED"].as_str(), recipe["env"]["UCX_TLS"].as_str()), (Some("0"), Some("rc,cuda_copy")), "{toml}");
+    assert_eq!((p["env"]["DEMO_SIDE"].as_str(), d["env"]["DEMO_SIDE"].as_str()), (Some("prefill"), Some("decode")), "{toml}");
+    for note in [
+        "both sides: dyn-reasoning-parser: demo: a Dynamo worker setting",
+        "both sides: --data-parallel-rpc-port 13345",
+        "resources.prefill_nodes 1 for 2 prefill worker(s)",
+        "resources.decode_nodes 2 for 3 decode worker(s)",
+        "[roles.decode] --kv-transfer-config engine_id \"decode-fixed\"",
+        "[roles.prefill] --kv-transfer-config is a MultiConnector of NixlConnector + MooncakeStoreConnector",
+        "[roles.decode] --enable-expert-parallel: false in the recipe",
+        "(4 frontends behind nginx)",
+    ] {
+        assert!(toml.contains(note), "note {note:?} missing: {toml}");
+    }
+    // Both sides of both through vLLM's serve parser and the P/D checks.
+    let check = enginebench(&["recipe", "check", one.to_str().unwrap(), two.to_str().unwrap()]);
+    let log = text(&check);
+    assert_eq!(check.status.code(), Some(0), "{log}");
+    assert_eq!(log.matches("base prefill [ok]").count() + log.matches("base decode [ok]").count(), 4, "{log}");
+
+    // Sides that disagree on the KV block size: refused, nothing written.
+    let bad = dir.path().join("bad.toml");
+    let out = enginebench(&["import", "inferencex", "--inferencex-checkout", &ix, "--key", "demo-moe-vllm-disagg-1p1d-bad-block", "-o", bad.to_str().unwrap()]);
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains("disagg/disagg-1p1d-bad-block.yaml") && log.contains("prefill has --block-size 64 but decode has 128"), "{log}");
+    assert!(!bad.exists());
 }
 
 /// A CPU srt-slurm recipe (the tiny MoE as a DP group over 2 "nodes")
