@@ -35,6 +35,14 @@
 //!   loop: no per-request cache line touched, no allocation per token.
 //!   Progress goes to the orchestrator at most 10 times a second (the
 //!   worker), nothing is written per step.
+//! - **An admission budget per gap.** While requests are in flight, the
+//!   loop sends new ones for at most [`admission_budget`] of a gap (a fifth
+//!   of the last step, at least 1 ms) and the rest after the next step, so a burst of due requests (a
+//!   replay's ramp: hundreds of long first turns at once) is spread over
+//!   steps instead of stalling one gap for hundreds of milliseconds
+//!   (issue 46). A request held back keeps as its send time the start of
+//!   the gap in which it was due, so the wait counts in its TTFT and E2EL
+//!   as a server's queue would count it.
 //! - **Whether to step** is one question, [`StepEngine::keep_stepping`]:
 //!   requests of this loop in flight, or (data parallel) work anywhere in
 //!   the engine's group, whose ranks must step together.
@@ -120,12 +128,15 @@ pub struct LoopOutcome {
 /// multi-turn sessions). The driver owns the clock (seconds since the loop
 /// started) and the engine; a schedule only says what is due.
 pub trait Schedule {
-    /// Sends, through `send`, every request due at `now_s` that may go now
-    /// (`in_flight` requests are in the engine). `send` returns the new
-    /// request's record index (send order, from 0 in this loop).
+    /// Sends, through `admit`, requests due at `now_s` that may go now
+    /// (`in_flight` requests are in the engine), in order, while
+    /// [`Admit::open`] says the gap has room: a schedule asks before it
+    /// builds each request and stops at the first "no", leaving that
+    /// request and the rest due (the driver polls again after the next
+    /// step).
     ///
-    /// Errors: whatever `send` or building a prompt returned.
-    fn poll(&mut self, now_s: f64, in_flight: usize, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()>;
+    /// Errors: whatever `admit` or building a prompt returned.
+    fn poll(&mut self, now_s: f64, in_flight: usize, admit: &mut dyn Admit) -> Result<()>;
     /// Request `record` finished at `now_s` (`ok`: normally, with tokens).
     fn finished(&mut self, record: usize, now_s: f64, ok: bool);
     /// When the next unsent request becomes due if nothing else finishes, s;
@@ -140,35 +151,85 @@ pub trait Schedule {
     }
 }
 
+/// The driver's side of [`Schedule::poll`]: whether another request may
+/// go in this gap between two steps, and the send itself.
+pub trait Admit {
+    /// Whether the gap has room for one more request: always while nothing
+    /// is in flight, else while the gap has spent less than its admission
+    /// budget ([`admission_budget`]). A "no" is final for this poll.
+    fn open(&mut self) -> bool;
+    /// Sends `req`, which became due at `due_s` (s on the driver's clock:
+    /// its arrival, the finish that freed its slot, its timer); returns its
+    /// record index (send order, from 0 in this loop). A request that the
+    /// budget held back keeps as its send time the start of the gap in which
+    /// it was first due, where it would have gone without the budget.
+    ///
+    /// Errors: the engine refused the request.
+    fn send(&mut self, req: Request<'_>, due_s: f64) -> Result<usize>;
+}
+
+/// Free slots of a closed loop at a fixed concurrency (`vllm bench serve
+/// --max-concurrency`'s semaphore), with the time each freed, so a request
+/// sent into one knows when it became due: the later of its own release
+/// and its slot's freeing.
+#[derive(Debug, Clone)]
+pub struct Slots {
+    /// Times the free slots freed, oldest first (0.0: free from the start).
+    free: std::collections::VecDeque<f64>,
+}
+
+impl Slots {
+    /// `n` slots, all free at 0 s.
+    pub fn new(n: usize) -> Self {
+        Slots { free: std::iter::repeat_n(0.0, n).collect() }
+    }
+    /// Whether a slot is free.
+    pub fn any(&self) -> bool {
+        !self.free.is_empty()
+    }
+    /// Takes the oldest free slot; returns when it freed, s (`None`: none free).
+    pub fn take(&mut self) -> Option<f64> {
+        self.free.pop_front()
+    }
+    /// A request finished at `now_s`: its slot is free.
+    pub fn release(&mut self, now_s: f64) {
+        self.free.push_back(now_s);
+    }
+}
+
 /// A fixed list of requests, closed loop at `max_in_flight`, optionally
 /// released on arrival times (request-rate mode).
 pub struct ListSchedule<'a> {
     requests: &'a [Request<'a>],
     arrivals: Option<&'a [f64]>,
-    max_in_flight: usize,
+    slots: Slots,
     next: usize,
 }
 
 impl<'a> ListSchedule<'a> {
     pub fn new(requests: &'a [Request<'a>], max_in_flight: usize, arrivals: Option<&'a [f64]>) -> Self {
-        ListSchedule { requests, arrivals, max_in_flight: max_in_flight.max(1), next: 0 }
+        ListSchedule { requests, arrivals, slots: Slots::new(max_in_flight.max(1)), next: 0 }
     }
 }
 
 impl Schedule for ListSchedule<'_> {
-    fn poll(&mut self, now_s: f64, mut in_flight: usize, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()> {
-        while in_flight < self.max_in_flight
+    fn poll(&mut self, now_s: f64, _in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
+        while self.slots.any()
             && self.next < self.requests.len()
             && self.arrivals.is_none_or(|a| a[self.next] <= now_s)
+            && admit.open()
         {
-            send(self.requests[self.next])?;
+            let freed = self.slots.take().expect("a slot is free");
+            let due = self.arrivals.map_or(freed, |a| a[self.next].max(freed));
+            admit.send(self.requests[self.next], due)?;
             self.next += 1;
-            in_flight += 1;
         }
         Ok(())
     }
 
-    fn finished(&mut self, _record: usize, _now_s: f64, _ok: bool) {}
+    fn finished(&mut self, _record: usize, now_s: f64, _ok: bool) {
+        self.slots.release(now_s);
+    }
 
     fn next_due(&self) -> Option<f64> {
         self.arrivals.and_then(|a| a.get(self.next).copied())
@@ -266,6 +327,143 @@ pub fn drive_stepwise<E: StepEngine>(
     on_done: &mut dyn FnMut(usize),
     after_step: &mut StepHook<'_, E>,
 ) -> Result<LoopOutcome> {
+    drive_admitting(engine, schedule, stop, ids, on_done, after_step, admission_budget)
+}
+
+/// The least time the driver may spend sending new requests in one gap
+/// between two steps while requests are in flight (the budget is the larger
+/// of this and [`ADMISSION_SHARE`] of the last step, [`admission_budget`]);
+/// the rest go after the next step.
+///
+/// Why 1 ms: on a GPU a decode step at high concurrency takes ~5 ms, and
+/// every moment between two steps is time the GPU idles. Without a bound,
+/// a replay's ramp (the first turns of hundreds of AgentX sessions, tens of
+/// thousands of tokens each, all due together) was sent in one gap: 226
+/// requests between two steps, gaps of up to 829 ms at 256 sessions
+/// (issue 46, docs/benchmarks.md). A server takes new requests in its API
+/// process while the engine core steps; the budget bounds what our
+/// in-process loop adds to a gap to a fifth of such a step, so a ramp is
+/// spread over steps as a server's admission would spread it, and the
+/// deferral counts in the deferred requests' latency ([`Admit::send`]).
+/// A gap always sends until something is in flight (an idle engine has
+/// nothing to lose), and finishes the send it started: a gap can run over
+/// the budget by one request's send.
+pub const ADMISSION_BUDGET: Duration = Duration::from_millis(1);
+
+/// The share of the last step's time a gap may spend sending (when more
+/// than [`ADMISSION_BUDGET`]): a fifth, as 1 ms is of a 5 ms GPU step. On
+/// a slow engine (a CPU step of ~300 ms) a 1 ms budget would admit about
+/// one request per step and stretch a ramp over as many steps, which a
+/// server, admitting while the engine steps, would not; a fifth of its
+/// step keeps the engine busy at least 5/6 of the time as well.
+pub const ADMISSION_SHARE: f64 = 0.2;
+
+/// The admission budget of a gap after a step that took `last_step_s`
+/// seconds (0 before the first step): the larger of [`ADMISSION_BUDGET`]
+/// and [`ADMISSION_SHARE`] of the step, s.
+pub fn admission_budget(last_step_s: f64) -> f64 {
+    ADMISSION_BUDGET.as_secs_f64().max(ADMISSION_SHARE * last_step_s)
+}
+
+/// The gaps the admission budget cut short, for the send times of the
+/// requests they held back ([`Admit::send`]).
+#[derive(Debug, Default)]
+pub struct Backlog {
+    /// Starts of the gaps cut short since the last gap that sent everything
+    /// due, s, ascending.
+    held_since: Vec<f64>,
+}
+
+impl Backlog {
+    /// The send time of a request that became due at `due_s` and goes now
+    /// (`now_s`): the start of the first gap cut short by which it was due
+    /// (it was held back), else `now_s`.
+    pub fn send_s(&self, due_s: f64, now_s: f64) -> f64 {
+        let first = self.held_since.partition_point(|&g| g < due_s);
+        self.held_since.get(first).copied().unwrap_or(now_s)
+    }
+
+    /// The gap that started at `start_s` ended; `cut_short`: the budget
+    /// held some due request back in it (the backlog goes on), else
+    /// everything due went (the backlog is over).
+    pub fn gap_ended(&mut self, start_s: f64, cut_short: bool) {
+        if cut_short {
+            self.held_since.push(start_s);
+        } else {
+            self.held_since.clear();
+        }
+    }
+}
+
+/// The driver's [`Admit`] for one gap: sends through the engine, counts
+/// the gap's time against `budget` while anything is in flight.
+struct Gap<'g, E> {
+    engine: &'g mut E,
+    ids: &'g mut RequestIds,
+    out: &'g mut LoopOutcome,
+    finished_flags: &'g mut Vec<bool>,
+    got_token: &'g mut Vec<bool>,
+    awaiting_first_token: &'g mut usize,
+    in_flight: &'g mut usize,
+    origin: Instant,
+    /// When the gap's sending began.
+    start: Instant,
+    budget: Duration,
+    backlog: &'g Backlog,
+    /// The budget said no in this gap.
+    closed: bool,
+}
+
+impl<E> Gap<'_, E> {
+    fn in_flight_now(&self) -> usize {
+        *self.in_flight
+    }
+}
+
+impl<E: StepEngine> Admit for Gap<'_, E> {
+    fn open(&mut self) -> bool {
+        if !self.closed && *self.in_flight > 0 && self.start.elapsed() >= self.budget {
+            self.closed = true;
+        }
+        !self.closed
+    }
+
+    fn send(&mut self, req: Request<'_>, due_s: f64) -> Result<usize> {
+        let idx = self.out.records.len();
+        let rid = self.ids.reserve(1);
+        let send_s = self.backlog.send_s(due_s, self.origin.elapsed().as_secs_f64());
+        let mut record = RequestRecord { send_s, ..RequestRecord::default() };
+        match req {
+            Request::Tokens { prompt, max_tokens, ignore_eos } => {
+                record.input_tokens = prompt.len() as u32;
+                self.engine.add_tokens(rid, prompt, max_tokens, ignore_eos)?;
+            }
+            Request::Text { prompt, max_tokens, stop } => {
+                self.engine.add_text(rid, prompt, max_tokens, stop)?;
+            }
+        }
+        self.out.records.push(record);
+        self.out.completions.push(None);
+        self.out.engine_timings.push(None);
+        self.finished_flags.push(false);
+        self.got_token.push(false);
+        *self.awaiting_first_token += 1;
+        *self.in_flight += 1;
+        Ok(idx)
+    }
+}
+
+/// [`drive_stepwise`] with the admission budget of a gap given by
+/// `budget(last step's duration, s)`, s.
+fn drive_admitting<E: StepEngine>(
+    engine: &mut E,
+    schedule: &mut dyn Schedule,
+    stop: Option<&AtomicBool>,
+    ids: &mut RequestIds,
+    on_done: &mut dyn FnMut(usize),
+    after_step: &mut StepHook<'_, E>,
+    budget: fn(f64) -> f64,
+) -> Result<LoopOutcome> {
     let mut out = LoopOutcome::default();
     let base = ids.next;
     engine.sync_ranks()?;
@@ -284,6 +482,8 @@ pub fn drive_stepwise<E: StepEngine>(
     // measured as the loop's largest cost after a step that evicted the
     // caches (bench/harness_overhead.py --null-engine --evict-mb).
     let mut arrivals: Vec<Arrival> = Vec::new();
+    let mut backlog = Backlog::default();
+    let mut last_step_s = 0.0;
 
     loop {
         if ended_by_hook || stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
@@ -303,30 +503,23 @@ pub fn drive_stepwise<E: StepEngine>(
         }
         {
             let now = origin.elapsed().as_secs_f64();
-            let running = in_flight;
-            let mut send = |req: Request<'_>| -> Result<usize> {
-                let idx = out.records.len();
-                let rid = ids.reserve(1);
-                let mut record = RequestRecord { send_s: origin.elapsed().as_secs_f64(), ..RequestRecord::default() };
-                match req {
-                    Request::Tokens { prompt, max_tokens, ignore_eos } => {
-                        record.input_tokens = prompt.len() as u32;
-                        engine.add_tokens(rid, prompt, max_tokens, ignore_eos)?;
-                    }
-                    Request::Text { prompt, max_tokens, stop } => {
-                        engine.add_text(rid, prompt, max_tokens, stop)?;
-                    }
-                }
-                out.records.push(record);
-                out.completions.push(None);
-                out.engine_timings.push(None);
-                finished_flags.push(false);
-                got_token.push(false);
-                awaiting_first_token += 1;
-                in_flight += 1;
-                Ok(idx)
+            let mut gap = Gap {
+                engine: &mut *engine,
+                ids: &mut *ids,
+                out: &mut out,
+                finished_flags: &mut finished_flags,
+                got_token: &mut got_token,
+                awaiting_first_token: &mut awaiting_first_token,
+                in_flight: &mut in_flight,
+                origin,
+                start: Instant::now(),
+                budget: Duration::from_secs_f64(budget(last_step_s).min(1e9)),
+                backlog: &backlog,
+                closed: false,
             };
-            schedule.poll(now, running, &mut send)?;
+            schedule.poll(now, gap.in_flight_now(), &mut gap)?;
+            let closed = gap.closed;
+            backlog.gap_ended(now, closed);
         }
         if !engine.keep_stepping(in_flight, !schedule.done())? {
             if schedule.done() {
@@ -346,6 +539,7 @@ pub fn drive_stepwise<E: StepEngine>(
         let started = origin.elapsed().as_secs_f64();
         engine.step(&mut step)?;
         let now = origin.elapsed().as_secs_f64();
+        last_step_s = now - started;
 
         let n = out.records.len();
         let before = finished;
@@ -556,5 +750,81 @@ mod tests {
         assert_eq!(texts, vec!["done 0", "done 1", "done 2"]);
         // Text requests are never prepared (the eval goes through vLLM's output processor).
         assert_eq!(engine.prepared, vec![0, 0]);
+    }
+
+    /// [`OneTokenPerStep`] whose `add_tokens` takes at least `add` of real
+    /// time, recording how many steps came before each add.
+    struct SlowAdd {
+        inner: OneTokenPerStep,
+        add: Duration,
+        steps: usize,
+        added_after_step: Vec<usize>,
+    }
+
+    impl StepEngine for SlowAdd {
+        fn add_tokens(&mut self, rid: u64, prompt: &[u32], max_tokens: u32, e: bool) -> Result<()> {
+            let t = Instant::now();
+            while t.elapsed() < self.add {
+                std::hint::spin_loop();
+            }
+            self.added_after_step.push(self.steps);
+            self.inner.add_tokens(rid, prompt, max_tokens, e)
+        }
+        fn add_text(&mut self, rid: u64, p: &Prompt, max_tokens: u32, s: &[String]) -> Result<()> {
+            self.inner.add_text(rid, p, max_tokens, s)
+        }
+        fn abort(&mut self, rids: &[u64]) -> Result<()> {
+            self.inner.abort(rids)
+        }
+        fn step(&mut self, out: &mut StepOutput) -> Result<()> {
+            self.steps += 1;
+            self.inner.step(out)
+        }
+    }
+
+    /// A burst of 40 requests due at once, each send taking >= 0.4 ms: with
+    /// requests in flight a gap stops admitting after the budget (1 ms), so
+    /// at most 4 go in any gap (1 while nothing is in flight, then 3 by
+    /// 0.8 ms; a slower machine fits fewer), every request is sent and
+    /// finishes, and the held ones keep the first gap's start as their
+    /// send time. Without a budget all 40 go before the first step.
+    #[test]
+    fn admission_budget_spreads_a_burst_over_steps() {
+        let prompt = [1u32, 2];
+        let reqs = vec![Request::Tokens { prompt: &prompt, max_tokens: 30, ignore_eos: true }; 40];
+        let run = |budget: fn(f64) -> f64| {
+            let mut engine =
+                SlowAdd { inner: OneTokenPerStep::default(), add: Duration::from_micros(400), steps: 0, added_after_step: Vec::new() };
+            let mut schedule = ListSchedule::new(&reqs, 40, None);
+            let out = drive_admitting(&mut engine, &mut schedule, None, &mut RequestIds::default(), &mut |_| {}, &mut |_, _| Ok(true), budget)
+                .unwrap();
+            (out, engine.added_after_step)
+        };
+        // The engine's steps take microseconds: the 1 ms floor applies.
+        let (out, added) = run(admission_budget);
+        assert_eq!(out.records.len(), 40);
+        assert!(out.records.iter().all(|r| r.ok() && r.output_tokens == 30), "every request sent and finished");
+        let mut per_gap = std::collections::BTreeMap::new();
+        for g in &added {
+            *per_gap.entry(*g).or_insert(0) += 1;
+        }
+        assert!(per_gap.values().all(|&n| n <= 4), "requests sent per gap (by steps before): {per_gap:?}");
+        assert!(per_gap.len() >= 10, "the burst is spread over at least 10 gaps: {per_gap:?}");
+        // All 40 were due at the first gap: the held ones keep its start
+        // (taken before its first send).
+        let held: Vec<&RequestRecord> = out.records.iter().zip(&added).filter(|(_, g)| **g > 0).map(|(r, _)| r).collect();
+        assert!(held.len() >= 30);
+        let first_gap = held[0].send_s;
+        assert!(held.iter().all(|r| r.send_s == first_gap), "held requests keep the first gap's start");
+        assert!(first_gap <= out.records[0].send_s);
+        assert!(out.records.iter().all(|r| r.send_s <= out.steps[0].t_s));
+        // Their latency counts the wait: the last one's first step started
+        // after the steps before its send, and its TTFT spans them.
+        let last = out.records.last().unwrap();
+        assert!(added[39] >= 9);
+        assert!(last.ttft_s().unwrap() >= out.steps[added[39]].t_s - first_gap);
+        // No budget: one gap sends the whole burst.
+        let (out, added) = run(|_| f64::INFINITY);
+        assert!(added.iter().all(|&g| g == 0) && out.records.iter().all(|r| r.ok()));
     }
 }

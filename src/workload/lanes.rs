@@ -22,8 +22,10 @@
 //!   delays removed. Primers and warm-up requests ask for 1 output token
 //!   (the newest AgentX fork's `_WARMUP_MAX_TOKENS = 1`): they exist to
 //!   fill the prefix cache, and the next prompts use the recorded outputs,
-//!   not the generated ones. Primers are sent together at the start (AgentX
-//!   spreads them so lanes reach t* together; all of it is warm-up here).
+//!   not the generated ones. Primers are due together at the start (AgentX
+//!   spreads them so lanes reach t* together; all of it is warm-up here);
+//!   the driver's admission budget per gap spreads their sends over the
+//!   first steps (`driver::ADMISSION_BUDGET`).
 //! - **Handoff.** When every lane is done warming up and nothing is in
 //!   flight, each pending stream's next request is placed at its recorded
 //!   offset from its lane's recorded clock (the latest recorded end of what
@@ -57,7 +59,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::driver::{Request, Schedule};
+use super::driver::{Admit, Request, Schedule};
 use super::replay_config::{ReplayConfig, StopReason};
 use super::sessions::{Arrival, Content, SessionSet};
 use super::prefetch::{Prefetch, PromptKey};
@@ -398,9 +400,9 @@ impl<'a> LanesReplay<'a> {
         self.heap.push(Reverse(Timer { at, seq, lane: lane as u32, stream: s as u32 }));
     }
 
-    /// Sends the due turn of stream `s` of `lane`'s tree (or holds it when
-    /// the lane's warm-up quota is spent).
-    fn fire(&mut self, lane: usize, s: usize, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()> {
+    /// Sends the due turn of stream `s` of `lane`'s tree, due at `at` (or
+    /// holds it when the lane's warm-up quota is spent).
+    fn fire(&mut self, lane: usize, s: usize, at: f64, admit: &mut dyn Admit) -> Result<()> {
         let set = self.set;
         let l = &mut self.lanes[lane];
         let tree = l.tree.as_mut().expect("timers belong to live trees");
@@ -424,7 +426,7 @@ impl<'a> LanesReplay<'a> {
             None => self.synth.build(set, session, s, k, tree.marker, &mut self.buf, &mut self.scratch),
         }
         let max_tokens = if phase == ReplayPhase::Measured { turn.max_tokens } else { WARMUP_MAX_TOKENS };
-        let index = send(Request::Tokens { prompt: &self.buf, max_tokens, ignore_eos: self.cfg.ignore_eos })?;
+        let index = admit.send(Request::Tokens { prompt: &self.buf, max_tokens, ignore_eos: self.cfg.ignore_eos }, at)?;
         if let (Some(p), Some(next)) = (self.prefetch.as_mut(), turns.get(k + 1)) {
             // The stream's next prompt is known now: built off this thread.
             let marker = if tree.marker.is_some() { MARKER_TOKENS as usize } else { 0 };
@@ -467,16 +469,21 @@ impl<'a> LanesReplay<'a> {
         Ok(())
     }
 
-    /// Fires every timer due at `now`.
-    fn fire_due(&mut self, now: f64, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()> {
+    /// Fires the timers due at `now` while `admit` has room; returns
+    /// whether every due timer fired (`false`: the gap's budget ran out and
+    /// the rest stay due).
+    fn fire_due(&mut self, now: f64, admit: &mut dyn Admit) -> Result<bool> {
         while let Some(&Reverse(t)) = self.heap.peek() {
             if t.at > now || self.stopped.is_some() {
                 break;
             }
+            if !admit.open() {
+                return Ok(false);
+            }
             self.heap.pop();
-            self.fire(t.lane as usize, t.stream as usize, send)?;
+            self.fire(t.lane as usize, t.stream as usize, t.at, admit)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Moves warm-up stages on (primed lanes start warming up, idle
@@ -673,7 +680,7 @@ fn shift_tree(tree: &mut Tree, by: f64) {
 }
 
 impl Schedule for LanesReplay<'_> {
-    fn poll(&mut self, now_s: f64, _in_flight: usize, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()> {
+    fn poll(&mut self, now_s: f64, _in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
         loop {
             if self.deadline().is_some_and(|d| now_s >= d) {
                 self.stop(StopReason::Duration);
@@ -681,7 +688,11 @@ impl Schedule for LanesReplay<'_> {
             if self.stopped.is_some() {
                 return Ok(());
             }
-            self.fire_due(now_s, send)?;
+            // Cut short by the budget: warm-up stages wait for the rest to
+            // go (a lane with a due turn unsent is not idle).
+            if !self.fire_due(now_s, admit)? {
+                return Ok(());
+            }
             if self.measure_start_s.is_some() || !self.advance_warmup(now_s) {
                 break;
             }

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::driver::{Request, Schedule};
+use super::driver::{Admit, Schedule};
 use super::lanes::LanesReplay;
 use super::replay_config::{ReplayConfig, StopReason};
 use super::sessions::{Arrival, SessionSet};
@@ -84,8 +84,8 @@ impl<'a> SessionReplay<'a> {
 }
 
 impl Schedule for SessionReplay<'_> {
-    fn poll(&mut self, now_s: f64, in_flight: usize, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()> {
-        self.schedule().poll(now_s, in_flight, send)
+    fn poll(&mut self, now_s: f64, in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
+        self.schedule().poll(now_s, in_flight, admit)
     }
     fn finished(&mut self, record: usize, now_s: f64, ok: bool) {
         self.schedule().finished(record, now_s, ok)

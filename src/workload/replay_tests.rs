@@ -6,13 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::driver::{RequestIds, drive_schedule};
+use super::driver::{RequestIds, admission_budget, drive_schedule};
 use super::lanes::LanesReplay;
 use super::replay::SessionReplay;
 use super::replay_config::{ReplayConfig, StopReason};
 use super::sessions::{Arrival, Content, SessionSet, TurnRecord, common_prefix};
 use super::synth::MARKER_TOKENS;
-use super::testkit::{OneTokenPerStep, SimRequest, simulate};
+use super::testkit::{OneTokenPerStep, SimAdmission, SimRequest, simulate, simulate_admitting};
 use super::trace::{load_agentx, load_timed};
 use crate::error::UsageError;
 use crate::protocol::{ReplayPhase, TurnInfo};
@@ -577,7 +577,14 @@ fn through_the_driver_loop_on_the_real_clock() {
         reqs: out
             .records
             .iter()
-            .map(|r| SimRequest { send_s: r.send_s, end_s: r.last_token_s, prompt: Vec::new(), max_tokens: r.output_tokens })
+            .map(|r| SimRequest {
+                send_s: r.send_s,
+                due_s: r.send_s,
+                sent_at_s: r.send_s,
+                end_s: r.last_token_s,
+                prompt: Vec::new(),
+                max_tokens: r.output_tokens,
+            })
             .collect(),
         turns: turns.to_vec(),
         start: replay.measure_start_s(),
@@ -663,4 +670,65 @@ fn bad_configs_are_usage_errors() {
     let (timed, _) = load_timed(&fixture("timed.jsonl"), 16).unwrap();
     assert!(LanesReplay::new(&timed, &allowed, base(1)).is_err(), "a timed trace is not a lanes replay");
     assert!(LanesReplay::new(&set, &[], base(1)).is_err());
+}
+
+/// The admission budget on the virtual clock (the driver's budget: 1 ms
+/// after a 5 ms step with sends of 0.4 ms, 10 ms after a 50 ms step with
+/// sends of 4 ms): a
+/// lanes replay whose turns are all due at once (think times scaled to 0,
+/// primers and warm-ups included) and a timed trace released at once stop
+/// part-way through a gap and send the rest after the next step. No gap
+/// spends more than its budget plus the one send it started; every request
+/// of the free run is sent; a held request keeps as its send time the start
+/// of the gap it became due in.
+#[test]
+fn admission_budget_holds_the_rest_for_the_next_step() {
+    let set = agentx();
+    let allowed = allowed();
+    let (timed, _) = load_timed(&fixture("timed.jsonl"), 16).unwrap();
+    let lanes_cfg = ReplayConfig { time_scale: 0.0, start_min_ratio: 0.25, start_max_ratio: 0.75, warmup_requests_per_lane: 2, ..base(6) };
+    // (set, config, step s, send s)
+    let cases = [
+        (&set, lanes_cfg.clone(), 0.005, 0.0004),
+        (&set, lanes_cfg, 0.05, 0.004),
+        (&timed, ReplayConfig { time_scale: 0.0, ..base(4) }, 0.005, 0.0004),
+    ];
+    for (set, cfg, step_s, send_s) in cases {
+        let adm = SimAdmission { send_s, budget: admission_budget };
+        let free = SimAdmission { send_s, budget: |_| f64::INFINITY };
+        let key = |r: &SessionReplay| -> BTreeSet<(u32, u32, u32, u32)> {
+            r.turns().iter().map(|t| (t.trace, t.stream, t.turn, t.max_tokens)).collect()
+        };
+        let mut budgeted = SessionReplay::new(set, &allowed, cfg.clone()).unwrap();
+        let (reqs, gaps) = simulate_admitting(&mut budgeted, step_s, &|_| false, adm);
+        let mut unbounded = SessionReplay::new(set, &allowed, cfg).unwrap();
+        let (all, all_gaps) = simulate_admitting(&mut unbounded, step_s, &|_| false, free);
+        assert_eq!(reqs.len(), all.len(), "every request is sent");
+        assert_eq!(key(&budgeted), key(&unbounded));
+        // The free run sends more than the budget allows in some gap; the budgeted one never.
+        assert!(all_gaps.iter().any(|g| g.spent_s > admission_budget(step_s) + send_s));
+        assert!(gaps.iter().any(|g| g.cut_short));
+        for g in &gaps {
+            let want = if g.start_s == 0.0 { admission_budget(0.0) } else { admission_budget(step_s) };
+            assert_eq!(g.budget_s, want);
+            assert!(g.spent_s <= g.budget_s + send_s + 1e-12, "{g:?}");
+            if g.in_flight > 0 {
+                assert!(g.sent as f64 <= (g.budget_s / send_s).ceil(), "{g:?}");
+            }
+        }
+        let mut held = 0;
+        for r in &reqs {
+            // The gap it became due in, and whether it went there.
+            let due_gap = gaps.iter().find(|g| g.start_s >= r.due_s).unwrap();
+            let went_there = r.sent_at_s < due_gap.start_s + due_gap.spent_s;
+            if went_there {
+                assert_eq!(r.send_s, r.sent_at_s, "{r:?}");
+            } else {
+                held += 1;
+                assert_eq!(r.send_s, due_gap.start_s, "held: {r:?}");
+                assert!(r.sent_at_s > r.send_s);
+            }
+        }
+        assert!(held > 0);
+    }
 }

@@ -1,11 +1,13 @@
 //! Test helpers for schedules: [`OneTokenPerStep`], a fake engine that gives
 //! every running request one token per step, and [`simulate`], the driver
 //! loop's logic on a virtual clock (each step takes `step_s`, idle time is
-//! skipped to the next due time), so a schedule's timing is checked exactly.
+//! skipped to the next due time), so a schedule's timing is checked exactly;
+//! [`simulate_admitting`] adds the driver's admission budget per gap, each
+//! send costing a fixed virtual time.
 
 use anyhow::Result;
 
-use super::driver::{Request, Schedule};
+use super::driver::{Admit, Backlog, Request, Schedule};
 use crate::engine::{Completion, Delta, StepEngine};
 use crate::protocol::{Prompt, StepOutput};
 
@@ -67,36 +69,124 @@ impl StepEngine for OneTokenPerStep {
 /// A request as [`simulate`] saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimRequest {
+    /// Its send time as the driver records it (held back by the budget:
+    /// the start of the gap it was first due in).
     pub send_s: f64,
+    /// When the schedule said it became due.
+    pub due_s: f64,
+    /// When it actually went (the virtual clock at its send).
+    pub sent_at_s: f64,
     pub end_s: Option<f64>,
     pub prompt: Vec<u32>,
     pub max_tokens: u32,
 }
 
+/// The driver's admission budget on the virtual clock: each send takes
+/// `send_s`, and while anything is in flight a gap admits no more once it
+/// has spent `budget(last step's time)` (the driver's rule:
+/// [`super::driver::admission_budget`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SimAdmission {
+    pub send_s: f64,
+    pub budget: fn(f64) -> f64,
+}
+
+/// One gap between two steps (or before an idle wait) as [`simulate_admitting`] ran it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimGap {
+    pub start_s: f64,
+    /// Its admission budget, s.
+    pub budget_s: f64,
+    /// Requests in flight when it started.
+    pub in_flight: usize,
+    pub sent: usize,
+    /// Virtual time spent sending, s.
+    pub spent_s: f64,
+    /// The budget held a due request back.
+    pub cut_short: bool,
+}
+
+/// [`Admit`] on the virtual clock.
+struct SimAdmit<'a> {
+    now: f64,
+    adm: SimAdmission,
+    budget_s: f64,
+    spent: f64,
+    sent: usize,
+    closed: bool,
+    backlog: &'a Backlog,
+    reqs: &'a mut Vec<SimRequest>,
+    running: &'a mut Vec<(usize, u32)>,
+}
+
+impl Admit for SimAdmit<'_> {
+    fn open(&mut self) -> bool {
+        if !self.running.is_empty() && self.spent >= self.budget_s {
+            self.closed = true;
+        }
+        !self.closed
+    }
+
+    fn send(&mut self, req: Request<'_>, due_s: f64) -> Result<usize> {
+        let Request::Tokens { prompt, max_tokens, .. } = req else { panic!("replays send token prompts") };
+        let idx = self.reqs.len();
+        let at = self.now + self.spent;
+        let send_s = self.backlog.send_s(due_s, at);
+        self.reqs.push(SimRequest { send_s, due_s, sent_at_s: at, end_s: None, prompt: prompt.to_vec(), max_tokens });
+        self.running.push((idx, max_tokens));
+        self.spent += self.adm.send_s;
+        self.sent += 1;
+        Ok(idx)
+    }
+}
+
 /// Runs `schedule` on a virtual clock: a step takes `step_s` and gives one
 /// token to every running request; `fails(i)` makes request i finish with
-/// an error at its first step. Panics if the schedule would make the
-/// driver spin (due now, sends nothing, twice in a row) or wait forever.
+/// an error at its first step. Sends take no time and no budget applies.
+/// Panics if the schedule would make the driver spin (due now, sends
+/// nothing, twice in a row) or wait forever.
 pub fn simulate(schedule: &mut dyn Schedule, step_s: f64, fails: &dyn Fn(usize) -> bool) -> Vec<SimRequest> {
+    let free = SimAdmission { send_s: 0.0, budget: |_| f64::INFINITY };
+    simulate_admitting(schedule, step_s, fails, free).0
+}
+
+/// [`simulate`] with the admission budget `adm`: each send takes
+/// `adm.send_s` of the gap, and the gaps are returned too.
+pub fn simulate_admitting(
+    schedule: &mut dyn Schedule,
+    step_s: f64,
+    fails: &dyn Fn(usize) -> bool,
+    adm: SimAdmission,
+) -> (Vec<SimRequest>, Vec<SimGap>) {
     let mut now = 0.0;
     let mut reqs: Vec<SimRequest> = Vec::new();
     let mut running: Vec<(usize, u32)> = Vec::new();
+    let mut gaps: Vec<SimGap> = Vec::new();
+    let mut backlog = Backlog::default();
     let mut stalls = 0;
+    let mut last_step_s = 0.0;
     for _ in 0..10_000_000 {
         let before = reqs.len();
         let in_flight = running.len();
-        schedule
-            .poll(now, in_flight, &mut |r| {
-                let Request::Tokens { prompt, max_tokens, .. } = r else { panic!("replays send token prompts") };
-                let idx = reqs.len();
-                reqs.push(SimRequest { send_s: now, end_s: None, prompt: prompt.to_vec(), max_tokens });
-                running.push((idx, max_tokens));
-                Ok(idx)
-            })
-            .unwrap();
+        let mut admit = SimAdmit {
+            now,
+            adm,
+            budget_s: (adm.budget)(last_step_s),
+            spent: 0.0,
+            sent: 0,
+            closed: false,
+            backlog: &backlog,
+            reqs: &mut reqs,
+            running: &mut running,
+        };
+        schedule.poll(now, in_flight, &mut admit).unwrap();
+        let (spent, sent, cut_short, budget_s) = (admit.spent, admit.sent, admit.closed, admit.budget_s);
+        backlog.gap_ended(now, cut_short);
+        gaps.push(SimGap { start_s: now, budget_s, in_flight, sent, spent_s: spent, cut_short });
+        now += spent;
         if running.is_empty() {
             if schedule.done() {
-                return reqs;
+                return (reqs, gaps);
             }
             let at = schedule.next_due().expect("nothing in flight, nothing due and not done");
             if at <= now && reqs.len() == before {
@@ -110,6 +200,7 @@ pub fn simulate(schedule: &mut dyn Schedule, step_s: f64, fails: &dyn Fn(usize) 
         }
         stalls = 0;
         now += step_s;
+        last_step_s = step_s;
         let mut done = Vec::new();
         for r in &mut running {
             r.1 -= 1;

@@ -4,7 +4,8 @@
 //! (absolute offsets, as vLLM's `--self-timed` sends them,
 //! notes/agentx.md 7), in timestamp order; at most `lanes` requests are in
 //! flight (a released request waits for a free slot, as vLLM's
-//! `--max-concurrency` semaphore); a line of a trace with a session key is
+//! `--max-concurrency` semaphore; its due time, for the driver's admission
+//! budget, is the later of its release and its slot's freeing); a line of a trace with a session key is
 //! reported as a turn of its conversation (the arrivals stay the recorded
 //! ones). No warm-up, no mid-trace start. Stops
 //! after `duration_s` or `max_requests`, or at the end of the file. With
@@ -17,7 +18,7 @@
 
 use anyhow::Result;
 
-use super::driver::{Request, Schedule};
+use super::driver::{Admit, Request, Schedule, Slots};
 use super::replay_config::{ReplayConfig, StopReason};
 use super::sessions::{Arrival, Content, SessionSet};
 use super::synth::{Synth, covered_blocks};
@@ -31,6 +32,8 @@ pub struct TimedReplay<'a> {
     marker: Option<u64>,
     next: usize,
     in_flight: usize,
+    /// The `lanes` slots, with when each freed (a request's due time).
+    slots: Slots,
     /// Seconds the idle cap has moved the rest of the trace up.
     shift_s: f64,
     stopped: Option<StopReason>,
@@ -55,6 +58,7 @@ impl<'a> TimedReplay<'a> {
             return Err(usage("the tokenizer left no token ids to build prompts from"));
         }
         let synth = Synth::new(allowed, cfg.seed);
+        let slots = Slots::new(cfg.lanes);
         let marker = cfg.cache_bust.then(|| synth.marker_key(cfg.run_id, 0, 0, set.sessions[0].ns_key));
         Ok(TimedReplay {
             set,
@@ -63,6 +67,7 @@ impl<'a> TimedReplay<'a> {
             marker,
             next: 0,
             in_flight: 0,
+            slots,
             shift_s: 0.0,
             stopped: None,
             turns: Vec::new(),
@@ -90,11 +95,14 @@ impl<'a> TimedReplay<'a> {
         self.stopped.get_or_insert(why);
     }
 
-    fn send_next(&mut self, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()> {
+    /// Sends line `next`, released at `release` s.
+    fn send_next(&mut self, release: f64, admit: &mut dyn Admit) -> Result<()> {
         let (set, i) = (self.set, self.next);
         let turn = set.turns[set.session_streams(i)[0].first_turn as usize];
         self.synth.build(set, i, 0, 0, self.marker, &mut self.buf, &mut self.scratch);
-        send(Request::Tokens { prompt: &self.buf, max_tokens: turn.max_tokens, ignore_eos: self.cfg.ignore_eos })?;
+        let freed = self.slots.take().expect("a slot is free");
+        let request = Request::Tokens { prompt: &self.buf, max_tokens: turn.max_tokens, ignore_eos: self.cfg.ignore_eos };
+        admit.send(request, release.max(freed))?;
         let hit_tokens = match set.content {
             // A hit partial block counts its tokens.
             Content::Blocks { block_size } if set.named_partial_block => (turn.hit * block_size).min(turn.input),
@@ -129,12 +137,12 @@ impl<'a> TimedReplay<'a> {
 }
 
 impl Schedule for TimedReplay<'_> {
-    fn poll(&mut self, now_s: f64, _in_flight: usize, send: &mut dyn FnMut(Request<'_>) -> Result<usize>) -> Result<()> {
+    fn poll(&mut self, now_s: f64, _in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
         if self.cfg.duration_s.is_some_and(|d| now_s >= d) {
             self.stop(StopReason::Duration);
         }
-        while self.stopped.is_none() && self.in_flight < self.cfg.lanes && self.release(self.next) <= now_s {
-            self.send_next(send)?;
+        while self.stopped.is_none() && self.slots.any() && self.release(self.next) <= now_s && admit.open() {
+            self.send_next(self.release(self.next), admit)?;
         }
         if let Some(cap) = self.cfg.system_idle_cap_s {
             if self.stopped.is_none() && self.in_flight == 0 {
@@ -147,8 +155,9 @@ impl Schedule for TimedReplay<'_> {
         Ok(())
     }
 
-    fn finished(&mut self, _record: usize, _now_s: f64, _ok: bool) {
+    fn finished(&mut self, _record: usize, now_s: f64, _ok: bool) {
         self.in_flight -= 1;
+        self.slots.release(now_s);
     }
 
     fn next_due(&self) -> Option<f64> {
