@@ -3,7 +3,8 @@
 //! total tok/s / (TP x PP x PCP),
 //! `output_tput_per_gpu`, `input_tput_per_gpu`, every `*_ms` figure again
 //! in seconds without the suffix, and for every TPOT figure an
-//! interactivity `*_intvty` = 1000 / TPOT(ms)).
+//! interactivity `*_intvty` = 1000 / TPOT(ms)). A P/D point carries its
+//! disaggregated per-role figures instead ([`crate::metrics::pd`]).
 
 use serde_json::{Map, Value, json};
 
@@ -64,9 +65,27 @@ pub(super) fn aggregate(result: &RunResult, job: &JobResult, p: &PointResult) ->
     };
     put("isl", json!(p.isl));
     put("osl", json!(p.osl));
-    put("tput_per_gpu", json!(f.total_token_throughput / n));
-    put("output_tput_per_gpu", json!(f.output_throughput / n));
-    put("input_tput_per_gpu", json!((f.total_token_throughput - f.output_throughput) / n));
+    match &p.pd {
+        // A P/D point: process_result.py's disaggregated figures and GPU
+        // counts (total over prefill + decode GPUs, output over the decode
+        // GPUs, input over the prefill GPUs), as the point computed them.
+        // `is_multinode` stays false: both sides ran on one node.
+        Some(pd) => {
+            put("disagg", json!(true));
+            put("prefill_num_workers", json!(pd.prefill_workers));
+            put("decode_num_workers", json!(pd.decode_workers));
+            put("num_prefill_gpu", json!(pd.prefill_gpus));
+            put("num_decode_gpu", json!(pd.decode_gpus));
+            put("tput_per_gpu", json!(pd.tput_per_gpu));
+            put("output_tput_per_gpu", json!(pd.output_tput_per_gpu));
+            put("input_tput_per_gpu", json!(pd.input_tput_per_gpu));
+        }
+        None => {
+            put("tput_per_gpu", json!(f.total_token_throughput / n));
+            put("output_tput_per_gpu", json!(f.output_throughput / n));
+            put("input_tput_per_gpu", json!((f.total_token_throughput - f.output_throughput) / n));
+        }
+    }
     for (k, v) in spec_decode_fields(p) {
         put(k, v);
     }

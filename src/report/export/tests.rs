@@ -237,3 +237,27 @@ fn dp_attention_job_counts_gpus_as_inferencex() {
     assert_eq!((v["tp"].as_u64(), v["pcp_size"].as_u64()), (Some(8), Some(2)));
     assert_eq!(v["tput_per_gpu"], 1012.0 / 16.0);
 }
+
+/// A P/D point exports InferenceX's disaggregated figures (process_result.py:
+/// total over prefill + decode GPUs, output over decode, input over prefill).
+#[test]
+fn pd_point_exports_the_disaggregated_per_gpu_figures() {
+    let mut r = fixture();
+    let pd: crate::metrics::pd::PdSummary = serde_json::from_value(serde_json::json!({
+        "prefill_workers": 2, "decode_workers": 1, "requests_per_prefill_worker": [4, 4],
+        "ttft_split": {"requests": 0,
+            "prefill_queue_ms": {"mean": 0.0, "median": 0.0, "std": 0.0, "percentiles": []},
+            "prefill_compute_ms": {"mean": 0.0, "median": 0.0, "std": 0.0, "percentiles": []},
+            "handoff_ms": {"mean": 0.0, "median": 0.0, "std": 0.0, "percentiles": []},
+            "kv_wait_ms": {"mean": 0.0, "median": 0.0, "std": 0.0, "percentiles": []},
+            "first_token_ms": {"mean": 0.0, "median": 0.0, "std": 0.0, "percentiles": []}},
+        "transfers": null, "prompt_tokens": 0, "transferred_tokens": 0, "whole_prompt_transferred": 0, "recomputed": 0,
+        "prefill_gpus": 8, "decode_gpus": 8, "tput_per_gpu": 100.0, "output_tput_per_gpu": 50.0, "input_tput_per_gpu": 150.0
+    }))
+    .unwrap();
+    r.jobs[0].points[0].pd = Some(pd);
+    let v = &export(&r, &[], Format::Inferencex)[0].1;
+    assert_eq!((v["disagg"].as_bool(), v["is_multinode"].as_bool()), (Some(true), Some(false)));
+    assert_eq!((v["num_prefill_gpu"].as_u64(), v["num_decode_gpu"].as_u64(), v["prefill_num_workers"].as_u64()), (Some(8), Some(8), Some(2)));
+    assert_eq!((v["tput_per_gpu"].as_f64(), v["output_tput_per_gpu"].as_f64(), v["input_tput_per_gpu"].as_f64()), (Some(100.0), Some(50.0), Some(150.0)));
+}
