@@ -84,7 +84,7 @@ make_overlay() {
     local venv site base_site
     venv=$cache/venv-$name-$(key "$lock" <(declare -f make_overlay) <(printf '%s' "$base"))
     if [ ! -f "$venv/.complete" ]; then
-        log "creating venv $venv on $base (about 130 MB; seconds)"
+        log "creating venv $venv on $base (about 230 MB; seconds)"
         rm -rf "$venv.tmp"
         "$base/bin/python" -m venv --without-pip "$venv.tmp"
         site=$("$venv.tmp/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

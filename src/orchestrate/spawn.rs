@@ -161,3 +161,10 @@ pub fn kill_group(pid: u32) {
         libc::kill(-(pid as i32), libc::SIGKILL);
     }
 }
+
+/// Starts a thread named `name` (a profile or /proc then tells ours from
+/// vLLM's), as `std::thread::spawn` does otherwise: it panics only if the
+/// OS cannot start a thread.
+pub fn named_thread<F: FnOnce() + Send + 'static>(name: &str, f: F) {
+    std::thread::Builder::new().name(name.into()).spawn(f).expect("the OS starts a thread");
+}

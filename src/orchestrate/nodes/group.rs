@@ -84,7 +84,7 @@ pub fn run() -> Result<ExitStatus> {
         let (Some(rank), Some(stdout)) = (p.rank, p.child.stdout.take()) else { continue };
         open += 1;
         let tx = tx.clone();
-        std::thread::spawn(move || {
+        crate::orchestrate::spawn::named_thread("eb-node-rank-lines", move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if tx.send((rank, Some(line))).is_err() {
                     return;
@@ -251,7 +251,7 @@ fn watch_signals(procs: &[Proc]) -> Arc<AtomicBool> {
     let flag = Arc::clone(&terminated);
     match signal_hook::iterator::Signals::new([STOP_SIGNAL, SIGTERM]) {
         Ok(mut signals) => {
-            std::thread::spawn(move || {
+            crate::orchestrate::spawn::named_thread("eb-node-signals", move || {
                 for sig in signals.forever() {
                     if sig == STOP_SIGNAL {
                         for &(pid, rank) in &pids {
@@ -279,7 +279,7 @@ fn terminate(pids: &[u32]) {
         unsafe { libc::kill(-(pid as i32), libc::SIGTERM) };
     }
     let pids = pids.to_vec();
-    std::thread::spawn(move || {
+    crate::orchestrate::spawn::named_thread("eb-node-reaper", move || {
         std::thread::sleep(GRACE);
         for pid in pids {
             // SAFETY: as above; no-op for a group already gone.

@@ -142,7 +142,7 @@ pub fn spawn_node_group(hosts: &Hosts, task: &NodeTask, cores: Option<&[usize]>,
     let stderr = child.stderr.take().expect("piped");
     let mut log = std::fs::File::create(log_path).with_context(|| format!("creating {}", log_path.display()))?;
     let tail = std::sync::Arc::clone(&log_tail);
-    std::thread::spawn(move || {
+    crate::orchestrate::spawn::named_thread("eb-node-log", move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let _ = writeln!(log, "{line}");
             if let Ok(mut t) = tail.lock() {
@@ -255,7 +255,7 @@ pub fn end_node_groups(pids: &[u32], grace: std::time::Duration) {
         unsafe { libc::kill(-(pid as i32), libc::SIGTERM) };
     }
     let pids = pids.to_vec();
-    std::thread::spawn(move || {
+    crate::orchestrate::spawn::named_thread("eb-node-reaper", move || {
         std::thread::sleep(grace);
         for pid in pids {
             // SAFETY: as above; a group already gone makes this a no-op.
