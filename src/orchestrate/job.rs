@@ -16,7 +16,7 @@ use super::interrupt::Interrupts;
 use super::outputs::OutputFiles;
 use super::plan::Plan;
 use super::progress::{Bar, say};
-use super::spawn::{Worker, kill_group, spawn_worker};
+use super::spawn::{Worker, kill_all, kill_group, spawn_worker};
 pub use super::spawn::describe_exit;
 use crate::protocol::{Job, Message, PointSpec, STOP_SIGNAL, Task};
 use crate::report::result::{Evals, JobResult, PointResult, PointStatus, RunError, RunResult, Status, TelemetryInfo, Unfinished, UnfinishedStatus};
@@ -132,10 +132,7 @@ pub fn run_job(
             // The run cannot go on (its folder cannot be written): stop the
             // engine, and leave the job failed with the cause and the points
             // it did not finish (the caller writes the result as it can).
-            for w in &mut workers {
-                kill_group(w.child.id());
-                let _ = w.child.wait();
-            }
+            kill_all(&mut workers);
             telemetry.stop();
             let j = &mut result.jobs[index];
             let end = WorkerEnd { points_done: j.points.len().saturating_sub(done_before), failure: Some(RunError { message: format!("{e:#}"), ..RunError::default() }), ..WorkerEnd::default() };
@@ -228,10 +225,7 @@ fn spawn_ranks(
             Ok(w) => workers.push(w),
             Err(e) => {
                 // Ranks start together or not at all.
-                for w in &mut workers {
-                    kill_group(w.child.id());
-                    let _ = w.child.wait();
-                }
+                kill_all(&mut workers);
                 return Err(e);
             }
         }

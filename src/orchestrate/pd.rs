@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::spawn::{Worker, spawn_worker};
+use super::spawn::{Worker, kill_all, spawn_worker};
 use crate::protocol::pd::{DecodeSide, PrefillAddr, PrefillJob};
 use crate::protocol::{Job, Task};
 use crate::recipe::EngineConfig;
@@ -53,9 +53,9 @@ impl PdPlan {
             if c.layout.nodes > 1 {
                 return Err(format!("[roles.{side}] layout nodes = {}: P/D jobs run on one node for now (each side's engines on this machine)", c.layout.nodes));
             }
-            let dp = crate::recipe::parallel::flag_value(&c.args, &["--data-parallel-size", "-dp"]).or_else(|| c.env.get(crate::recipe::parallel::DP_SIZE_VAR).cloned());
-            if let Some(dp) = dp.filter(|d| d != "1") {
-                return Err(format!("[roles.{side}] data parallel size {dp}: a P/D side runs one engine per worker for now; use layout.workers for more engines"));
+            let dp = crate::recipe::parallel::data_parallel(&c.args, c.env.get(crate::recipe::parallel::DP_SIZE_VAR).map(String::as_str));
+            if let Some(dp) = dp {
+                return Err(format!("[roles.{side}] data parallel size {}: a P/D side runs one engine per worker for now; use layout.workers for more engines", dp.size));
             }
         }
         if decode.layout.workers > 1 {
@@ -65,10 +65,10 @@ impl PdPlan {
         Ok(PdPlan { workers: prefill.layout.workers, prefill, prefill_env, on_prefill_failure, cpu })
     }
 
-    /// Devices per prefill worker: its engine's TP x PP.
+    /// Devices per prefill worker: its engine's world size (TP x PP x PCP,
+    /// [`crate::recipe::parallel::Layout`]; a side runs no DP).
     pub fn prefill_devices(&self) -> u32 {
-        let size = |names: &[&str]| crate::recipe::parallel::flag_value(&self.prefill.args, names).and_then(|v| v.parse::<u32>().ok()).unwrap_or(1);
-        size(&["--tensor-parallel-size", "-tp"]) * size(&["--pipeline-parallel-size", "-pp"])
+        crate::recipe::parallel::Layout::of(&self.prefill.args, self.prefill.tp, None).world_size()
     }
 }
 
@@ -139,12 +139,6 @@ pub struct PairLaunch<'a> {
 /// Errors: a worker cannot be started (the ones started are killed).
 pub fn spawn_pair(pd: &PdPlan, mut request: Job, at: &PairLaunch<'_>) -> Result<(Worker, Vec<Worker>)> {
     let mut prefill_workers: Vec<Worker> = Vec::new();
-    let kill_all = |ws: &mut Vec<Worker>| {
-        for w in ws.iter_mut() {
-            super::spawn::kill_group(w.child.id());
-            let _ = w.child.wait();
-        }
-    };
     let mut addrs = Vec::new();
     let timeout_s = at.start_timeout.as_secs_f64();
     let cores = pd.cpu.then(|| super::dp::split_cores(&super::dp::allowed_cores(), pd.workers as usize + 1)).unwrap_or_default();

@@ -154,6 +154,15 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
     }
 }
 
+/// Kills every worker of `workers` and its process group, and reaps it
+/// (workers that start together end together).
+pub fn kill_all(workers: &mut [Worker]) {
+    for w in workers {
+        kill_group(w.child.id());
+        let _ = w.child.wait();
+    }
+}
+
 /// Kills the worker and everything it started (its own process group).
 pub fn kill_group(pid: u32) {
     // SAFETY: signals to our own child's process group.
