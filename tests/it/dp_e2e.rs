@@ -9,14 +9,12 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::util::{bundled_recipe_head, engine_lock, f, fake_command, output, read_json, text, write_recipe};
+use crate::util::{bundled_recipe_head, children, engine_lock, f, fake_command, fake_model, output, read_json, text, write_recipe};
 
 /// A fake-engine recipe on a model folder whose config names no experts
 /// (dense), with `args` as the engine flags.
 fn fake_recipe(dir: &Path, args: &str, sweep: &str) -> String {
-    let model = dir.join("dense-model");
-    std::fs::create_dir_all(&model).unwrap();
-    std::fs::write(model.join("config.json"), r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}"#).unwrap();
+    let model = fake_model(dir, "dense-model", r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}"#);
     let body = format!(
         "name = \"fake-dp\"\nmodel = \"{}\"\nhardware = \"cpu\"\n[engine]\nargs = [{args}]\n[sweep]\n{sweep}\n",
         model.display()
@@ -64,8 +62,7 @@ fn a_killed_rank_ends_every_rank_within_the_point_timeout() {
     // Both ranks up and stepping: the job is running and its rank logs exist.
     let ranks = loop {
         assert!(started.elapsed() < Duration::from_secs(60), "the ranks did not start");
-        let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap_or_default();
-        let kids: Vec<i32> = kids.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        let kids: Vec<i32> = children(child.id()).into_iter().map(|k| k as i32).collect();
         let running = out.join("result.json").is_file() && read_json(&out.join("result.json"))["jobs"][0]["status"] == "running";
         if running && kids.len() == 2 {
             break kids;
@@ -173,9 +170,7 @@ fn dense_dp2_on_the_real_engine_counts_both_ranks_once() {
 #[test]
 fn moe_ranks_step_in_lockstep_and_out_of_step_they_hang() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("moe-model");
-    std::fs::create_dir_all(&model).unwrap();
-    std::fs::write(model.join("config.json"), r#"{"architectures": ["MixtralForCausalLM"], "num_local_experts": 4}"#).unwrap();
+    let model = fake_model(dir.path(), "moe-model", r#"{"architectures": ["MixtralForCausalLM"], "num_local_experts": 4}"#);
     let body = format!(
         "name = \"fake-moe\"\nmodel = \"{}\"\nhardware = \"cpu\"\n[engine]\nargs = [\"-dp\", \"2\", \"--enable-expert-parallel\"]\n[sweep]\nisl = 16\nosl = 8\nconc = [1, 3]\nnum_prompts = 6\nwarmups = 2\n",
         model.display()

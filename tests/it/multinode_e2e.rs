@@ -43,8 +43,7 @@ fn descendants(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let mut todo = vec![pid];
     while let Some(p) = todo.pop() {
-        let kids = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
-        for k in kids.split_whitespace().filter_map(|k| k.parse::<u32>().ok()) {
+        for k in crate::util::children(p) {
             out.push(k);
             todo.push(k);
         }
@@ -105,9 +104,7 @@ fn two_nodes_on_one_machine_run_a_moe_dp_group_and_an_engine_spanning_them() {
 
 /// A fake-engine recipe of a MoE DP group over 2 nodes (one rank a node).
 fn fake_two_nodes(dir: &Path, extra: &str) -> String {
-    let model = dir.join("moe-model");
-    std::fs::create_dir_all(&model).unwrap();
-    std::fs::write(model.join("config.json"), r#"{"architectures": ["MixtralForCausalLM"], "num_local_experts": 4}"#).unwrap();
+    let model = crate::util::fake_model(dir, "moe-model", r#"{"architectures": ["MixtralForCausalLM"], "num_local_experts": 4}"#);
     let body = format!(
         "name = \"fake-2node\"\nmodel = \"{}\"\nhardware = \"cpu\"\n[engine]\nargs = [\"-dp\", \"2\", \"--enable-expert-parallel\"]\n[sweep]\nisl = 16\nosl = 8\nconc = [2]\nnum_prompts = 400\nwarmups = 0\n[layout]\nnodes = 2\n{extra}",
         model.display()

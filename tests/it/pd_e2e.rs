@@ -79,9 +79,7 @@ fn decode_engine_pulls_the_prompt_kv_and_matches_a_single_engine() {
 /// parameters, its decode counts the prompt as transferred): `prefill` and
 /// `decode` are extra TOML lines of the roles, `sweep` the `[sweep]` body.
 fn fake_pd_recipe(dir: &std::path::Path, prefill: &str, decode: &str, sweep: &str) -> String {
-    let model = dir.join("dense-model");
-    std::fs::create_dir_all(&model).unwrap();
-    std::fs::write(model.join("config.json"), r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}"#).unwrap();
+    let model = crate::util::fake_model(dir, "dense-model", r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}"#);
     let kv = |role: &str, extra: &str| {
         format!(r#"'{{"kv_connector": "NixlConnector", "kv_role": "{role}", "kv_buffer_device": "cpu"{extra}}}'"#)
     };
@@ -151,8 +149,7 @@ fn fake_pair_balances_splits_ttft_and_survives_a_dead_prefill_worker() {
         // The pair up: three workers, the decode one stepping (the job is running).
         let prefill1 = loop {
             assert!(t0.elapsed() < Duration::from_secs(60), "the pair did not start");
-            let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap_or_default();
-            let kids: Vec<i32> = kids.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+            let kids: Vec<i32> = crate::util::children(child.id()).into_iter().map(|k| k as i32).collect();
             let job = if out.join("result.json").is_file() { read_json(&out.join("result.json"))["jobs"][0].clone() } else { serde_json::Value::Null };
             if let (true, 3, Some(decode)) = (job["status"] == "running", kids.len(), job["worker_pid"].as_i64()) {
                 // The decode worker is the job's worker; prefill worker 1 the later-started of the others.

@@ -266,3 +266,18 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(self.dir.path()).output();
     }
 }
+
+/// The direct children of process `pid` (Linux /proc; none once it is gone).
+pub fn children(pid: u32) -> Vec<u32> {
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    kids.split_whitespace().filter_map(|k| k.parse().ok()).collect()
+}
+
+/// A model folder DIR/NAME holding only `config.json` (what the plan reads
+/// of a fake engine's model: dense or MoE); returns its path.
+pub fn fake_model(dir: &Path, name: &str, config: &str) -> PathBuf {
+    let model = dir.join(name);
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("config.json"), config).unwrap();
+    model
+}
