@@ -27,6 +27,7 @@ refused and failed ones are also counted by reason (the importer's or
 `recipe check`'s error, the file's own names taken out).
 
 usage: bench/inferencex_passrate.py [--only KIND] [--machine-fact 'CMD=OUTPUT' ...]
+                                     [--vllm-parser VERSION=PYTHON ...]
                                      INFERENCEX_DIR [ENGINEBENCH_BINARY]
   --only KIND: only the entries of one row (fixed-seq-len, agentic,
   deprecated, multi-node-agg or multi-node-pd).
@@ -38,6 +39,13 @@ usage: bench/inferencex_passrate.py [--only KIND] [--machine-fact 'CMD=OUTPUT' .
   without a given fact run on this machine, and files are read here, only
   when this machine is the entry's kind (a CPU runner, or a GPU of the
   runner's); otherwise every fact must be given (docs/import.md).
+  --vllm-parser VERSION=PYTHON (repeatable): `recipe check` of an imported
+  recipe whose image is a vLLM release's (vllm/vllm-openai[-rocm]:vVERSION,
+  any suffix) runs with PYTHON's vLLM, e.g. the parse-only overlay
+  `ci/setup.sh --with-vllm-parser 0.21.0` makes
+  (.enginebench/vllm-parser-0.21.0/bin/python); every other recipe (nightly
+  and custom images, CPU recipes) with the interpreter enginebench picks.
+  The totals say how many were checked with each.
 """
 import glob
 import os
@@ -45,6 +53,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 import yaml
 
@@ -103,10 +112,38 @@ def reason(text, rel):
     return text.strip()[:300]
 
 
-def check_all(exe, files):
+# An image of a vLLM release: vllm/vllm-openai:v0.21.0, ...:v0.20.1-ubuntu2404.
+RELEASE_IMAGE = re.compile(r"^vllm/vllm-openai(?:-rocm)?:v(\d+\.\d+\.\d+)(?:-|$)")
+
+
+def release_of(recipe_file):
+    """The vLLM release the recipe's pinned image runs, or None."""
+    with open(recipe_file, "rb") as f:
+        m = RELEASE_IMAGE.match(tomllib.load(f).get("image") or "")
+    return m.group(1) if m else None
+
+
+def check_by_release(exe, files, parsers):
+    """`recipe check` of every file, one process per interpreter: a file
+    whose image is a release in `parsers` ({version: python}) with that
+    Python, the rest with enginebench's own pick. Returns ({file: (ok,
+    problem lines)}, {interpreter label: files checked})."""
+    groups = {}
+    for f in files:
+        v = release_of(f)
+        groups.setdefault(v if v in parsers else None, []).append(f)
+    result, used = {}, {}
+    for v, group in groups.items():
+        result.update(check_all(exe, group, parsers.get(v)))
+        used[f"vLLM {v} ({parsers[v]})" if v else "enginebench's default interpreter"] = len(group)
+    return result, used
+
+
+def check_all(exe, files, python=None):
     """One `recipe check` over every imported file (one vLLM parser process);
     returns {file: (ok, problem lines)} from its per-recipe report."""
-    c = subprocess.run([exe, "recipe", "check", *files], capture_output=True, text=True, timeout=3600)
+    cmd = [exe, "recipe", "check", *(["--python", python] if python else []), *files]
+    c = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     result, current = {}, None
     for line in c.stdout.splitlines():
         if line.startswith("recipe "):
@@ -131,12 +168,17 @@ KINDS = ("fixed-seq-len", "agentic", "deprecated", "multi-node-agg", "multi-node
 
 def main():
     args = sys.argv[1:]
-    only, facts = None, []
-    while args[:1] in (["--only"], ["--machine-fact"]):
+    only, facts, parsers = None, [], {}
+    while args[:1] in (["--only"], ["--machine-fact"], ["--vllm-parser"]):
         if args[0] == "--only":
             only = args[1]
             if only not in KINDS:
                 sys.exit(f"--only {only}: give one of {', '.join(KINDS)}")
+        elif args[0] == "--vllm-parser":
+            version, _, python = args[1].partition("=")
+            if not re.fullmatch(r"\d+\.\d+\.\d+", version) or not python:
+                sys.exit(f"--vllm-parser {args[1]}: give VERSION=PYTHON, e.g. 0.21.0=.enginebench/vllm-parser-0.21.0/bin/python")
+            parsers[version] = python
         else:
             facts += ["--machine-fact", args[1]]
         args = args[2:]
@@ -186,7 +228,7 @@ def main():
             else:
                 imported.append((rel, rel, kind, [(out, 1)]))
             print(rows[-1][1] if p.returncode != 0 else f"imported {rel}", file=sys.stderr, flush=True)
-        checked = check_all(exe, [o for *_, outs in imported for o, _ in outs]) if imported else {}
+        checked, used = check_by_release(exe, [o for *_, outs in imported for o, _ in outs], parsers) if imported else ({}, {})
         ok = {k: 0 for k in KINDS}
         done = {k: 0 for k in KINDS}
         dp = {k: 0 for k in KINDS}
@@ -219,6 +261,8 @@ def main():
         for (stage, why), n in sorted(counts.items(), key=lambda x: (-x[1], x[0])):
             print(f"{n:4}  {stage}: {why}")
     print()
+    for label, n in used.items():
+        print(f"checked with {label}: {n} recipe file(s)")
     for kind in KINDS:
         print(f"{kind:14} entries: {total[kind]:3}; imported: {done[kind]:3}; imported and checked: {ok[kind]:3} "
               f"({100.0 * ok[kind] / max(total[kind], 1):.0f}%); checked but for their -dp jobs: {dp[kind]:3} "

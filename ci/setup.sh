@@ -4,7 +4,9 @@
 #      and a small venv layered on it with NIXL, the KV transfer library of the
 #      prefill/decode engines (python-shim/requirements-pd.lock),
 #      and with --with-vllm023 a second one: CPython 3.12 + vLLM 0.23.0
-#      (python-shim/requirements-vllm023.lock),
+#      (python-shim/requirements-vllm023.lock), and with --with-vllm-parser VERSION
+#      (repeatable) a parse-only overlay of that vLLM release for `recipe check`
+#      of recipes pinned to an older image (docs/import.md),
 #   2. the bundled real model (SmolLM2-135M-Instruct GGUF -> HF safetensors),
 #   3. the release binary and its worker module.
 # Big things live in a cache outside the clone, keyed by what pins them:
@@ -12,6 +14,7 @@
 #     venv-main-<hash of requirements.lock + this script + base Python>/
 #     venv-pd-<hash of requirements-pd.lock + this script's overlay function + the main venv>/
 #     venv-vllm023-<hash of requirements-vllm023.lock + this script + Python 3.12>/
+#     venv-vllm-parser-VERSION-<hash of "vllm==VERSION" + the overlay function + the main venv>/
 #     models-<hash of requirements.lock + prepare_model.py + tiny_moe.py>/{smollm2-135m-instruct,tiny-moe}/
 # and the clone gets symlinks to them in .enginebench/ (venv, models).
 set -euo pipefail
@@ -21,11 +24,22 @@ cache=${ENGINEBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/enginebench}
 # The Python the main venv is made from (3.11+).
 python=${ENGINEBENCH_BASE_PYTHON:-python3}
 with_vllm023=${ENGINEBENCH_WITH_VLLM023:-0}
-for arg in "$@"; do
-    case $arg in
+parsers=()
+usage='usage: ci/setup.sh [--with-vllm023] [--with-vllm-parser VERSION ...]'
+while [ $# -gt 0 ]; do
+    case $1 in
         --with-vllm023) with_vllm023=1 ;;
-        *) printf 'usage: ci/setup.sh [--with-vllm023]\n' >&2; exit 2 ;;
+        --with-vllm-parser)
+            # A release number as PyPI names it (0.21.0), nothing else: it goes into a pip requirement.
+            if [ $# -lt 2 ] || ! [[ $2 =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+                printf '%s\n--with-vllm-parser takes a vLLM release such as 0.21.0, not "%s"\n' "$usage" "${2:-}" >&2
+                exit 2
+            fi
+            parsers+=("$2")
+            shift ;;
+        *) printf '%s\n' "$usage" >&2; exit 2 ;;
     esac
+    shift
 done
 lock=$repo/python-shim/requirements.lock
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -107,6 +121,21 @@ make_overlay() {
 # The P/D engines' Python (tests and the pd recipe): the main venv plus NIXL.
 venv_pd=$(make_overlay pd "$venv" "$repo/python-shim/requirements-pd.lock")
 ln -sfn "$venv_pd" "$repo/.enginebench/venv-pd"
+
+# Parse-only overlays (--with-vllm-parser VERSION): that release's wheel from
+# PyPI (a CUDA build, ~240 MB; --no-deps) over the main venv, whose torch and
+# libraries it borrows. Enough for vLLM's serve parser, which `recipe check`
+# runs with the CPU platform standing in (compat.stand_in_platform_for_parsing);
+# no engine runs on it. For recipes whose image pins an older vLLM than the
+# main venv's: srt-slurm's v0.21.0 images name attention-config keys that
+# 0.32 no longer has.
+for version in ${parsers[@]+"${parsers[@]}"}; do
+    parser_lock=$cache/vllm-parser-$version.lock
+    printf 'vllm==%s\n' "$version" > "$parser_lock"
+    log "vLLM $version's parser: its wheel is about 240 MB to download and 570 MB on disk"
+    parser=$(make_overlay "vllm-parser-$version" "$venv" "$parser_lock")
+    ln -sfn "$parser" "$repo/.enginebench/vllm-parser-$version"
+done
 
 # The second environment (--with-vllm023, or ENGINEBENCH_WITH_VLLM023=1):
 # CPython 3.12 + vLLM 0.23.0, the generation of the rocm/vllm-dev:vllm-0.23.1

@@ -239,10 +239,12 @@ def stand_in_platform_for_parsing():
     for parsing flags only: building the `vllm serve` parser needs a device
     type (DeviceConfig's default, vllm/config/device.py, raises "Failed to
     infer device type" without one) although parsing the flags does not use
-    it. Decided before vLLM resolves its platform: where
-    `resolve_current_platform_cls_qualname()` (vllm/platforms/__init__.py,
-    0.23 to 0.34) finds none, sets VLLM_TARGET_DEVICE=cpu in this process,
-    which 0.32 to 0.34 read to select the CPU platform. Returns True when the
+    it. Where `resolve_current_platform_cls_qualname()`
+    (vllm/platforms/__init__.py, 0.20 to 0.34) finds none, sets
+    VLLM_TARGET_DEVICE=cpu in this process, which 0.32 to 0.34 read to
+    select the CPU platform; where that selects nothing (before 0.32), or
+    the platform was already resolved as unspecified while vLLM imported
+    (0.25, 0.27), puts vLLM's CpuPlatform in its place. Returns True when the
     CPU platform stands in. Only the flag check calls this; an engine never
     runs on a stand-in."""
     _raise_if_vllm_broken()
@@ -254,11 +256,24 @@ def stand_in_platform_for_parsing():
     if _stand_in:
         return True
     resolve = getattr(platforms, "resolve_current_platform_cls_qualname", None)
-    if getattr(platforms, "_current_platform", None) is not None or resolve is None:
+    if resolve is None:
         return False
-    if not resolve().endswith("UnspecifiedPlatform"):
+    current = getattr(platforms, "_current_platform", None)
+    if current is None:
+        if not resolve().endswith("UnspecifiedPlatform"):
+            return False
+        os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+        if not resolve().endswith("UnspecifiedPlatform"):
+            _stand_in = True
+            return True
+    elif type(current).__name__ != "UnspecifiedPlatform":
         return False
-    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    # Before 0.32 the CPU plugin looks only at the build's version string
+    # (0.21 read here), and 0.25 to 0.27 resolve the platform while vLLM
+    # imports: the CPU platform is set in place of the unspecified one.
+    from vllm.platforms.cpu import CpuPlatform
+
+    platforms._current_platform = CpuPlatform()
     _stand_in = True
     return True
 

@@ -135,11 +135,29 @@ pub const REMOVED_ENV: [(&str, &str, &str); 12] = [
     ),
 ];
 
+/// When the recipe's image runs a vLLM release other than the one that
+/// parsed its flags: how to check with that release's parser (flags come
+/// and go between releases: srt-slurm's v0.21.0 recipes name
+/// attention-config keys that 0.32 no longer has). Empty otherwise.
+fn other_release_hint(recipe: &Recipe, flags: &FlagCheck) -> String {
+    let Some(image) = recipe.image.as_deref() else { return String::new() };
+    let Some(release) = python::releases::image_release(image) else { return String::new() };
+    let checked = flags.vllm_version.as_deref().and_then(python::releases::release_of);
+    if checked.is_some() && checked == python::releases::release_of(&release) {
+        return String::new();
+    }
+    format!(
+        "\n    the recipe's image {image} runs vLLM {release} and this is vLLM {}: check with that release's parser \
+         (`ci/setup.sh --with-vllm-parser {release}`, then `recipe check --python .enginebench/vllm-parser-{release}/bin/python`)",
+        flags.vllm_version.as_deref().unwrap_or("of unknown version")
+    )
+}
+
 /// Judges one configuration from vLLM's parse and the host.
 pub fn findings(recipe: &Recipe, model: &str, config: &EngineConfig, flags: &FlagCheck, host: &Host) -> Findings {
     let mut f = Findings::default();
     if let Some(e) = &flags.error {
-        f.errors.push(format!("vLLM's serve parser rejects the flags: {e}"));
+        f.errors.push(format!("vLLM's serve parser rejects the flags: {e}{}", other_release_hint(recipe, flags)));
         return f;
     }
     if !flags.unknown_flags.is_empty() {
@@ -295,6 +313,21 @@ mod tests {
 
     fn known(flags: FlagCheck) -> FlagCheck {
         FlagCheck { known_env_count: 300, vllm_version: Some("0.34.0".into()), platform: Some("cuda".into()), ..flags }
+    }
+
+    #[test]
+    fn a_rejection_names_the_images_release_parser_when_it_differs() {
+        let rejected = || known(FlagCheck { error: Some("argument --attention-config/-ac: unexpected key".into()), ..FlagCheck::default() });
+        let pinned = |image: &str| GPU.replace("hardware", &format!("image = \"{image}\"\nhardware"));
+        let f = judge(&pinned("vllm/vllm-openai:v0.21.0"), rejected());
+        assert_eq!(f.errors.len(), 1);
+        assert!(f.errors[0].contains("runs vLLM 0.21.0 and this is vLLM 0.34.0"), "{}", f.errors[0]);
+        assert!(f.errors[0].contains("--with-vllm-parser 0.21.0") && f.errors[0].contains(".enginebench/vllm-parser-0.21.0/bin/python"), "{}", f.errors[0]);
+        // The same release, a nightly, or no image: the parser's message alone.
+        for recipe in [pinned("vllm/vllm-openai:v0.34.0"), pinned("vllm/vllm-openai:nightly-5e35a6f"), GPU.to_string()] {
+            let f = judge(&recipe, rejected());
+            assert_eq!(f.errors, vec!["vLLM's serve parser rejects the flags: argument --attention-config/-ac: unexpected key".to_string()]);
+        }
     }
 
     #[test]

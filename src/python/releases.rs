@@ -111,6 +111,19 @@ pub fn release_of(version: &str) -> Option<(u32, u32, u32)> {
     Some((major, num(parts.next()), num(parts.next())))
 }
 
+/// The vLLM release an image tag names: "0.21.0" of
+/// `vllm/vllm-openai:v0.21.0` or `vllm/vllm-openai-rocm:v0.20.1-ubuntu2404`;
+/// `None` for nightlies and custom builds (`:nightly-...`,
+/// `:dsv4-megamoe-...`) and any other repository, whose vLLM has no
+/// release number.
+pub fn image_release(image: &str) -> Option<String> {
+    let tag = image.strip_prefix("vllm/vllm-openai:").or_else(|| image.strip_prefix("vllm/vllm-openai-rocm:"))?;
+    let version = tag.strip_prefix('v')?.split('-').next()?;
+    let parts: Vec<&str> = version.split('.').collect();
+    let numeric = parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    numeric.then(|| version.to_string())
+}
+
 /// Where a vLLM version stands against the checked table.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Standing {
@@ -236,6 +249,22 @@ mod tests {
             machine: "m".into(),
             load: "l".into(),
             releases: vec![row("0.23.0", "ok"), row("0.27.1", "failed (Boom: x)"), row("0.34.0", "ok (exit 2: no GPU platform)")],
+        }
+    }
+
+    #[test]
+    fn images_name_their_release_or_none() {
+        assert_eq!(image_release("vllm/vllm-openai:v0.21.0").as_deref(), Some("0.21.0"));
+        assert_eq!(image_release("vllm/vllm-openai:v0.20.1-ubuntu2404").as_deref(), Some("0.20.1"));
+        assert_eq!(image_release("vllm/vllm-openai-rocm:v0.27.1").as_deref(), Some("0.27.1"));
+        for other in [
+            "vllm/vllm-openai:nightly-5e35a6f4f9bbc217c599692157ca985c894373f7",
+            "vllm/vllm-openai:vllm-x86_64-cu13-0.25.1-7a33ba9",
+            "vllm/vllm-openai:v0.21",
+            "rocm/vllm-dev:vllm-0.23.1",
+            "lmsysorg/sglang:v0.5.0",
+        ] {
+            assert_eq!(image_release(other), None, "{other}");
         }
     }
 
