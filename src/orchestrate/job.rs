@@ -110,7 +110,7 @@ pub fn run_job(
             };
             let (decode, prefill) = super::pd::spawn_pair(pd, request, &at)?;
             prefill_workers = prefill;
-            vec![decode]
+            decode
         }
         (Some(nodes), dp, _) => super::nodes::launch::spawn_nodes(job, nodes, dp.as_ref(), request, visible.as_deref(), (&files.dir, &suffix), plan.telemetry_interval, session.ui)?,
         (None, None, None) => vec![spawn_worker(&job.python, &Task::Run(request), &job.env, &job.config.env_unset, &log_path, session.verbose, session.ui)?],
@@ -155,6 +155,7 @@ pub fn run_job(
         let (rank, status) = bad_exit.map_or((0, statuses[0]), |(r, s)| (r, *s));
         let who = match (&job.nodes, workers.len() > 1) {
             (Some(_), _) => format!("node {rank}'s group"),
+            (None, true) if job.pd.is_some() => format!("decode worker {rank}"),
             (None, true) => format!("data-parallel rank {rank}'s engine worker"),
             (None, false) => "the engine worker".to_string(),
         };

@@ -1,8 +1,10 @@
 //! P/D jobs on the orchestrator's side (issue 44, docs/pd.md): which
-//! workers a prefill/decode pair runs ([`PdPlan`]), each worker's engine id
+//! workers a prefill/decode job runs ([`PdPlan`]), each worker's engine id
 //! and NIXL side channel, and starting them ([`spawn_pair`]). The decode
-//! worker is the job's worker as the watcher sees it (its points, its
-//! figures); the prefill workers serve it and end when it hangs up.
+//! workers are the job's workers as the watcher sees them (their points,
+//! their figures): several split the workload as dense data-parallel ranks
+//! do, each the proxy to every prefill worker; the prefill workers serve
+//! them and end when the last hangs up.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -35,6 +37,9 @@ pub struct PdPlan {
     pub prefill_env: BTreeMap<String, String>,
     /// Prefill workers (`[roles.prefill] layout.workers`).
     pub workers: u32,
+    /// Decode workers (`[roles.decode] layout.workers`).
+    #[serde(default = "one")]
+    pub decode_workers: u32,
     /// The decode side's `kv_load_failure_policy` (vLLM's default "fail").
     pub on_prefill_failure: String,
     /// The recipe runs on the CPU backend: the engines split the cores.
@@ -45,8 +50,7 @@ impl PdPlan {
     /// The plan of one (prefill, decode) pair of a recipe's configurations.
     ///
     /// Errors (one line, exit 2 by the caller): what P/D jobs do not run
-    /// yet: a side over several nodes, more than one decode worker, data
-    /// parallelism on either side.
+    /// yet: a side over several nodes, data parallelism on either side.
     pub fn of(prefill: EngineConfig, prefill_env: BTreeMap<String, String>, decode: &EngineConfig, cpu: bool) -> Result<PdPlan, String> {
         for c in [&prefill, decode] {
             let side = c.role.map_or("decode", PdRole::name);
@@ -58,11 +62,8 @@ impl PdPlan {
                 return Err(format!("[roles.{side}] data parallel size {}: a P/D side runs one engine per worker for now; use layout.workers for more engines", dp.size));
             }
         }
-        if decode.layout.workers > 1 {
-            return Err(format!("[roles.decode] layout workers = {}: P/D jobs run one decode worker for now (prefill workers may be several)", decode.layout.workers));
-        }
         let on_prefill_failure = kv_transfer(PdRole::Decode, &decode.args)?.load_failure_policy.unwrap_or_else(|| "fail".into());
-        Ok(PdPlan { workers: prefill.layout.workers, prefill, prefill_env, on_prefill_failure, cpu })
+        Ok(PdPlan { workers: prefill.layout.workers, decode_workers: decode.layout.workers.max(1), prefill, prefill_env, on_prefill_failure, cpu })
     }
 
     /// Devices per prefill worker: its engine's world size (TP x PP x PCP,
@@ -100,8 +101,12 @@ pub fn with_engine_id(args: &[String], id: &str) -> Vec<String> {
     out
 }
 
-/// On the CPU backend, each engine of the pair on its own cores (the
-/// prefill workers first, the decode worker last; with fewer cores than
+fn one() -> u32 {
+    1
+}
+
+/// On the CPU backend, each engine of the job on its own cores (the
+/// prefill workers first, then the decode workers; with fewer cores than
 /// engines they share round robin, [`super::dp::split_cores`]), as dense DP
 /// ranks are: `OMP_NUM_THREADS` and vLLM's `VLLM_CPU_OMP_THREADS_BIND`,
 /// unless the recipe's side sets them (`recipe_env`). Two engines whose
@@ -130,23 +135,29 @@ pub struct PairLaunch<'a> {
     pub ui: &'a indicatif::MultiProgress,
 }
 
-/// Starts the prefill workers, then the decode worker with `request`
-/// (whose `engine_argv` is the decode engine's) made the proxy to them.
-/// Logs: `worker{suffix}.prefill{i}.log`, and the decode worker's
-/// `worker{suffix}.log`. Each engine gets its own engine id and side
-/// channel port (free loopback ports).
+/// Starts the prefill workers, then the decode workers with `request`
+/// (whose `engine_argv` is the decode engine's), each made the proxy to
+/// every prefill worker; with M > 1 decode workers, decode worker j is
+/// dense data-parallel rank j of M (it runs its share of each point, and
+/// the watcher merges the shares as it merges ranks'). Logs:
+/// `worker{suffix}.prefill{i}.log`, and the decode worker's
+/// `worker{suffix}.log` (`worker{suffix}.decode{j}.log` with several).
+/// Each engine gets its own engine id and side channel port (free loopback
+/// ports). Returns (decode workers, prefill workers).
 ///
 /// Errors: a worker cannot be started (the ones started are killed).
-pub fn spawn_pair(pd: &PdPlan, mut request: Job, at: &PairLaunch<'_>) -> Result<(Worker, Vec<Worker>)> {
+pub fn spawn_pair(pd: &PdPlan, request: Job, at: &PairLaunch<'_>) -> Result<(Vec<Worker>, Vec<Worker>)> {
     let mut prefill_workers: Vec<Worker> = Vec::new();
     let mut addrs = Vec::new();
     let timeout_s = at.start_timeout.as_secs_f64();
-    let cores = pd.cpu.then(|| super::dp::split_cores(&super::dp::allowed_cores(), pd.workers as usize + 1)).unwrap_or_default();
+    let decode_workers = pd.decode_workers.max(1);
+    let engines = (pd.workers + decode_workers) as usize;
+    let cores = if pd.cpu { super::dp::split_cores(&super::dp::allowed_cores(), engines) } else { Vec::new() };
     for i in 0..pd.workers {
         let port = super::dp::free_port()?;
         let mut argv = vec![at.model_path.to_string()];
         argv.extend(with_engine_id(&pd.prefill.args, &format!("prefill{i}")));
-        let task = Task::Prefill(PrefillJob { engine_argv: argv, index: i, port, connect_timeout_s: timeout_s });
+        let task = Task::Prefill(PrefillJob { engine_argv: argv, index: i, port, connect_timeout_s: timeout_s, decode_workers });
         let mut env = pd.prefill_env.clone();
         env.insert(SIDE_CHANNEL_HOST_VAR.into(), "127.0.0.1".into());
         env.insert(SIDE_CHANNEL_PORT_VAR.into(), super::dp::free_port()?.to_string());
@@ -163,24 +174,36 @@ pub fn spawn_pair(pd: &PdPlan, mut request: Job, at: &PairLaunch<'_>) -> Result<
             }
         }
     }
-    request.engine_argv = {
-        let mut argv = vec![request.engine_argv[0].clone()];
-        argv.extend(with_engine_id(&request.engine_argv[1..], "decode0"));
-        argv
-    };
-    request.pd = Some(DecodeSide { prefill: addrs, on_prefill_failure: pd.on_prefill_failure.clone(), connect_timeout_s: timeout_s, prefill_devices: pd.prefill_devices() });
-    let mut env = at.decode_env.clone();
-    env.insert(SIDE_CHANNEL_HOST_VAR.into(), "127.0.0.1".into());
-    env.insert(SIDE_CHANNEL_PORT_VAR.into(), super::dp::free_port()?.to_string());
-    bind_cores(&mut env, &at.decode.env, cores.last());
-    let log = at.dir.join(format!("worker{}.log", at.suffix));
-    match spawn_worker(at.python, &Task::Run(request), &env, at.decode_unset, &log, at.verbose, at.ui) {
-        Ok(decode) => Ok((decode, prefill_workers)),
-        Err(e) => {
-            kill_all(&mut prefill_workers);
-            Err(e)
+    let mut decode = Vec::new();
+    for j in 0..decode_workers {
+        let mut job = request.clone();
+        job.engine_argv = std::iter::once(request.engine_argv[0].clone()).chain(with_engine_id(&request.engine_argv[1..], &format!("decode{j}"))).collect();
+        job.pd = Some(DecodeSide {
+            prefill: addrs.clone(),
+            on_prefill_failure: pd.on_prefill_failure.clone(),
+            connect_timeout_s: timeout_s,
+            prefill_devices: pd.prefill_devices(),
+            decode_index: j,
+            decode_workers,
+        });
+        if decode_workers > 1 {
+            job.dp = Some(crate::protocol::DpRank { rank: j, size: decode_workers, lockstep: false });
+        }
+        let mut env = at.decode_env.clone();
+        env.insert(SIDE_CHANNEL_HOST_VAR.into(), "127.0.0.1".into());
+        env.insert(SIDE_CHANNEL_PORT_VAR.into(), super::dp::free_port()?.to_string());
+        bind_cores(&mut env, &at.decode.env, cores.get((pd.workers + j) as usize));
+        let name = if decode_workers > 1 { format!("worker{}.decode{j}.log", at.suffix) } else { format!("worker{}.log", at.suffix) };
+        match spawn_worker(at.python, &Task::Run(job), &env, at.decode_unset, &at.dir.join(name), at.verbose, at.ui) {
+            Ok(w) => decode.push(w),
+            Err(e) => {
+                kill_all(&mut decode);
+                kill_all(&mut prefill_workers);
+                return Err(e);
+            }
         }
     }
+    Ok((decode, prefill_workers))
 }
 
 /// Ends the prefill workers once the decode worker is done: each exits by

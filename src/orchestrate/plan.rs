@@ -417,7 +417,7 @@ fn plan_data_parallel(jobs: &mut [PlannedJob], model_path: &str, cpu: bool, prof
 /// `--profile` on one.
 fn plan_nodes(job: &PlannedJob, cpu: bool, profile: bool) -> Result<Option<super::nodes::NodePlan>, String> {
     let c = &job.config;
-    let placement = crate::recipe::layout::Placement::of(&c.layout, &c.args, c.tp, job.engine_var(DP_SIZE_VAR).as_deref())?;
+    let placement = crate::recipe::layout::Placement::of(&c.layout.of_one_engine(c.role.is_some()), &c.args, c.tp, job.engine_var(DP_SIZE_VAR).as_deref())?;
     let dp_size = job.dp.as_ref().map_or(1, |d| d.size);
     let Some(nodes) = super::nodes::NodePlan::of(&placement, dp_size, cpu)? else { return Ok(None) };
     if let Some(ip) = job.env.get(super::dp::DP_MASTER_IP_VAR) {

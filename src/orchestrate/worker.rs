@@ -187,7 +187,7 @@ fn drive_maybe_pd<E: WorkerEngine + crate::engine::KvTransfer>(engine: E, job: &
 }
 
 /// A P/D job's prefill worker: builds its engine, says it is ready, then
-/// listens for its decode worker and serves it (crate::pd::prefill).
+/// listens for its decode workers and serves them (crate::pd::prefill).
 fn run_prefill(job: &crate::protocol::pd::PrefillJob, channel: &mut Channel) -> Result<()> {
     let started = Instant::now();
     let timeout = Duration::from_secs_f64(job.connect_timeout_s);
@@ -195,7 +195,7 @@ fn run_prefill(job: &crate::protocol::pd::PrefillJob, channel: &mut Channel) -> 
         channel.send(&Message::Ready { engine: Box::new(engine.info().clone()), engine_start_s: started.elapsed().as_secs_f64() });
         let listener = std::net::TcpListener::bind(("127.0.0.1", job.port))
             .with_context(|| format!("prefill worker {}: listening on 127.0.0.1:{}", job.index, job.port))?;
-        engine.serve(&listener, timeout)?;
+        engine.serve(&listener, job.decode_workers.max(1) as usize, timeout)?;
         engine.shutdown()
     };
     match FakeConfig::from_env()? {
@@ -208,7 +208,7 @@ fn run_prefill(job: &crate::protocol::pd::PrefillJob, channel: &mut Channel) -> 
 /// fake engines share one path.
 trait PrefillEngine {
     fn info(&self) -> &crate::protocol::EngineInfo;
-    fn serve(&mut self, listener: &std::net::TcpListener, timeout: Duration) -> Result<()>;
+    fn serve(&mut self, listener: &std::net::TcpListener, decode_workers: usize, timeout: Duration) -> Result<()>;
     fn shutdown(&mut self) -> Result<()>;
 }
 
@@ -216,8 +216,8 @@ impl<E: WorkerEngine + crate::engine::KvTransfer> PrefillEngine for E {
     fn info(&self) -> &crate::protocol::EngineInfo {
         WorkerEngine::info(self)
     }
-    fn serve(&mut self, listener: &std::net::TcpListener, timeout: Duration) -> Result<()> {
-        crate::pd::prefill::serve(self, listener, timeout, &STOP)
+    fn serve(&mut self, listener: &std::net::TcpListener, decode_workers: usize, timeout: Duration) -> Result<()> {
+        crate::pd::prefill::serve(self, listener, decode_workers, timeout, &STOP)
     }
     fn shutdown(&mut self) -> Result<()> {
         WorkerEngine::shutdown(self)

@@ -1,9 +1,10 @@
 //! Disaggregated prefill/decode inside the harness (issue 44, docs/pd.md):
 //! the driver is the proxy, with no HTTP router between it and the engines.
 //!
-//! A P/D job runs N prefill workers and one decode worker, each a worker
+//! A P/D job runs N prefill workers and M decode workers, each a worker
 //! process with one in-process engine that has a KV connector. The decode
-//! worker's driver sends every request through [`proxy::PdEngine`]:
+//! workers split each point as dense DP ranks do; each one's driver sends
+//! every request through [`proxy::PdEngine`]:
 //! - the prompt goes over loopback TCP ([`link`]) to a prefill worker,
 //!   round robin in send order (as vLLM's toy proxy cycles its prefill
 //!   clients), which runs it with `max_tokens` 1 and `do_remote_decode`

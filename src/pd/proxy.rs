@@ -35,7 +35,8 @@ struct AtPrefill {
 pub struct PdEngine<E> {
     decode: E,
     prefill: Vec<PrefillLink>,
-    /// Round robin over live prefill workers, in send order.
+    /// Round robin over live prefill workers, in send order (decode worker
+    /// j starts at j mod N).
     next: usize,
     recompute: bool,
     at_prefill: HashMap<u64, AtPrefill>,
@@ -46,6 +47,8 @@ pub struct PdEngine<E> {
     /// Failed this step, handed to the driver with the step's output.
     failures: Vec<(u64, String)>,
     prefill_devices: u32,
+    /// Decode workers of the job (this one among them).
+    decode_workers: u32,
 }
 
 impl<E: KvTransfer + WorkerEngine> PdEngine<E> {
@@ -73,14 +76,15 @@ impl<E: KvTransfer + WorkerEngine> PdEngine<E> {
         }
         Ok(PdEngine {
             decode,
+            next: side.decode_index as usize % side.prefill.len().max(1),
             prefill,
-            next: 0,
             recompute: side.on_prefill_failure == "recompute",
             at_prefill: HashMap::new(),
             at_decode: 0,
             paths: HashMap::new(),
             failures: Vec::new(),
             prefill_devices,
+            decode_workers: side.decode_workers.max(1),
         })
     }
 
@@ -262,7 +266,7 @@ impl<E: KvTransfer + WorkerEngine> WorkerEngine for PdEngine<E> {
             requests,
             transfers: self.decode.take_kv_transfer_stats()?,
             prefill_workers: self.prefill.len() as u32,
-            decode_workers: 1,
+            decode_workers: self.decode_workers,
             prefill_devices_per_worker: self.prefill_devices,
             decode_devices_per_worker: devices,
         }))

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A prefill worker's task: build the engine, listen on `port` for its
-/// decode worker, run every prompt it is sent as a prefill-only request
+/// decode workers, run every prompt they send as a prefill-only request
 /// (`max_tokens` 1, `do_remote_decode`) and send back vLLM's transfer
-/// parameters. It ends when its decode worker disconnects, or when none
-/// connected within `connect_timeout_s` of the engine being ready.
+/// parameters. It ends when every decode worker has disconnected, or when
+/// they did not all connect within `connect_timeout_s` of the engine being
+/// ready.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PrefillJob {
     /// `vllm serve` arguments: the model, then the flags.
@@ -21,6 +22,13 @@ pub struct PrefillJob {
     /// Loopback TCP port to listen on.
     pub port: u16,
     pub connect_timeout_s: f64,
+    /// Decode workers that connect, each over its own link.
+    #[serde(default = "one")]
+    pub decode_workers: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// What a decode worker needs to be the proxy: its prefill workers, and
@@ -35,8 +43,16 @@ pub struct DecodeSide {
     /// Longest wait for a prefill worker to accept the connection (its
     /// engine loads meanwhile), s.
     pub connect_timeout_s: f64,
-    /// Devices (GPUs) per prefill worker: its engine's TP x PP.
+    /// Devices (GPUs) per prefill worker: its engine's TP x PP x PCP.
     pub prefill_devices: u32,
+    /// This decode worker (0-based; its engine id is `decode{index}`) and
+    /// how many there are. Each starts its round robin over the prefill
+    /// workers at `index mod prefill workers`, so that M decode workers
+    /// do not all send their first prompts to the same one.
+    #[serde(default)]
+    pub decode_index: u32,
+    #[serde(default = "one")]
+    pub decode_workers: u32,
 }
 
 /// One prefill worker as the decode worker reaches it.

@@ -236,10 +236,7 @@ impl Recipe {
                     .iter()
                     .map(|(k, val)| Ok((k.clone(), substitute(val, &vars)?)))
                     .collect::<Result<_, String>>()?;
-                // A side's workers are copies of one engine: its placement is one's.
-                let one = super::layout::NodeLayout { workers: 1, ..layout.clone() };
-                let placed = if role.is_some() { &one } else { layout };
-                super::layout::Placement::of(placed, &args, tp, env.get(super::parallel::DP_SIZE_VAR).map(String::as_str))
+                super::layout::Placement::of(&layout.of_one_engine(role.is_some()), &args, tp, env.get(super::parallel::DP_SIZE_VAR).map(String::as_str))
                     .map_err(|e| match role {
                         Some(r) => format!("[roles.{r}] {e}").replace("[layout]", "layout"),
                         None => e,

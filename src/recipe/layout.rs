@@ -58,6 +58,13 @@ impl Default for NodeLayout {
 }
 
 impl NodeLayout {
+    /// The layout one engine is placed by: a P/D side's workers are copies
+    /// of one engine (`role`: the layout is a side's), so its placement is
+    /// one's; an aggregated recipe's layout as it is.
+    pub fn of_one_engine(&self, role: bool) -> NodeLayout {
+        if role { NodeLayout { workers: 1, ..self.clone() } } else { self.clone() }
+    }
+
     /// More than one node.
     pub fn multi_node(&self) -> bool {
         self.nodes > 1

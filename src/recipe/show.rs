@@ -48,7 +48,7 @@ pub fn render(recipe_name: &str, model: &str, configs: &[EngineConfig], extras: 
 fn describe_layout(c: &EngineConfig) -> String {
     let l = &c.layout;
     let gpus = l.gpus_per_node.map(|g| format!(" of {g} GPUs")).unwrap_or_default();
-    let what = match super::layout::Placement::of(l, &c.args, c.tp, c.env.get(super::parallel::DP_SIZE_VAR).map(String::as_str)) {
+    let what = match super::layout::Placement::of(&l.of_one_engine(c.role.is_some()), &c.args, c.tp, c.env.get(super::parallel::DP_SIZE_VAR).map(String::as_str)) {
         Ok(p) if p.spans_nodes => "one engine spanning them (vLLM's multi-node executor, headless followers)".to_string(),
         Ok(p) => format!("DP ranks across nodes, {} a node", p.ranks_per_node),
         Err(e) => e,

@@ -133,6 +133,28 @@ fn fake_pair_balances_splits_ttft_and_survives_a_dead_prefill_worker() {
         assert!(out.join(format!("worker.prefill{i}.log")).is_file());
     }
 
+    // 2P2D: two decode workers split each point as dense DP ranks, each the
+    // proxy to both prefill workers (decode worker j starts at prefill j).
+    let sub = dir.path().join("2p2d");
+    std::fs::create_dir_all(&sub).unwrap();
+    let r = fake_pd_recipe(&sub, "layout = { workers = 2 }", "", "isl = 16\nosl = 4\nconc = [4]\nnum_prompts = 8\nwarmups = 0");
+    let r = crate::util::write_recipe(&sub, "fake-2p2d", &std::fs::read_to_string(&r).unwrap().replace("[roles.decode]\n", "[roles.decode]\nlayout = { workers = 2 }\n"));
+    let out = sub.join("out");
+    let (o, log) = output(&mut fake_command("step_ms=2", &["run", &r, "-o", out.to_str().unwrap(), "--point-timeout", "60"]));
+    assert_eq!(o.status.code(), Some(0), "{log}");
+    let p = &read_json(&out.join("result.json"))["jobs"][0]["points"][0];
+    let pd = &p["pd"];
+    assert_eq!((p["completed"].as_u64(), p["failed"].as_u64()), (Some(8), Some(0)), "{p}");
+    assert_eq!(pd["requests_per_prefill_worker"], serde_json::json!([4, 4]), "{pd}");
+    assert_eq!((pd["decode_workers"].as_u64(), pd["decode_gpus"].as_u64(), pd["prefill_gpus"].as_u64()), (Some(2), Some(2), Some(2)), "{pd}");
+    assert_eq!((pd["prompt_tokens"].as_u64(), pd["transferred_tokens"].as_u64()), (Some(128), Some(128)), "{pd}");
+    assert_eq!(pd["ttft_split"]["requests"], 8, "{pd}");
+    let ranks = p["ranks"].as_array().unwrap();
+    assert_eq!(ranks.iter().map(|r| r["completed"].as_u64().unwrap()).collect::<Vec<_>>(), vec![4, 4], "each decode worker its share: {p}");
+    for name in ["worker.decode0.log", "worker.decode1.log", "worker.prefill0.log", "worker.prefill1.log"] {
+        assert!(out.join(name).is_file(), "{name}");
+    }
+
     // A prefill worker killed while requests are at it.
     for (policy, code) in [("", 1), (r#", "kv_load_failure_policy": "recompute""#, 0)] {
         let sub = dir.path().join(if code == 0 { "recompute" } else { "fail" });
@@ -158,8 +180,15 @@ fn fake_pair_balances_splits_ttft_and_survives_a_dead_prefill_worker() {
             std::thread::sleep(Duration::from_millis(200));
         };
         std::thread::sleep(Duration::from_secs(2));
+        // Frozen first, so that requests are surely at it when it dies: the
+        // proxy keeps sending it every other prompt (round robin), which
+        // wait there. Killed outright, it could die between batches with
+        // none at it (its batch back at the decode side).
+        // SAFETY: signals to the second prefill worker, a child of the run we started.
+        unsafe { libc::kill(prefill1, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_secs(1));
         let killed_at = Instant::now();
-        // SAFETY: SIGKILL to the second prefill worker, a child of the run we started.
+        // SAFETY: as above.
         unsafe { libc::kill(prefill1, libc::SIGKILL) };
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {
@@ -290,8 +319,11 @@ fn pd_jobs_of_the_bundled_model_transfer_the_kv_and_match_one_engine() {
     assert!(pd_ids.values().all(|t| t.as_array().is_some_and(|a| a.len() == 16)), "{pd_ids:?}");
     assert_eq!(pd_ids, one_ids, "the decode engine's greedy outputs equal one engine's");
 
-    // 2P1D: two prefill workers, one point of 4 requests at conc 2.
-    let two = crate::util::write_recipe(dir.path(), "two", &text.replace("[roles.prefill]\n", "[roles.prefill]\nlayout = { workers = 2 }\n"));
+    // 2P2D: two prefill and two decode workers (each decode worker runs its
+    // half of the point and links to both prefill workers), one point of 4
+    // requests at conc 2.
+    let two = text.replace("[roles.prefill]\n", "[roles.prefill]\nlayout = { workers = 2 }\n");
+    let two = crate::util::write_recipe(dir.path(), "two", &two.replace("[roles.decode]\n", "[roles.decode]\nlayout = { workers = 2 }\n"));
     let two_out = dir.path().join("two");
     let mut args = vec!["run", two.as_str(), "--conc", "2", "--num-prompts", "4", "-o", two_out.to_str().unwrap()];
     args.extend(limits);
@@ -302,4 +334,8 @@ fn pd_jobs_of_the_bundled_model_transfer_the_kv_and_match_one_engine() {
     assert_eq!(p["pd"]["requests_per_prefill_worker"], serde_json::json!([2, 2]), "round robin: {}", p["pd"]);
     assert_eq!(p["pd"]["transferred_tokens"], p["pd"]["prompt_tokens"], "{}", p["pd"]);
     assert_eq!(p["pd"]["prefill_gpus"].as_u64(), Some(2));
+    assert_eq!((p["pd"]["decode_workers"].as_u64(), p["pd"]["decode_gpus"].as_u64()), (Some(2), Some(2)), "{}", p["pd"]);
+    for name in ["worker.decode0.log", "worker.decode1.log", "worker.prefill0.log", "worker.prefill1.log"] {
+        assert!(two_out.join(name).is_file(), "{name}");
+    }
 }

@@ -118,10 +118,10 @@ fn bad_pd_recipes_exit_2_before_any_engine() {
     assert!(!dir.path().join("runs").exists(), "no run folder for a refused recipe");
     // What P/D jobs do not run yet is refused by `run`, before any engine.
     let runs = dir.path().join("runs");
-    let two_decode = write_recipe(dir.path(), "twodecode", &good.replace("[roles.decode]\n", "[roles.decode]\nlayout = { workers = 2 }\n"));
+    let two_decode = write_recipe(dir.path(), "twodecode", &good.replace("[roles.decode]\n", "[roles.decode]\nlayout = { nodes = 2 }\n"));
     let shipped = repo().join("recipes/cpu/smollm2-135m-pd.toml");
     let refused = [
-        (vec!["run", two_decode.as_str()], "[roles.decode] layout workers = 2: P/D jobs run one decode worker for now"),
+        (vec!["run", two_decode.as_str()], "[roles.decode] layout nodes = 2: P/D jobs run on one node for now"),
         (vec!["run", shipped.to_str().unwrap(), "--task", "gsm8k"], "the eval does not run through a P/D pair yet"),
     ];
     for (mut cmd, want) in refused {

@@ -3,6 +3,7 @@
 //! (throughput over the union window, latency percentiles over every
 //! request), and each rank's own part kept beside them ([`RankPoint`]).
 
+use crate::protocol::pd::PdRaw;
 use crate::protocol::{EngineInfo, RawPoint};
 use crate::report::result::RankPoint;
 
@@ -14,7 +15,8 @@ use crate::report::result::RankPoint;
 /// moved onto the clock of the rank that started first (each rank's records
 /// count from its own start, `started_mono_s` on the shared monotonic
 /// clock); the window from the first start to the last end; steps of every
-/// rank, in time order; speculative counters summed; partial if any rank
+/// rank, in time order; speculative counters summed; a P/D job's request
+/// paths in request order and its transfers summed; partial if any rank
 /// was cut short.
 ///
 /// Panics: `ranks` is empty.
@@ -38,6 +40,16 @@ pub fn merge_ranks(ranks: &[RawPoint]) -> RawPoint {
         .collect();
     order.sort_unstable();
     let with_ids = ranks.iter().any(|r| !r.token_ids.is_empty());
+    // A P/D job's decode workers: their requests' paths in the same order,
+    // their connectors' transfers summed.
+    out.pd = ranks.iter().find_map(|r| r.pd.clone()).map(|first| PdRaw {
+        requests: Vec::new(),
+        transfers: ranks.iter().filter_map(|r| r.pd.as_ref()?.transfers).reduce(|mut a, b| {
+            a.add(&b);
+            a
+        }),
+        ..first
+    });
     for &(_, r, k) in &order {
         let raw = &ranks[r];
         let shift = raw.started_mono_s - t0;
@@ -52,6 +64,9 @@ pub fn merge_ranks(ranks: &[RawPoint]) -> RawPoint {
         }
         if with_ids {
             out.token_ids.push(raw.token_ids.get(k).cloned().unwrap_or_default());
+        }
+        if let Some(pd) = out.pd.as_mut() {
+            pd.requests.push(raw.pd.as_ref().and_then(|p| p.requests.get(k)).copied().unwrap_or_default());
         }
     }
     for r in ranks {
@@ -165,6 +180,32 @@ mod tests {
         assert_eq!(merge_ranks(&[a, b]).token_ids, vec![vec![10], vec![11], vec![12]], "token ids in request order");
         let idle = merge_ranks(&[raw(100.0, &[0.0]), raw(50.0, &[])]);
         assert_eq!((idle.started_mono_s, idle.records.len()), (100.0, 1), "an idle rank does not stretch the window");
+    }
+
+    #[test]
+    fn decode_workers_paths_merge_in_request_order_and_transfers_add() {
+        use crate::protocol::pd::{KvTransferStats, PdRequest};
+        let with_pd = |start: f64, sends: &[f64], workers: &[u32], transfers: u64| {
+            let mut r = raw(start, sends);
+            r.pd = Some(PdRaw {
+                requests: workers.iter().map(|&w| PdRequest { prefill_worker: w, ..PdRequest::default() }).collect(),
+                transfers: Some(KvTransferStats { transfers, bytes: transfers * 100, ..KvTransferStats::default() }),
+                prefill_workers: 2,
+                decode_workers: 2,
+                prefill_devices_per_worker: 1,
+                decode_devices_per_worker: 1,
+            });
+            r
+        };
+        let m = merge_ranks(&[with_pd(0.0, &[0.0, 0.5], &[0, 1], 2), with_pd(0.0, &[0.0], &[1], 1)]);
+        let pd = m.pd.expect("P/D figures kept");
+        let order: Vec<u32> = pd.requests.iter().map(|r| r.prefill_worker).collect();
+        assert_eq!(order, vec![0, 1, 1], "request order: decode 0's first, decode 1's, decode 0's second");
+        assert_eq!(pd.requests.len(), m.records.len());
+        let t = pd.transfers.unwrap();
+        assert_eq!((t.transfers, t.bytes), (3, 300));
+        assert_eq!(pd.decode_workers, 2);
+        assert!(merge_ranks(&[raw(0.0, &[0.0]), raw(0.0, &[0.0])]).pd.is_none(), "no P/D, no figures");
     }
 
     #[test]
