@@ -158,10 +158,11 @@ impl<E: KvTransfer + WorkerEngine> PdEngine<E> {
     }
 }
 
-/// Whether process `pid` still exists (signal 0 checks without sending).
+/// Whether process `pid` is still running. A prefill worker that died is
+/// a zombie until the orchestrator reaps it at the job's end, and a zombie
+/// still answers signal 0: read its state instead.
 fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 sends nothing.
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+    crate::serve::process::pid_alive(pid as i32)
 }
 
 impl<E: KvTransfer + WorkerEngine> StepEngine for PdEngine<E> {

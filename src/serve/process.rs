@@ -79,6 +79,21 @@ mod tests {
     use std::process::Command;
 
     #[test]
+    fn an_unreaped_child_that_exited_is_not_alive() {
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Exited but not reaped: a zombie, which signal 0 still reaches.
+        let t0 = Instant::now();
+        while matches!(stat(pid), Some((state, _)) if state != 'Z') && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: signal 0 sends nothing.
+        assert_eq!(unsafe { libc::kill(pid, 0) }, 0, "the zombie still exists");
+        assert!(!pid_alive(pid), "a zombie is not alive");
+        child.wait().unwrap();
+    }
+
+    #[test]
     fn stops_a_group_with_a_child_that_ignores_sigterm() {
         // sh leads the group; its background child ignores SIGTERM.
         let mut child = Command::new("sh")

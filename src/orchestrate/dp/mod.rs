@@ -322,12 +322,41 @@ pub fn allowed_cores() -> Vec<usize> {
     }
 }
 
-/// A free TCP port on this host for the group's rendezvous (bound, then
-/// released for vLLM to bind).
+/// A free TCP port on this host for an engine to bind later (a DP group's
+/// rendezvous, a NIXL side channel, a prefill worker's listener): bound,
+/// then released. Chosen below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`), from [`PORT_FLOOR`]: a port
+/// the kernel hands out for a bind to port 0 can go to another engine's own
+/// socket (gloo, zmq) before vLLM binds it (a 2P2D job's prefill worker
+/// failed on "Address already in use" so). Never the same port twice in
+/// one process. Falls back to a kernel-chosen port when none is free.
+///
+/// Errors: no port could be bound at all.
 pub fn free_port() -> Result<u16> {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let span = u32::from(ephemeral_low.saturating_sub(PORT_FLOOR));
+    // Different runs start at different ports (pid and clock), then walk.
+    let seed = std::process::id() ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    for k in 0..span {
+        let port = PORT_FLOOR + ((seed.wrapping_add(k)) % span) as u16;
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return Ok(port);
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+    let port = listener.local_addr()?.port();
+    given.insert(port);
+    Ok(port)
 }
+
+/// The lowest port [`free_port`] hands out.
+pub const PORT_FLOOR: u16 = 20000;
 
 #[cfg(test)]
 mod tests {
@@ -337,6 +366,18 @@ mod tests {
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
+        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32768);
+        let ports: Vec<u16> = (0..16).map(|_| free_port().unwrap()).collect();
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        assert!(ports.iter().all(|&p| (PORT_FLOOR..low).contains(&p)), "{ports:?} not in {PORT_FLOOR}..{low}");
     }
 
     #[test]
