@@ -506,7 +506,10 @@ def main():
     if a.baseline:
         a.baseline = os.path.abspath(a.baseline)
         harnesses.append("eb0")
-    if a.replay:
+    # ebr is the replay: named in --harnesses or asked for by --replay, it runs once.
+    if "ebr" in harnesses:
+        a.replay = True
+    elif a.replay:
         harnesses.append("ebr")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     a.out = os.path.abspath(a.out or os.path.join(ROOT, "results", f"harness-overhead-{stamp}"))

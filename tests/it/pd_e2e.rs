@@ -319,23 +319,31 @@ fn pd_jobs_of_the_bundled_model_transfer_the_kv_and_match_one_engine() {
     assert!(pd_ids.values().all(|t| t.as_array().is_some_and(|a| a.len() == 16)), "{pd_ids:?}");
     assert_eq!(pd_ids, one_ids, "the decode engine's greedy outputs equal one engine's");
 
-    // 2P2D: two prefill and two decode workers (each decode worker runs its
-    // half of the point and links to both prefill workers), one point of 4
-    // requests at conc 2.
-    let two = text.replace("[roles.prefill]\n", "[roles.prefill]\nlayout = { workers = 2 }\n");
-    let two = crate::util::write_recipe(dir.path(), "two", &two.replace("[roles.decode]\n", "[roles.decode]\nlayout = { workers = 2 }\n"));
-    let two_out = dir.path().join("two");
-    let mut args = vec!["run", two.as_str(), "--conc", "2", "--num-prompts", "4", "-o", two_out.to_str().unwrap()];
-    args.extend(limits);
-    let (code, log) = run_bounded(&args, bound);
-    assert_eq!(code, Some(0), "{log}");
-    let p = &crate::util::read_json(&two_out.join("result.json"))["jobs"][0]["points"][0];
-    assert_eq!(p["completed"].as_u64(), Some(4), "{p}");
-    assert_eq!(p["pd"]["requests_per_prefill_worker"], serde_json::json!([2, 2]), "round robin: {}", p["pd"]);
-    assert_eq!(p["pd"]["transferred_tokens"], p["pd"]["prompt_tokens"], "{}", p["pd"]);
-    assert_eq!(p["pd"]["prefill_gpus"].as_u64(), Some(2));
-    assert_eq!((p["pd"]["decode_workers"].as_u64(), p["pd"]["decode_gpus"].as_u64()), (Some(2), Some(2)), "{}", p["pd"]);
-    for name in ["worker.decode0.log", "worker.decode1.log", "worker.prefill0.log", "worker.prefill1.log"] {
-        assert!(two_out.join(name).is_file(), "{name}");
+    // 2P1D and 2P2D: two prefill workers, one point of 4 requests at conc 2,
+    // balanced by the round robin. Two decode workers each run half of the
+    // point and link to both prefill workers.
+    for decode_workers in [1u64, 2] {
+        let mut recipe = text.replace("[roles.prefill]\n", "[roles.prefill]\nlayout = { workers = 2 }\n");
+        if decode_workers > 1 {
+            recipe = recipe.replace("[roles.decode]\n", &format!("[roles.decode]\nlayout = {{ workers = {decode_workers} }}\n"));
+        }
+        let name = format!("two-{decode_workers}d");
+        let two = crate::util::write_recipe(dir.path(), &name, &recipe);
+        let two_out = dir.path().join(&name);
+        let mut args = vec!["run", two.as_str(), "--conc", "2", "--num-prompts", "4", "-o", two_out.to_str().unwrap()];
+        args.extend(limits);
+        let (code, log) = run_bounded(&args, bound);
+        assert_eq!(code, Some(0), "{name}: {log}");
+        let p = &crate::util::read_json(&two_out.join("result.json"))["jobs"][0]["points"][0];
+        let pd = &p["pd"];
+        assert_eq!(p["completed"].as_u64(), Some(4), "{name}: {p}");
+        assert_eq!(pd["requests_per_prefill_worker"], serde_json::json!([2, 2]), "{name}, round robin: {pd}");
+        assert_eq!(pd["transferred_tokens"], pd["prompt_tokens"], "{name}: {pd}");
+        assert_eq!(pd["prefill_gpus"].as_u64(), Some(2), "{name}: {pd}");
+        assert_eq!((pd["decode_workers"].as_u64(), pd["decode_gpus"].as_u64()), (Some(decode_workers), Some(decode_workers)), "{name}: {pd}");
+        let decode_logs: Vec<String> = if decode_workers == 1 { vec!["worker.log".into()] } else { (0..decode_workers).map(|j| format!("worker.decode{j}.log")).collect() };
+        for log in decode_logs.iter().map(String::as_str).chain(["worker.prefill0.log", "worker.prefill1.log"]) {
+            assert!(two_out.join(log).is_file(), "{name}: {log}");
+        }
     }
 }
