@@ -38,7 +38,7 @@ pub struct PdPlan {
     /// Prefill workers (`[roles.prefill] layout.workers`).
     pub workers: u32,
     /// Decode workers (`[roles.decode] layout.workers`).
-    #[serde(default = "one")]
+    #[serde(default = "crate::protocol::pd::one_worker")]
     pub decode_workers: u32,
     /// The decode side's `kv_load_failure_policy` (vLLM's default "fail").
     pub on_prefill_failure: String,
@@ -101,10 +101,6 @@ pub fn with_engine_id(args: &[String], id: &str) -> Vec<String> {
     out
 }
 
-fn one() -> u32 {
-    1
-}
-
 /// On the CPU backend, each engine of the job on its own cores (the
 /// prefill workers first, then the decode workers; with fewer cores than
 /// engines they share round robin, [`super::dp::split_cores`]), as dense DP
@@ -150,7 +146,7 @@ pub fn spawn_pair(pd: &PdPlan, request: Job, at: &PairLaunch<'_>) -> Result<(Vec
     let mut prefill_workers: Vec<Worker> = Vec::new();
     let mut addrs = Vec::new();
     let timeout_s = at.start_timeout.as_secs_f64();
-    let decode_workers = pd.decode_workers.max(1);
+    let decode_workers = pd.decode_workers;
     let engines = (pd.workers + decode_workers) as usize;
     let cores = if pd.cpu { super::dp::split_cores(&super::dp::allowed_cores(), engines) } else { Vec::new() };
     for i in 0..pd.workers {

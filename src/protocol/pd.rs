@@ -23,11 +23,13 @@ pub struct PrefillJob {
     pub port: u16,
     pub connect_timeout_s: f64,
     /// Decode workers that connect, each over its own link.
-    #[serde(default = "one")]
+    #[serde(default = "one_worker")]
     pub decode_workers: u32,
 }
 
-fn one() -> u32 {
+/// Serde's default for a count of workers absent from older messages and
+/// plans: one.
+pub fn one_worker() -> u32 {
     1
 }
 
@@ -51,7 +53,7 @@ pub struct DecodeSide {
     /// do not all send their first prompts to the same one.
     #[serde(default)]
     pub decode_index: u32,
-    #[serde(default = "one")]
+    #[serde(default = "one_worker")]
     pub decode_workers: u32,
 }
 

@@ -335,11 +335,7 @@ pub fn allowed_cores() -> Vec<usize> {
 pub fn free_port() -> Result<u16> {
     static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let span = u32::from(ephemeral_low.saturating_sub(PORT_FLOOR));
+    let span = u32::from(ephemeral_port_low().saturating_sub(PORT_FLOOR));
     // Different runs start at different ports (pid and clock), then walk.
     let seed = std::process::id() ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     for k in 0..span {
@@ -358,6 +354,15 @@ pub fn free_port() -> Result<u16> {
 /// The lowest port [`free_port`] hands out.
 pub const PORT_FLOOR: u16 = 20000;
 
+/// The first port of the kernel's ephemeral range (Linux's default 32768
+/// when it cannot be read).
+fn ephemeral_port_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,10 +375,7 @@ mod tests {
 
     #[test]
     fn free_ports_are_distinct_and_below_the_ephemeral_range() {
-        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-            .unwrap_or(32768);
+        let low = ephemeral_port_low();
         let ports: Vec<u16> = (0..16).map(|_| free_port().unwrap()).collect();
         let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
         assert_eq!(distinct.len(), ports.len(), "{ports:?}");
