@@ -105,10 +105,14 @@ def null_core(core_client, device=None):
         return r
 
     def add_request(self, request):
-        # [max_tokens, generated, prompt tokens, QUEUED event]
+        # [max_tokens, generated, prompt tokens, QUEUED event, the request].
+        # The request (its prompt list) is held until it finishes and freed
+        # inside the step that finishes it, as vLLM's scheduler holds its
+        # Request and frees it in that step (`_free_request`); dropped here,
+        # a 100k-token prompt's list would be freed in the harness's gap.
         running(self)[request.request_id] = [request.sampling_params.max_tokens, 0,
                                              len(request.prompt_token_ids),
-                                             EngineCoreEvent.new_event(EngineCoreEventType.QUEUED)]
+                                             EngineCoreEvent.new_event(EngineCoreEventType.QUEUED), request]
 
     def batch(self):
         """One token for every running request: (outputs, scheduler stats)."""

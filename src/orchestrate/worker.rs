@@ -480,9 +480,15 @@ fn run_sessions(
     // Each stream's next prompt is built ahead on a helper thread (the
     // replay's prompts are the same either way).
     let outcome = std::thread::scope(|scope| {
-        replay.prefetch_in(scope, crate::workload::prefetch::DEFAULT_BUDGET_TOKENS);
+        replay.prefetch_in(scope, crate::workload::prefetch::budget_for(lanes));
         let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done));
-        replay.stop_prefetch();
+        if let Some(s) = replay.stop_prefetch() {
+            // In worker.log: whether the driver's thread built prompts itself.
+            crate::errln!(
+                "[enginebench] replay prompts: {} built ahead, {} waited for, {} built at the send ({} asks over the budget)",
+                s.taken, s.waited, s.inline, s.refused
+            );
+        }
         outcome
     })?;
     let vllm_spec = spec_before.zip(engine.spec_counters()).map(|(before, after)| after.since(&before));

@@ -62,7 +62,7 @@ use rand_chacha::ChaCha8Rng;
 use super::driver::{Admit, Request, Schedule};
 use super::replay_config::{ReplayConfig, StopReason};
 use super::sessions::{Arrival, Content, SessionSet};
-use super::prefetch::{Prefetch, PromptKey};
+use super::prefetch::{Prefetch, PrefetchStats, PromptKey};
 use super::synth::{MARKER_TOKENS, Synth, covered_blocks, key};
 use crate::error::usage;
 use crate::protocol::{ReplayPhase, TurnInfo};
@@ -236,9 +236,9 @@ impl<'a> LanesReplay<'a> {
     }
 
     /// Ends the helper thread of [`LanesReplay::prefetch_in`]; returns how
-    /// many prompts were taken ready and how many waited for.
-    pub fn stop_prefetch(&mut self) -> Option<(u64, u64)> {
-        self.prefetch.take().map(|p| (p.taken, p.waited))
+    /// the prompts sent were had.
+    pub fn stop_prefetch(&mut self) -> Option<PrefetchStats> {
+        self.prefetch.take().map(|p| p.stats())
     }
 
     pub fn into_turns(self) -> Vec<TurnInfo> {
@@ -427,10 +427,22 @@ impl<'a> LanesReplay<'a> {
         }
         let max_tokens = if phase == ReplayPhase::Measured { turn.max_tokens } else { WARMUP_MAX_TOKENS };
         let index = admit.send(Request::Tokens { prompt: &self.buf, max_tokens, ignore_eos: self.cfg.ignore_eos }, at)?;
-        if let (Some(p), Some(next)) = (self.prefetch.as_mut(), turns.get(k + 1)) {
-            // The stream's next prompt is known now: built off this thread.
+        if let Some(p) = self.prefetch.as_mut() {
+            // The prompts this send makes known are built off this thread:
+            // the stream's next turn, and the first turn of each subagent
+            // this root turn's completion spawns.
             let marker = if tree.marker.is_some() { MARKER_TOKENS as usize } else { 0 };
-            p.ask(PromptKey { turn: pkey.turn + 1, ..pkey }, next.input as usize + marker);
+            if let Some(next) = turns.get(k + 1) {
+                p.ask(PromptKey { turn: pkey.turn + 1, ..pkey }, next.input as usize + marker);
+            }
+            if s == 0 {
+                for (c, cdef) in set.session_streams(session).iter().enumerate().skip(1) {
+                    if cdef.spawn.is_some_and(|sp| sp.anchor == k as u32) && tree.streams[c].st == St::Unspawned {
+                        let first = set.stream_turns(cdef)[0];
+                        p.ask(PromptKey { stream: c as u32, turn: 0, ..pkey }, first.input as usize + marker);
+                    }
+                }
+            }
         }
         debug_assert_eq!(index, self.turns.len(), "records are numbered in send order");
         let hit_tokens = match set.content {

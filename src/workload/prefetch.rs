@@ -2,7 +2,8 @@
 //!
 //! A trace turn's prompt (up to ~200k token ids on AgentX's shape, about a
 //! millisecond to synthesise) is known as soon as the turn before it in its
-//! stream is sent, hundreds of engine steps before it is due. [`Prefetch::ask`]
+//! stream is sent (a subagent's first turn: as soon as the root turn that
+//! spawns it is), hundreds of engine steps before it is due. [`Prefetch::ask`]
 //! hands its key to a builder thread then, and the send takes the finished
 //! buffer ([`Prefetch::take`]) instead of building it between two engine
 //! steps. The builder runs [`Synth::build`], the code the send would run, so
@@ -31,9 +32,36 @@ pub struct PromptKey {
     pub marker: Option<u64>,
 }
 
-/// Default budget of prompt tokens held ahead (ready or being built): 64 MiB
+/// Least budget of prompt tokens held ahead (ready or being built): 64 MiB
 /// of token ids, a few hundred AgentX-sized prompts.
 pub const DEFAULT_BUDGET_TOKENS: usize = 16 << 20;
+
+/// Budget per lane ([`budget_for`]): one prompt a little over AgentX's
+/// largest (~198k tokens) for each live session, 1 MiB of token ids.
+pub const BUDGET_TOKENS_PER_LANE: usize = 1 << 18;
+
+/// The budget of a replay of `lanes` live sessions: each live stream asks
+/// for at most its next prompt, so what is held grows with the lanes; a
+/// flat 16M tokens refused 792 asks of one AgentX replay at 256 sessions
+/// (issue 46), and those prompts were built between two engine steps.
+pub fn budget_for(lanes: usize) -> usize {
+    DEFAULT_BUDGET_TOKENS.max(lanes.saturating_mul(BUDGET_TOKENS_PER_LANE))
+}
+
+/// How the prompts of a replay were had ([`Prefetch::stats`]): the counts
+/// that say whether prompts were built off the driver's thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefetchStats {
+    /// Taken ready at the send.
+    pub taken: u64,
+    /// Still being built at the send: the send waited for the builder.
+    pub waited: u64,
+    /// Built at the send: never asked for (a stream's first turn) or
+    /// refused for the budget.
+    pub inline: u64,
+    /// Asks refused because the budget was spent.
+    pub refused: u64,
+}
 
 /// The driver thread's end of the builder (see the module doc).
 pub struct Prefetch {
@@ -45,9 +73,7 @@ pub struct Prefetch {
     /// Tokens asked for of the ready buffers and of those being built.
     held_tokens: usize,
     budget_tokens: usize,
-    /// Prompts taken ready / waited for / never asked for or over budget.
-    pub taken: u64,
-    pub waited: u64,
+    stats: PrefetchStats,
 }
 
 impl Prefetch {
@@ -84,15 +110,18 @@ impl Prefetch {
             pending: HashMap::new(),
             held_tokens: 0,
             budget_tokens,
-            taken: 0,
-            waited: 0,
+            stats: PrefetchStats::default(),
         }
     }
 
     /// Asks for `key`'s prompt (`tokens` long) to be built ahead, unless
     /// the budget is spent or it is asked for already.
     pub fn ask(&mut self, key: PromptKey, tokens: usize) {
-        if self.held_tokens + tokens > self.budget_tokens || self.pending.contains_key(&key) || self.ready.contains_key(&key) {
+        if self.pending.contains_key(&key) || self.ready.contains_key(&key) {
+            return;
+        }
+        if self.held_tokens + tokens > self.budget_tokens {
+            self.stats.refused += 1;
             return;
         }
         if self.jobs.send(key).is_ok() {
@@ -107,13 +136,14 @@ impl Prefetch {
         self.collect();
         if let Some((buf, tokens)) = self.ready.remove(key) {
             self.held_tokens -= tokens;
-            self.taken += 1;
+            self.stats.taken += 1;
             return Some(buf);
         }
         if !self.pending.contains_key(key) {
+            self.stats.inline += 1;
             return None;
         }
-        self.waited += 1;
+        self.stats.waited += 1;
         while let Ok((k, buf)) = self.built.recv() {
             let tokens = self.pending.remove(&k).unwrap_or(0);
             if k == *key {
@@ -133,6 +163,11 @@ impl Prefetch {
         }
     }
 
+    /// How the prompts taken so far were had.
+    pub fn stats(&self) -> PrefetchStats {
+        self.stats
+    }
+
     /// Bytes of the buffers held ready.
     pub fn memory_bytes(&self) -> usize {
         self.ready.values().map(|(b, _)| b.capacity() * 4).sum()
@@ -146,6 +181,7 @@ mod tests {
     use crate::workload::replay_config::ReplayConfig;
     use crate::workload::agentx_shape::Shape;
     use crate::workload::testkit::simulate;
+    use crate::protocol::ReplayPhase;
 
     fn config() -> ReplayConfig {
         ReplayConfig {
@@ -172,17 +208,32 @@ mod tests {
         let allowed: Vec<u32> = (0..1000).collect();
         let plain = simulate(&mut Replay::new(&set, &allowed, config()).unwrap(), 0.05, &|_| false);
         for budget in [DEFAULT_BUDGET_TOKENS, 0] {
-            let (ahead, (taken, waited)) = std::thread::scope(|scope| {
+            let (ahead, stats, turns) = std::thread::scope(|scope| {
                 let mut r = Replay::new(&set, &allowed, config()).unwrap();
                 r.prefetch_in(scope, budget);
                 let reqs = simulate(&mut r, 0.05, &|_| false);
-                (reqs, r.stop_prefetch().unwrap())
+                (reqs, r.stop_prefetch().unwrap(), r.turns().to_vec())
             });
             assert_eq!(plain, ahead, "budget {budget}: the same requests, prompts token for token");
+            let PrefetchStats { taken, waited, inline, refused } = stats;
+            assert_eq!(taken + waited + inline, plain.len() as u64, "every send counted once: {stats:?}");
             if budget == 0 {
                 assert_eq!(taken + waited, 0, "nothing held past the budget");
+                assert!(refused > 0, "asks over the budget counted: {stats:?}");
             } else {
                 assert!(taken + waited > plain.len() as u64 / 2, "{taken} + {waited} of {} built ahead", plain.len());
+                assert_eq!(refused, 0, "{stats:?}");
+                // Built at the send, at most: primers, recycled roots' first
+                // turns, and subagents held since the mid-trace start (their
+                // anchors went before it); a subagent spawned later was asked
+                // for when its anchor root turn was sent.
+                let count = |f: &dyn Fn(&crate::protocol::TurnInfo) -> bool| turns.iter().filter(|t| f(t)).count() as u64;
+                let primers = count(&|t| t.phase == ReplayPhase::Primer);
+                let roots = count(&|t| t.phase != ReplayPhase::Primer && t.stream == 0 && t.turn == 0);
+                let held = count(&|t| t.phase == ReplayPhase::Warmup && t.stream > 0 && t.turn == 0);
+                let spawned = count(&|t| t.phase == ReplayPhase::Measured && t.stream > 0 && t.turn == 0);
+                assert!(spawned > 0, "the run has subagents spawned in the measured phase");
+                assert!(inline <= primers + roots + held, "{stats:?}: {primers} primers, {roots} roots, {held} held");
             }
         }
     }

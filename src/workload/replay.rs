@@ -61,7 +61,7 @@ impl<'a> SessionReplay<'a> {
     }
 
     /// [`LanesReplay::stop_prefetch`].
-    pub fn stop_prefetch(&mut self) -> Option<(u64, u64)> {
+    pub fn stop_prefetch(&mut self) -> Option<super::prefetch::PrefetchStats> {
         match self {
             SessionReplay::Lanes(r) => r.stop_prefetch(),
             SessionReplay::Timed(_) => None,

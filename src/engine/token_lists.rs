@@ -1,0 +1,134 @@
+//! Token prompts as Python lists: made at the send, or staged ahead on
+//! another thread (issue 46).
+//!
+//! vLLM takes a token prompt as a list of Python ints. [`token_list`] makes
+//! one from a table of shared int objects (one reference-count increment per
+//! token, no new ints). At AgentX's lengths that is still a millisecond or
+//! more per prompt, paid between two engine steps when the send makes it.
+//! A replay knows each stream's next prompt hundreds of steps before its
+//! send, so [`Stager`] makes those lists on the prefetch thread instead, a
+//! slice at a time: it holds the GIL for at most [`SLICE_TOKENS`] tokens
+//! (tens of microseconds) and then pauses without it, so that the driver,
+//! which takes the GIL for every step and send, waits at most one slice.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use pyo3::{ffi, Py, PyAny};
+
+use super::{PromptStager, Staged};
+
+/// Prompts shorter than this are not staged: their list costs tens of
+/// microseconds at the send, less than the hand-over's own bookkeeping is
+/// worth. (The shim's long-prompt path starts at the same length:
+/// `SWAP_MIN_TOKENS`.)
+pub const STAGE_MIN_TOKENS: usize = 1024;
+
+/// Tokens put into a staged list per hold of the GIL.
+pub const SLICE_TOKENS: usize = 65536;
+
+/// The pause without the GIL between two slices: long enough for a driver
+/// that was waiting for the GIL to wake and take it.
+const SLICE_PAUSE: Duration = Duration::from_micros(50);
+
+/// A list of `prompt`'s ids, each the table's shared int (a new int for an
+/// id past the table). `between` runs after every `slice` tokens but the
+/// last (with `usize::MAX`, never). The list is not tracked by Python's
+/// cyclic GC: it only holds ints, and a half-made one is then never seen.
+///
+/// Errors: Python's, when memory runs out.
+pub fn token_list<'py>(
+    py: Python<'py>,
+    table: &[Py<PyAny>],
+    prompt: &[u32],
+    slice: usize,
+    mut between: impl FnMut(Python<'py>),
+) -> PyResult<Bound<'py, PyList>> {
+    // SAFETY: PyList_New gives a new reference (or null with the error set);
+    // untracking a tracked object is always allowed with the GIL held.
+    let list = unsafe {
+        let raw = ffi::PyList_New(prompt.len() as ffi::Py_ssize_t);
+        if raw.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        ffi::PyObject_GC_UnTrack(raw.cast());
+        Bound::from_owned_ptr(py, raw).cast_into_unchecked::<PyList>()
+    };
+    for (i, &t) in prompt.iter().enumerate() {
+        if i > 0 && i % slice == 0 {
+            between(py);
+        }
+        let item = match table.get(t as usize) {
+            Some(obj) => obj.clone_ref(py).into_ptr(),
+            // SAFETY: a new reference or null with the error set.
+            None => unsafe { ffi::PyLong_FromUnsignedLong(t.into()) },
+        };
+        if item.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: `list` is ours, `i` in range; SetItem steals `item`.
+        if unsafe { ffi::PyList_SetItem(list.as_ptr(), i as ffi::Py_ssize_t, item) } != 0 {
+            return Err(PyErr::fetch(py));
+        }
+    }
+    Ok(list)
+}
+
+/// Staged lists by (prompt address, length).
+type Lists = Arc<Mutex<HashMap<(usize, usize), Py<PyList>>>>;
+
+/// The vLLM engine's [`PromptStager`]: lists made off the driver's thread,
+/// waiting for the send that takes them ([`Stager::take`]).
+pub struct Stager {
+    table: Arc<Vec<Py<PyAny>>>,
+    lists: Lists,
+}
+
+impl Stager {
+    /// A stager over the engine's table of token ints.
+    pub fn new(table: Arc<Vec<Py<PyAny>>>) -> Stager {
+        Stager { table, lists: Arc::default() }
+    }
+
+    /// The list staged for `prompt` (this buffer: address and length), if
+    /// any; the send's own.
+    pub fn take(&self, prompt: &[u32]) -> Option<Py<PyList>> {
+        let key = (prompt.as_ptr() as usize, prompt.len());
+        self.lists.lock().ok()?.remove(&key)
+    }
+}
+
+impl PromptStager for Stager {
+    fn stage(&self, prompt: &[u32]) -> Option<Staged> {
+        if prompt.len() < STAGE_MIN_TOKENS {
+            return None;
+        }
+        let list = Python::attach(|py| {
+            token_list(py, &self.table, prompt, SLICE_TOKENS, |py| py.detach(|| std::thread::sleep(SLICE_PAUSE)))
+                .map(Bound::unbind)
+        })
+        .ok()?;
+        let key = (prompt.as_ptr() as usize, prompt.len());
+        self.lists.lock().ok()?.insert(key, list);
+        Some(Staged(Box::new(Claim { lists: Arc::clone(&self.lists), key })))
+    }
+}
+
+/// Withdraws its list when dropped, if the send did not take it.
+struct Claim {
+    lists: Lists,
+    key: (usize, usize),
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // A list dropped here without the GIL is released by pyo3 the next
+        // time a thread holds it.
+        if let Ok(mut lists) = self.lists.lock() {
+            lists.remove(&self.key);
+        }
+    }
+}
