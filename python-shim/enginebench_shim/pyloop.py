@@ -215,9 +215,10 @@ class Probe:
         self.ht, self.hd = [], []    # shim hooks inside step()
         self.dev = []                # null engine, async mode: device batches (start, end)
         self.gt, self.gd, self.gg = [], [], []  # Python's cyclic GC: start, duration, generation
+        self.pt, self.pd = [], []    # vLLM's input processor (process_inputs), harness time
 
     def clear(self):
-        for x in (self.t, self.d, self.at, self.ad, self.ht, self.hd, self.dev, self.gt, self.gd, self.gg):
+        for x in (self.t, self.d, self.at, self.ad, self.ht, self.hd, self.dev, self.gt, self.gd, self.gg, self.pt, self.pd):
             x.clear()
 
     def gcs(self):
@@ -234,7 +235,7 @@ class Probe:
 
     def as_json(self):
         return {"t": self.t, "d": self.d, "at": self.at, "ad": self.ad, "ht": self.ht, "hd": self.hd,
-                "dev": self.dev, "gt": self.gt, "gd": self.gd, "gg": self.gg}
+                "dev": self.dev, "gt": self.gt, "gd": self.gd, "gg": self.gg, "pt": self.pt, "pd": self.pd}
 
     def _timed(self, fn, starts, durs):
         mono = time.monotonic
@@ -261,6 +262,14 @@ class Probe:
         cls = core_client.InprocClient
         cls.get_output = self._timed(cls.get_output, self.t, self.d)
         cls.add_request = self._timed(cls.add_request, self.at, self.ad)
+        # vLLM's input processor, which the harness calls between steps: its
+        # share of a send (issue 46). 0.24+ names the class InputProcessor.
+        try:
+            from vllm.v1.engine.input_processor import InputProcessor
+        except ImportError:
+            InputProcessor = None
+        if InputProcessor is not None:
+            InputProcessor.process_inputs = self._timed(InputProcessor.process_inputs, self.pt, self.pd)
         # The shim imports this when it builds its engine, after vLLM's own
         # modules bound the original.
         vutils.compute_iteration_details = self._timed(vutils.compute_iteration_details, self.ht, self.hd)

@@ -7,6 +7,8 @@ pub mod fake_dp;
 #[cfg(feature = "python")]
 pub mod pyerror;
 #[cfg(feature = "python")]
+pub mod token_lists;
+#[cfg(feature = "python")]
 pub mod vllm;
 
 use std::path::Path;
@@ -38,6 +40,13 @@ pub trait StepEngine {
     fn prepare_tokens(&mut self, _requests: &[(&[u32], u32, bool)]) -> Result<()> {
         Ok(())
     }
+    /// A handle that stages prompts in the engine's form from another
+    /// thread ([`PromptStager`]), for prompts known ahead of their send
+    /// (a replay's next turn). Default: none, every prompt is made at its
+    /// [`add_tokens`](StepEngine::add_tokens).
+    fn prompt_stager(&self) -> Option<std::sync::Arc<dyn PromptStager>> {
+        None
+    }
     /// Whether the loop must step now, with `in_flight` of its own requests
     /// in the engine and (`pending`) more still to send: default, while any
     /// is in flight. A rank of a data-parallel group answers for the whole
@@ -63,6 +72,26 @@ pub trait StepEngine {
     /// Aborts requests in flight (a graceful stop).
     fn abort(&mut self, rids: &[u64]) -> Result<()>;
 }
+
+/// Stages token prompts in an engine's own form on a thread other than the
+/// driver's (issue 46): the vLLM engine's is a Python list of the ids, which
+/// at AgentX's lengths (up to ~200k tokens) takes milliseconds to make, and
+/// made at the send it lengthens the gap between two engine steps.
+pub trait PromptStager: Send + Sync {
+    /// Stages `prompt`, the very buffer a later [`StepEngine::add_tokens`]
+    /// will pass (matched by address and length): that send then hands the
+    /// staged form over. `None`: not staged (too short to be worth it, or
+    /// the engine could not); the send makes it as before.
+    fn stage(&self, prompt: &[u32]) -> Option<Staged>;
+    /// Prompts staged so far, and how many of them their send took.
+    fn counts(&self) -> (u64, u64);
+}
+
+/// The claim of a staged prompt ([`PromptStager::stage`]): while it lives,
+/// an `add_tokens` of its buffer takes the staged form; dropping it
+/// withdraws one not taken. Drop it after the send and before the buffer is
+/// freed or written again (an address and length are its only key).
+pub struct Staged(pub Box<dyn Send>);
 
 /// An engine with a KV connector, as one side of a disaggregated
 /// prefill/decode pair (issue 44, docs/pd.md). Finished requests' transfer

@@ -8,10 +8,14 @@
 //! A replay knows each stream's next prompt hundreds of steps before its
 //! send, so [`Stager`] makes those lists on the prefetch thread instead, a
 //! slice at a time: it holds the GIL for at most [`SLICE_TOKENS`] tokens
-//! (tens of microseconds) and then pauses without it, so that the driver,
-//! which takes the GIL for every step and send, waits at most one slice.
+//! and then pauses without it, so that the driver, which takes the GIL for
+//! every step and send, waits at most one slice. Most of the building falls
+//! in the engine's step, while vLLM waits for the device without the GIL.
+//! (Building only inside steps, in 8k-token slices, was tried and measured
+//! worse: fewer lists were ready in time; docs/benchmarks.md, issue 46.)
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,17 +31,20 @@ use super::{PromptStager, Staged};
 /// `SWAP_MIN_TOKENS`.)
 pub const STAGE_MIN_TOKENS: usize = 1024;
 
-/// Tokens put into a staged list per hold of the GIL.
+/// Tokens put into a staged list per hold of the GIL (~1 ms at the 10-20 ns
+/// a token measured here).
 pub const SLICE_TOKENS: usize = 65536;
 
 /// The pause without the GIL between two slices: long enough for a driver
-/// that was waiting for the GIL to wake and take it.
+/// that was waiting for the GIL to wake and take it (a thread that lets the
+/// GIL go and asks again at once often gets it back first).
 const SLICE_PAUSE: Duration = Duration::from_micros(50);
 
 /// A list of `prompt`'s ids, each the table's shared int (a new int for an
 /// id past the table). `between` runs after every `slice` tokens but the
-/// last (with `usize::MAX`, never). The list is not tracked by Python's
-/// cyclic GC: it only holds ints, and a half-made one is then never seen.
+/// last (with `usize::MAX`, never); when it says `false` the list is
+/// dropped and `None` returned. The list is not tracked by Python's cyclic
+/// GC: it only holds ints, and a half-made one is then never seen.
 ///
 /// Errors: Python's, when memory runs out.
 pub fn token_list<'py>(
@@ -45,8 +52,8 @@ pub fn token_list<'py>(
     table: &[Py<PyAny>],
     prompt: &[u32],
     slice: usize,
-    mut between: impl FnMut(Python<'py>),
-) -> PyResult<Bound<'py, PyList>> {
+    mut between: impl FnMut(Python<'py>) -> bool,
+) -> PyResult<Option<Bound<'py, PyList>>> {
     // SAFETY: PyList_New gives a new reference (or null with the error set);
     // untracking a tracked object is always allowed with the GIL held.
     let list = unsafe {
@@ -58,8 +65,8 @@ pub fn token_list<'py>(
         Bound::from_owned_ptr(py, raw).cast_into_unchecked::<PyList>()
     };
     for (i, &t) in prompt.iter().enumerate() {
-        if i > 0 && i % slice == 0 {
-            between(py);
+        if i > 0 && i % slice == 0 && !between(py) {
+            return Ok(None);
         }
         let item = match table.get(t as usize) {
             Some(obj) => obj.clone_ref(py).into_ptr(),
@@ -74,7 +81,7 @@ pub fn token_list<'py>(
             return Err(PyErr::fetch(py));
         }
     }
-    Ok(list)
+    Ok(Some(list))
 }
 
 /// Staged lists by (prompt address, length).
@@ -85,34 +92,50 @@ type Lists = Arc<Mutex<HashMap<(usize, usize), Py<PyList>>>>;
 pub struct Stager {
     table: Arc<Vec<Py<PyAny>>>,
     lists: Lists,
+    /// Lists made, and taken by their send ([`PromptStager::counts`]).
+    made: AtomicU64,
+    taken: AtomicU64,
 }
 
 impl Stager {
     /// A stager over the engine's table of token ints.
     pub fn new(table: Arc<Vec<Py<PyAny>>>) -> Stager {
-        Stager { table, lists: Arc::default() }
+        Stager { table, lists: Arc::default(), made: AtomicU64::new(0), taken: AtomicU64::new(0) }
     }
 
     /// The list staged for `prompt` (this buffer: address and length), if
     /// any; the send's own.
     pub fn take(&self, prompt: &[u32]) -> Option<Py<PyList>> {
         let key = (prompt.as_ptr() as usize, prompt.len());
-        self.lists.lock().ok()?.remove(&key)
+        let list = self.lists.lock().ok()?.remove(&key);
+        if list.is_some() {
+            self.taken.fetch_add(1, Ordering::Relaxed);
+        }
+        list
     }
 }
 
+
 impl PromptStager for Stager {
+    fn counts(&self) -> (u64, u64) {
+        (self.made.load(Ordering::Relaxed), self.taken.load(Ordering::Relaxed))
+    }
+
     fn stage(&self, prompt: &[u32]) -> Option<Staged> {
         if prompt.len() < STAGE_MIN_TOKENS {
             return None;
         }
         let list = Python::attach(|py| {
-            token_list(py, &self.table, prompt, SLICE_TOKENS, |py| py.detach(|| std::thread::sleep(SLICE_PAUSE)))
-                .map(Bound::unbind)
+            token_list(py, &self.table, prompt, SLICE_TOKENS, |py| {
+                py.detach(|| std::thread::sleep(SLICE_PAUSE));
+                true
+            })
+            .map(|list| list.map(Bound::unbind))
         })
-        .ok()?;
+        .ok()??;
         let key = (prompt.as_ptr() as usize, prompt.len());
         self.lists.lock().ok()?.insert(key, list);
+        self.made.fetch_add(1, Ordering::Relaxed);
         Some(Staged(Box::new(Claim { lists: Arc::clone(&self.lists), key })))
     }
 }

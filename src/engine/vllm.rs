@@ -10,6 +10,7 @@
 //! output, its events and its finish.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::ffi::CString;
 
 use anyhow::{Context, Result};
@@ -18,6 +19,8 @@ use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
+use super::token_lists::{token_list, Stager};
+use super::PromptStager;
 use crate::protocol::knobs::{KnobReport, KnobRequest};
 use super::{ChatMessage, Completion, Delta, EngineInfo, EngineTiming, Prompt, SpecCounts, StepEngine, StepOutput, StepStats};
 
@@ -43,7 +46,9 @@ pub struct VllmEngine {
     core: HashMap<u64, CoreRequest>,
     /// Python ints 0..vocabulary, shared by every prompt list: a list of n
     /// token ids is then n reference-count increments, not n new ints.
-    token_objects: Vec<Py<PyAny>>,
+    token_objects: Arc<Vec<Py<PyAny>>>,
+    /// Replay prompts' lists made on the prefetch thread ([`StepEngine::prompt_stager`]).
+    stager: Arc<Stager>,
     /// Requests prepared before a loop ([`StepEngine::prepare_tokens`]), by
     /// (prompt address, length, max_tokens, ignore_eos): the shim's handles.
     prepared: HashMap<(usize, usize, u32, bool), Vec<Py<PyAny>>>,
@@ -135,14 +140,16 @@ impl VllmEngine {
             let kv_connector = info.kv_connector.is_some();
             let lockstep: bool = engine.getattr("dp_lockstep").and_then(|v| v.extract()).py_context(py)?;
             let vocab = info.vocab_size.unwrap_or(0).max(allowed_token_ids.iter().max().map_or(0, |m| m + 1));
-            let token_objects: Vec<Py<PyAny>> =
-                (0..vocab).map(|i| PyInt::new(py, i).into_any().unbind()).collect();
+            let token_objects: Arc<Vec<Py<PyAny>>> =
+                Arc::new((0..vocab).map(|i| PyInt::new(py, i).into_any().unbind()).collect());
+            let stager = Arc::new(Stager::new(Arc::clone(&token_objects)));
             Ok(VllmEngine {
                 engine: engine.unbind(),
                 info,
                 allowed_token_ids,
                 core: HashMap::new(),
                 token_objects,
+                stager,
                 prepared: HashMap::new(),
                 names: OutputNames::new(py),
                 record_ids: false,
@@ -242,11 +249,15 @@ impl StepEngine for VllmEngine {
     ) -> Result<()> {
         let key = (prompt.as_ptr() as usize, prompt.len(), max_tokens, ignore_eos);
         let prepared = self.prepared.get_mut(&key).and_then(Vec::pop);
+        let staged = if prepared.is_none() { self.stager.take(prompt) } else { None };
         Python::attach(|py| {
             let added = match prepared {
                 Some(handle) => self.engine.call_method1(py, intern!(py, "add_prepared"), (rid, handle)),
                 None => {
-                    let ids = self.prompt_list(py, prompt).py_context(py)?;
+                    let ids = match staged {
+                        Some(list) => list.into_bound(py),
+                        None => self.prompt_list(py, prompt).py_context(py)?,
+                    };
                     self.engine.call_method1(py, intern!(py, "add_tokens"), (rid, ids, max_tokens, ignore_eos))
                 }
             }
@@ -287,6 +298,10 @@ impl StepEngine for VllmEngine {
             }
             Ok(())
         })
+    }
+
+    fn prompt_stager(&self) -> Option<Arc<dyn PromptStager>> {
+        Some(Arc::clone(&self.stager) as Arc<dyn PromptStager>)
     }
 
     fn abort(&mut self, rids: &[u64]) -> Result<()> {
@@ -459,16 +474,8 @@ impl VllmEngine {
     /// same reason. Reference counting still frees it; `PyObject_GC_UnTrack`
     /// is in the stable ABI, and list_dealloc's own untrack is a no-op on it.
     fn prompt_list<'py>(&self, py: Python<'py>, prompt: &[u32]) -> PyResult<Bound<'py, PyList>> {
-        let table = &self.token_objects;
-        let list = if prompt.iter().all(|&t| (t as usize) < table.len()) {
-            PyList::new(py, prompt.iter().map(|&t| table[t as usize].bind(py)))?
-        } else {
-            PyList::new(py, prompt)?
-        };
-        // SAFETY: `list` is a live list we just made, holding only ints;
-        // untracking a tracked object is always allowed (the GIL is held).
-        unsafe { pyo3::ffi::PyObject_GC_UnTrack(list.as_ptr().cast()) };
-        Ok(list)
+        let list = token_list(py, &self.token_objects, prompt, usize::MAX, |_| true)?;
+        Ok(list.expect("a list made in one slice is never given up"))
     }
 
     /// Reads the core path's `EngineCoreOutput`s of one step into `out`

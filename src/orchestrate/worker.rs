@@ -477,10 +477,12 @@ fn run_sessions(
     let mut progress = Progress::start(phase, u64::from(p.num_prompts), channel);
     let started_mono_s = mono_now_s();
     let spec_before = engine.spec_counters();
-    // Each stream's next prompt is built ahead on a helper thread (the
-    // replay's prompts are the same either way).
+    // Each stream's next prompt is built ahead on a helper thread, and
+    // staged in the engine's form there (the replay's prompts are the same
+    // either way).
+    let stager = engine.prompt_stager();
     let outcome = std::thread::scope(|scope| {
-        replay.prefetch_in(scope, crate::workload::prefetch::budget_for(lanes));
+        replay.prefetch_in(scope, crate::workload::prefetch::budget_for(lanes), stager.clone());
         let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done));
         if let Some(s) = replay.stop_prefetch() {
             // In worker.log: whether the driver's thread built prompts itself.
@@ -488,6 +490,9 @@ fn run_sessions(
                 "[enginebench] replay prompts: {} built ahead, {} waited for, {} built at the send ({} asks over the budget)",
                 s.taken, s.waited, s.inline, s.refused
             );
+        }
+        if let Some((made, taken)) = stager.as_ref().map(|s| s.counts()) {
+            crate::errln!("[enginebench] replay prompts staged in the engine's form ahead: {made}, taken by their send: {taken}");
         }
         outcome
     })?;

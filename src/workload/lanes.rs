@@ -231,8 +231,13 @@ impl<'a> LanesReplay<'a> {
     /// thread in `scope` as soon as its predecessor is sent, holding at most
     /// `budget_tokens` ahead ([`super::prefetch`]); the prompts sent are the
     /// same. Call [`LanesReplay::stop_prefetch`] before the scope ends.
-    pub fn prefetch_in<'scope>(&mut self, scope: &'scope std::thread::Scope<'scope, 'a>, budget_tokens: usize) {
-        self.prefetch = Some(Prefetch::spawn(scope, self.set, self.synth, budget_tokens));
+    pub fn prefetch_in<'scope>(
+        &mut self,
+        scope: &'scope std::thread::Scope<'scope, 'a>,
+        budget_tokens: usize,
+        stager: Option<std::sync::Arc<dyn crate::engine::PromptStager>>,
+    ) {
+        self.prefetch = Some(Prefetch::spawn(scope, self.set, self.synth, budget_tokens, stager));
     }
 
     /// Ends the helper thread of [`LanesReplay::prefetch_in`]; returns how
@@ -421,12 +426,21 @@ impl<'a> LanesReplay<'a> {
         let turns = set.stream_turns(&def);
         let turn = turns[k];
         let pkey = PromptKey { session: session as u32, stream: s as u32, turn: k as u32, marker: tree.marker };
-        match self.prefetch.as_mut().and_then(|p| p.take(&pkey)) {
-            Some(built) => self.buf = built,
-            None => self.synth.build(set, session, s, k, tree.marker, &mut self.buf, &mut self.scratch),
-        }
+        // A staged prompt's claim lives to the end of the send: the buffer
+        // is built into again only after it is dropped.
+        let staged = match self.prefetch.as_mut().and_then(|p| p.take(&pkey)) {
+            Some((built, staged)) => {
+                self.buf = built;
+                staged
+            }
+            None => {
+                self.synth.build(set, session, s, k, tree.marker, &mut self.buf, &mut self.scratch);
+                None
+            }
+        };
         let max_tokens = if phase == ReplayPhase::Measured { turn.max_tokens } else { WARMUP_MAX_TOKENS };
         let index = admit.send(Request::Tokens { prompt: &self.buf, max_tokens, ignore_eos: self.cfg.ignore_eos }, at)?;
+        drop(staged);
         if let Some(p) = self.prefetch.as_mut() {
             // The prompts this send makes known are built off this thread:
             // the stream's next turn, and the first turn of each subagent

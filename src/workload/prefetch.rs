@@ -10,14 +10,23 @@
 //! the prompt is the same token for token; one still being built is waited
 //! for, one never asked for is built at the send as before.
 //!
+//! With an engine [`PromptStager`] (the vLLM engine's), the builder also
+//! stages each prompt in the engine's form (a Python list, made a slice at
+//! a time: crate::engine::token_lists), and the send
+//! hands that over (issue 46). The buffer and its claim travel together
+//! until the send.
+//!
 //! Held buffers are bounded by a token budget (ready and being built): past
 //! it a turn is built at its send. The builder lowers its priority (nice
 //! 10): on a CPU engine it shares the cores with the engine's threads, on a
 //! GPU host it takes an idle core.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::Scope;
+
+use crate::engine::{PromptStager, Staged};
 
 use super::sessions::SessionSet;
 use super::synth::Synth;
@@ -56,19 +65,23 @@ pub struct PrefetchStats {
     pub taken: u64,
     /// Still being built at the send: the send waited for the builder.
     pub waited: u64,
-    /// Built at the send: never asked for (a stream's first turn) or
-    /// refused for the budget.
+    /// Built at the send: never asked for (primers, a recycled lane's first
+    /// turn) or refused for the budget.
     pub inline: u64,
     /// Asks refused because the budget was spent.
     pub refused: u64,
 }
 
+/// A prompt built ahead: its token ids and, when the engine staged it, the
+/// claim on its staged form (drop it after the send, before the buffer).
+pub type Built = (Vec<u32>, Option<Staged>);
+
 /// The driver thread's end of the builder (see the module doc).
 pub struct Prefetch {
     jobs: Sender<PromptKey>,
-    built: Receiver<(PromptKey, Vec<u32>)>,
+    built: Receiver<(PromptKey, Built)>,
     /// Built and being built, with the tokens each was asked for.
-    ready: HashMap<PromptKey, (Vec<u32>, usize)>,
+    ready: HashMap<PromptKey, (Built, usize)>,
     pending: HashMap<PromptKey, usize>,
     /// Tokens asked for of the ready buffers and of those being built.
     held_tokens: usize,
@@ -78,13 +91,15 @@ pub struct Prefetch {
 
 impl Prefetch {
     /// Starts a builder in `scope` that synthesises prompts of `set` with
-    /// `synth`, holding at most `budget_tokens` tokens ahead. The builder
-    /// ends when the `Prefetch` is dropped (drop it before the scope ends).
+    /// `synth`, holding at most `budget_tokens` tokens ahead, and stages
+    /// each with `stager` when given. The builder ends when the `Prefetch`
+    /// is dropped (drop it before the scope ends).
     pub fn spawn<'scope, 'env>(
         scope: &'scope Scope<'scope, 'env>,
         set: &'env SessionSet,
         synth: Synth<'env>,
         budget_tokens: usize,
+        stager: Option<Arc<dyn PromptStager>>,
     ) -> Prefetch {
         let (jobs, todo) = channel::<PromptKey>();
         let (done, built) = channel();
@@ -94,11 +109,19 @@ impl Prefetch {
         let _ = std::thread::Builder::new().name("eb-prefetch".into()).spawn_scoped(scope, move || {
             crate::telemetry::lower_thread_priority();
             let mut scratch = Vec::new();
-            for key in todo {
+            let mut queue = std::collections::VecDeque::new();
+            loop {
+                queue.extend(todo.try_iter());
+                let Some(key) = queue.pop_front().or_else(|| todo.recv().ok()) else { break };
                 let mut buf = Vec::new();
                 let k = key.turn as usize;
                 synth.build(set, key.session as usize, key.stream as usize, k, key.marker, &mut buf, &mut scratch);
-                if done.send((key, buf)).is_err() {
+                // Staging takes longer than building: only with no prompt
+                // waiting to be built (a ramp's backlog would otherwise
+                // leave sends waiting here for theirs).
+                queue.extend(todo.try_iter());
+                let staged = if queue.is_empty() { stager.as_ref().and_then(|s| s.stage(&buf)) } else { None };
+                if done.send((key, (buf, staged))).is_err() {
                     break;
                 }
             }
@@ -132,7 +155,7 @@ impl Prefetch {
 
     /// `key`'s prompt if it was asked for (waiting for it if it is still
     /// being built), else `None`: build it now.
-    pub fn take(&mut self, key: &PromptKey) -> Option<Vec<u32>> {
+    pub fn take(&mut self, key: &PromptKey) -> Option<Built> {
         self.collect();
         if let Some((buf, tokens)) = self.ready.remove(key) {
             self.held_tokens -= tokens;
@@ -170,7 +193,8 @@ impl Prefetch {
 
     /// Bytes of the buffers held ready.
     pub fn memory_bytes(&self) -> usize {
-        self.ready.values().map(|(b, _)| b.capacity() * 4).sum()
+        // A staged Python list holds a pointer per token.
+        self.ready.values().map(|((b, staged), _)| b.capacity() * 4 + staged.as_ref().map_or(0, |_| b.len() * 8)).sum()
     }
 }
 
@@ -210,7 +234,7 @@ mod tests {
         for budget in [DEFAULT_BUDGET_TOKENS, 0] {
             let (ahead, stats, turns) = std::thread::scope(|scope| {
                 let mut r = Replay::new(&set, &allowed, config()).unwrap();
-                r.prefetch_in(scope, budget);
+                r.prefetch_in(scope, budget, None);
                 let reqs = simulate(&mut r, 0.05, &|_| false);
                 (reqs, r.stop_prefetch().unwrap(), r.turns().to_vec())
             });
@@ -236,5 +260,52 @@ mod tests {
                 assert!(inline <= primers + roots + held, "{stats:?}: {primers} primers, {roots} roots, {held} held");
             }
         }
+    }
+
+    /// Counts stagings and dropped claims; stages every prompt.
+    #[derive(Default)]
+    struct Counting {
+        staged: std::sync::atomic::AtomicUsize,
+        dropped: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    struct CountDrop(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for CountDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    impl PromptStager for Counting {
+        fn counts(&self) -> (u64, u64) {
+            (self.staged.load(std::sync::atomic::Ordering::SeqCst) as u64, 0)
+        }
+
+        fn stage(&self, _prompt: &[u32]) -> Option<Staged> {
+            self.staged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Some(Staged(Box::new(CountDrop(Arc::clone(&self.dropped)))))
+        }
+    }
+
+    #[test]
+    fn staged_prompts_change_nothing_sent_and_every_claim_is_dropped() {
+        let shape = Shape { sessions: 6, root_turns: 8, subagents: 2, subagent_turns: 3, block_size: 16, compact_at: (30_000, 40_000) };
+        let set = shape.build(7).unwrap();
+        let allowed: Vec<u32> = (0..1000).collect();
+        let plain = simulate(&mut Replay::new(&set, &allowed, config()).unwrap(), 0.05, &|_| false);
+        let counting = Arc::new(Counting::default());
+        let staged = std::thread::scope(|scope| {
+            let mut r = Replay::new(&set, &allowed, config()).unwrap();
+            r.prefetch_in(scope, DEFAULT_BUDGET_TOKENS, Some(Arc::clone(&counting) as Arc<dyn PromptStager>));
+            let reqs = simulate(&mut r, 0.05, &|_| false);
+            r.stop_prefetch();
+            reqs
+        });
+        assert_eq!(plain, staged, "the same requests, prompts token for token");
+        let made = counting.staged.load(std::sync::atomic::Ordering::SeqCst);
+        // Staged only when the builder has no backlog: some, not all.
+        assert!(made > 0, "none of {} staged", plain.len());
+        assert_eq!(counting.dropped.load(std::sync::atomic::Ordering::SeqCst), made, "every claim dropped (sent or withdrawn)");
     }
 }

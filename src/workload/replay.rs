@@ -54,9 +54,14 @@ impl<'a> SessionReplay<'a> {
 
     /// [`LanesReplay::prefetch_in`] for a lanes replay (a timed trace's
     /// prompts are built at their send).
-    pub fn prefetch_in<'scope>(&mut self, scope: &'scope std::thread::Scope<'scope, 'a>, budget_tokens: usize) {
+    pub fn prefetch_in<'scope>(
+        &mut self,
+        scope: &'scope std::thread::Scope<'scope, 'a>,
+        budget_tokens: usize,
+        stager: Option<std::sync::Arc<dyn crate::engine::PromptStager>>,
+    ) {
         if let SessionReplay::Lanes(r) = self {
-            r.prefetch_in(scope, budget_tokens);
+            r.prefetch_in(scope, budget_tokens, stager);
         }
     }
 
