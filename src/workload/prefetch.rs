@@ -225,11 +225,15 @@ mod tests {
         }
     }
 
+    /// Six AgentX-shaped sessions with subagents, and the token ids to draw from.
+    fn small_set() -> (crate::workload::sessions::SessionSet, Vec<u32>) {
+        let shape = Shape { sessions: 6, root_turns: 8, subagents: 2, subagent_turns: 3, block_size: 16, compact_at: (30_000, 40_000) };
+        (shape.build(7).unwrap(), (0..1000).collect())
+    }
+
     #[test]
     fn prefetched_prompts_are_the_prompts_built_at_send() {
-        let shape = Shape { sessions: 6, root_turns: 8, subagents: 2, subagent_turns: 3, block_size: 16, compact_at: (30_000, 40_000) };
-        let set = shape.build(7).unwrap();
-        let allowed: Vec<u32> = (0..1000).collect();
+        let (set, allowed) = small_set();
         let plain = simulate(&mut Replay::new(&set, &allowed, config()).unwrap(), 0.05, &|_| false);
         for budget in [DEFAULT_BUDGET_TOKENS, 0] {
             let (ahead, stats, turns) = std::thread::scope(|scope| {
@@ -290,9 +294,7 @@ mod tests {
 
     #[test]
     fn staged_prompts_change_nothing_sent_and_every_claim_is_dropped() {
-        let shape = Shape { sessions: 6, root_turns: 8, subagents: 2, subagent_turns: 3, block_size: 16, compact_at: (30_000, 40_000) };
-        let set = shape.build(7).unwrap();
-        let allowed: Vec<u32> = (0..1000).collect();
+        let (set, allowed) = small_set();
         let plain = simulate(&mut Replay::new(&set, &allowed, config()).unwrap(), 0.05, &|_| false);
         let counting = Arc::new(Counting::default());
         let staged = std::thread::scope(|scope| {
