@@ -47,6 +47,7 @@ VLLM_CPU_KVCACHE_SPACE.
 
     bench/harness_overhead.sh [--rounds 3] [--concs 4,64] [--isl 128] [--osl 64] ...
     bench/harness_overhead.sh --report results/harness-overhead-<time>   # tables again
+    bench/harness_overhead.sh --resume results/harness-overhead-<time> --rounds 40 [its flags]
 """
 
 import argparse
@@ -54,6 +55,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -118,6 +120,9 @@ def parse_args():
     p.add_argument("--baseline", default=None,
                    help="another enginebench binary, run as harness eb0 in every round (before/after a change)")
     p.add_argument("--report", default=None, metavar="DIR", help="only print the tables of a finished run")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="add rounds to the run in DIR until it has --rounds in all (same flags as its meta.json, "
+                        "else exit 2); the rotation of the order goes on from its last round")
     p.add_argument("--out", default=None, help="output folder (default results/harness-overhead-<UTC time>)")
     p.add_argument("--enginebench", default=os.path.join(ROOT, "target/release/enginebench"))
     p.add_argument("--promptgen", default=os.path.join(ROOT, "target/promptgen/release/enginebench-promptgen"))
@@ -512,7 +517,18 @@ def main():
     elif a.replay:
         harnesses.append("ebr")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    if a.resume:
+        a.out = a.resume
     a.out = os.path.abspath(a.out or os.path.join(ROOT, "results", f"harness-overhead-{stamp}"))
+    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.node()}"
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "machine": machine,
+            "vllm": vllm_version(a), "concs": concs, "step_ms": step_ms, "load": os.getloadavg(),
+            **{k: getattr(a, k) for k in (
+                "engine_args", "omp_threads", "kv_space", "isl", "osl", "prompts_per_conc", "warmups_per_conc",
+                "null_engine", "evict_mb", "replay", "replay_shape", "replay_sessions", "null_step_mode")}}
+    rounds = []
+    if a.resume:  # checked before anything in the folder is written
+        meta, rounds = resumed(a.out, meta, harnesses)
     os.makedirs(a.out, exist_ok=True)
     a.model_path = os.path.realpath(os.path.join(a.home, "models", "smollm2-135m-instruct"))
     points = [{"isl": a.isl, "osl": a.osl, "conc": c, "warmups": a.warmups_per_conc * c,
@@ -539,7 +555,6 @@ def main():
                VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONUNBUFFERED="1", ENGINEBENCH_HOME=a.home)
     for k in ("PYTHONPATH", "EB_STEP_PROBE", "EB_NULL_STEP_MS", "ENGINEBENCH_STEP_PATH"):
         env.pop(k, None)
-    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.node()}"
     print(f"harness overhead: {machine}; ISL/OSL {a.isl}/{a.osl}, conc {concs}, "
           f"{a.prompts_per_conc} x conc prompts, {a.warmups_per_conc} x conc warm-ups, "
           f"{a.rounds} rounds; engine args: {a.engine_args}; OMP_NUM_THREADS={a.omp_threads}, "
@@ -548,15 +563,9 @@ def main():
           f"{f', step {a.null_step_ms} ms ({a.null_step_mode})' if a.null_step_ms else ''}; out: {a.out}",
           file=sys.stderr)
 
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "machine": machine,
-            "vllm": vllm_version(a), "concs": concs, "step_ms": step_ms, "load": os.getloadavg(),
-            **{k: getattr(a, k) for k in (
-                "engine_args", "omp_threads", "kv_space", "isl", "osl", "prompts_per_conc", "warmups_per_conc",
-                "null_engine", "evict_mb", "replay", "replay_shape", "replay_sessions", "null_step_mode")}}
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    rounds = []
-    for r in range(a.rounds):
+    for r in range(len(rounds), a.rounds):
         order = harnesses[r % len(harnesses):] + harnesses[:r % len(harnesses)]
         rec = {"order": order}
         for ms in step_ms:
@@ -589,6 +598,33 @@ def main():
     print(text)
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(text + "\n")
+
+
+def resumed(out, meta, harnesses):
+    """The meta and rounds of the unfinished run in `out`, with this
+    session's date and load added to meta["resumed"]; exits 2 when its
+    flags or harnesses differ from this invocation's (rounds of two set-ups
+    must not be pooled)."""
+    try:
+        with open(os.path.join(out, "meta.json")) as f:
+            old = json.load(f)
+        with open(os.path.join(out, "rounds.json")) as f:
+            rounds = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"--resume {out}: no finished round to add to ({e}); start a new run with --out", file=sys.stderr)
+        sys.exit(2)
+    differ = [k for k in meta if k not in ("date", "load", "machine", "resumed") and old.get(k) != meta[k]]
+    if rounds[0]["order"] != harnesses:
+        differ.append(f"harnesses (the run has {','.join(rounds[0]['order'])})")
+    if differ:
+        print(f"--resume {out}: this invocation differs from the run's meta.json in: {', '.join(differ)}; "
+              f"pass the run's own flags", file=sys.stderr)
+        sys.exit(2)
+    # A round stopped part-way left folders; it runs again from the start.
+    shutil.rmtree(os.path.join(out, f"round{len(rounds) + 1}"), ignore_errors=True)
+    old.setdefault("resumed", []).append({"date": meta["date"], "load": meta["load"], "machine": meta["machine"],
+                                          "from_round": len(rounds) + 1})
+    return old, rounds
 
 
 def gpu_pace_report(meta, rounds):
