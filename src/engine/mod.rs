@@ -83,8 +83,27 @@ pub trait PromptStager: Send + Sync {
     /// staged form over. `None`: not staged (too short to be worth it, or
     /// the engine could not); the send makes it as before.
     fn stage(&self, prompt: &[u32]) -> Option<Staged>;
-    /// Prompts staged so far, and how many of them their send took.
-    fn counts(&self) -> (u64, u64);
+    /// Prompts staged so far, how many of them their send took, and what
+    /// the token sends since the last report (a replay's) paid between two
+    /// engine steps.
+    fn report(&self) -> StageReport;
+}
+
+/// What a [`PromptStager`] did and what the sends cost the driver's
+/// thread (worker.log says it after a replay, issue 46). Times in us.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageReport {
+    /// Prompts staged ahead, and those of them their send took.
+    pub made: u64,
+    pub taken: u64,
+    /// A replay's token sends, and how long each waited for the GIL
+    /// (another thread held it when the send began): p50, p99, max.
+    pub sends: u64,
+    pub gil_wait_us: [f64; 3],
+    /// Sends of a prompt long enough to stage that made its list
+    /// themselves, and how long that took: p50, p99, max.
+    pub made_at_send: u64,
+    pub made_at_send_us: [f64; 3],
 }
 
 /// The claim of a staged prompt ([`PromptStager::stage`]): while it lives,

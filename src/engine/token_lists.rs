@@ -23,7 +23,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::{ffi, Py, PyAny};
 
-use super::{PromptStager, Staged};
+use super::{PromptStager, StageReport, Staged};
+use crate::metrics::stats::percentile_sorted;
 
 /// Prompts shorter than this are not staged: their list costs tens of
 /// microseconds at the send, less than the hand-over's own bookkeeping is
@@ -92,15 +93,48 @@ type Lists = Arc<Mutex<HashMap<(usize, usize), Py<PyList>>>>;
 pub struct Stager {
     table: Arc<Vec<Py<PyAny>>>,
     lists: Lists,
-    /// Lists made, and taken by their send ([`PromptStager::counts`]).
+    /// Lists made, and taken by their send ([`PromptStager::report`]).
     made: AtomicU64,
     taken: AtomicU64,
+    sends: Mutex<SendTimes>,
+}
+
+/// The sends' costs on the driver's thread, us (a few thousand a replay).
+#[derive(Default)]
+struct SendTimes {
+    gil_wait_us: Vec<f64>,
+    made_at_send_us: Vec<f64>,
+}
+
+/// p50, p99 and max of `xs` (numpy's linear percentiles); zeros when empty.
+fn spread(xs: &mut [f64]) -> [f64; 3] {
+    xs.sort_by(f64::total_cmp);
+    [50.0, 99.0, 100.0].map(|p| percentile_sorted(xs, p))
 }
 
 impl Stager {
     /// A stager over the engine's table of token ints.
     pub fn new(table: Arc<Vec<Py<PyAny>>>) -> Stager {
-        Stager { table, lists: Arc::default(), made: AtomicU64::new(0), taken: AtomicU64::new(0) }
+        Stager {
+            table,
+            lists: Arc::default(),
+            made: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+            sends: Mutex::default(),
+        }
+    }
+
+    /// Notes one token send's costs (a replay's: a fixed list's prepared
+    /// sends are not noted): how long it waited for the GIL, and how long
+    /// it took to make the list of a prompt `tokens` long when it made one
+    /// itself (`None`: staged or short).
+    pub fn record_send(&self, gil_wait: Duration, tokens: usize, made: Option<Duration>) {
+        if let Ok(mut t) = self.sends.lock() {
+            t.gil_wait_us.push(gil_wait.as_secs_f64() * 1e6);
+            if let Some(d) = made.filter(|_| tokens >= STAGE_MIN_TOKENS) {
+                t.made_at_send_us.push(d.as_secs_f64() * 1e6);
+            }
+        }
     }
 
     /// The list staged for `prompt` (this buffer: address and length), if
@@ -117,8 +151,20 @@ impl Stager {
 
 
 impl PromptStager for Stager {
-    fn counts(&self) -> (u64, u64) {
-        (self.made.load(Ordering::Relaxed), self.taken.load(Ordering::Relaxed))
+    fn report(&self) -> StageReport {
+        let mut report = StageReport {
+            made: self.made.load(Ordering::Relaxed),
+            taken: self.taken.load(Ordering::Relaxed),
+            ..StageReport::default()
+        };
+        // Each report covers the sends since the last (one replay's).
+        if let Ok(mut t) = self.sends.lock().map(|mut t| std::mem::take(&mut *t)) {
+            report.sends = t.gil_wait_us.len() as u64;
+            report.gil_wait_us = spread(&mut t.gil_wait_us);
+            report.made_at_send = t.made_at_send_us.len() as u64;
+            report.made_at_send_us = spread(&mut t.made_at_send_us);
+        }
+        report
     }
 
     fn stage(&self, prompt: &[u32]) -> Option<Staged> {

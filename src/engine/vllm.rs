@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::ffi::CString;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use pyo3::prelude::*;
@@ -250,18 +251,30 @@ impl StepEngine for VllmEngine {
         let key = (prompt.as_ptr() as usize, prompt.len(), max_tokens, ignore_eos);
         let prepared = self.prepared.get_mut(&key).and_then(Vec::pop);
         let staged = if prepared.is_none() { self.stager.take(prompt) } else { None };
+        let asked = Instant::now();
         Python::attach(|py| {
+            let gil_wait = asked.elapsed();
+            let mut made = None;
+            let fixed = prepared.is_some();
             let added = match prepared {
                 Some(handle) => self.engine.call_method1(py, intern!(py, "add_prepared"), (rid, handle)),
                 None => {
                     let ids = match staged {
                         Some(list) => list.into_bound(py),
-                        None => self.prompt_list(py, prompt).py_context(py)?,
+                        None => {
+                            let started = Instant::now();
+                            let list = self.prompt_list(py, prompt).py_context(py)?;
+                            made = Some(started.elapsed());
+                            list
+                        }
                     };
                     self.engine.call_method1(py, intern!(py, "add_tokens"), (rid, ids, max_tokens, ignore_eos))
                 }
             }
             .py_context(py)?;
+            if !fixed {
+                self.stager.record_send(gil_wait, prompt.len(), made);
+            }
             self.track(py, rid, added)
         })
     }

@@ -491,8 +491,13 @@ fn run_sessions(
                 s.taken, s.waited, s.inline, s.refused
             );
         }
-        if let Some((made, taken)) = stager.as_ref().map(|s| s.counts()) {
-            crate::errln!("[enginebench] replay prompts staged in the engine's form ahead: {made}, taken by their send: {taken}");
+        if let Some(r) = stager.as_ref().map(|s| s.report()) {
+            crate::errln!("[enginebench] replay prompts staged in the engine's form ahead: {}, taken by their send: {}", r.made, r.taken);
+            let us = |x: [f64; 3]| format!("p50 {:.0} us, p99 {:.0} us, max {:.0} us", x[0], x[1], x[2]);
+            crate::errln!(
+                "[enginebench] replay sends: {} waited for the GIL {}; {} long prompts' lists made at the send, {}",
+                r.sends, us(r.gil_wait_us), r.made_at_send, us(r.made_at_send_us)
+            );
         }
         outcome
     })?;

@@ -282,8 +282,8 @@ mod tests {
     }
 
     impl PromptStager for Counting {
-        fn counts(&self) -> (u64, u64) {
-            (self.staged.load(std::sync::atomic::Ordering::SeqCst) as u64, 0)
+        fn report(&self) -> crate::engine::StageReport {
+            crate::engine::StageReport { made: self.staged.load(std::sync::atomic::Ordering::SeqCst) as u64, ..Default::default() }
         }
 
         fn stage(&self, _prompt: &[u32]) -> Option<Staged> {

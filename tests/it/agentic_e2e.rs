@@ -79,9 +79,20 @@ fn trace_replay_prefix_cache_figures_against_caching_off() {
         assert_eq!(p["prefix_cache"]["cached_tokens"], 0, "caching off: {}", p["prefix_cache"]);
     }
 
+    // worker.log says what every replay send paid on the driver's thread
+    // (issue 46): one line per replay point, its sends counted once each.
+    let lines = requests(&out);
+    let noted: u64 = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("worker") && p.extension().is_some_and(|e| e == "log"))
+        .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(String::from).collect::<Vec<_>>())
+        .filter_map(|l| l.split("replay sends: ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(noted, lines.len() as u64, "sends in worker.log against requests.jsonl");
+
     // The same turn (trace, stream, turn, at conc 1) with and without the
     // cache: turns that hit it start faster.
-    let lines = requests(&out);
     let key = |l: &Value| (l["trace_name"].as_str().unwrap().to_string(), l["stream"].as_u64().unwrap(), l["turn"].as_u64().unwrap());
     let nocache_ttft: BTreeMap<_, f64> = lines
         .iter()
