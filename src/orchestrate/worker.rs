@@ -481,6 +481,11 @@ fn run_sessions(
     // staged in the engine's form there (the replay's prompts are the same
     // either way).
     let stager = engine.prompt_stager();
+    // The send costs worker.log gives after it are this replay's own (an
+    // earlier loop's unprepared sends are dropped here).
+    if let Some(s) = &stager {
+        s.report();
+    }
     let outcome = std::thread::scope(|scope| {
         replay.prefetch_in(scope, crate::workload::prefetch::budget_for(lanes), stager.clone());
         let outcome = drive_schedule(engine, &mut replay, Some(&STOP), ids, &mut |done| progress.on_done(channel, done));
