@@ -24,7 +24,7 @@ use pyo3::types::PyList;
 use pyo3::{ffi, Py, PyAny};
 
 use super::{PromptStager, StageReport, Staged};
-use crate::metrics::stats::percentile_sorted;
+use crate::metrics::stats::Summary;
 
 /// Prompts shorter than this are not staged: their list costs tens of
 /// microseconds at the send, less than the hand-over's own bookkeeping is
@@ -106,10 +106,11 @@ struct SendTimes {
     made_at_send_us: Vec<f64>,
 }
 
-/// p50, p99 and max of `xs` (numpy's linear percentiles); zeros when empty.
-fn spread(xs: &mut [f64]) -> [f64; 3] {
-    xs.sort_by(f64::total_cmp);
-    [50.0, 99.0, 100.0].map(|p| percentile_sorted(xs, p))
+/// p50, p99 and max of `xs` (the project's one summary: numpy's linear
+/// percentiles); zeros when empty.
+fn spread(xs: &[f64]) -> [f64; 3] {
+    let s = Summary::of(xs, &[99.0, 100.0]);
+    [s.median, s.percentiles[0].1, s.percentiles[1].1]
 }
 
 impl Stager {
@@ -158,11 +159,11 @@ impl PromptStager for Stager {
             ..StageReport::default()
         };
         // Each report covers the sends since the last (one replay's).
-        if let Ok(mut t) = self.sends.lock().map(|mut t| std::mem::take(&mut *t)) {
+        if let Ok(t) = self.sends.lock().map(|mut t| std::mem::take(&mut *t)) {
             report.sends = t.gil_wait_us.len() as u64;
-            report.gil_wait_us = spread(&mut t.gil_wait_us);
+            report.gil_wait_us = spread(&t.gil_wait_us);
             report.made_at_send = t.made_at_send_us.len() as u64;
-            report.made_at_send_us = spread(&mut t.made_at_send_us);
+            report.made_at_send_us = spread(&t.made_at_send_us);
         }
         report
     }
