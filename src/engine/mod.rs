@@ -104,34 +104,6 @@ pub struct StageReport {
     /// themselves, and how long that took: p50, p99, max.
     pub made_at_send: u64,
     pub made_at_send_us: [f64; 3],
-    /// Where the staging thread's time went.
-    pub staging: StageWork,
-}
-
-/// The staging thread's time on the lists it made (the prompts' token
-/// count), ms: waiting for the GIL to start a list, making lists, letting
-/// the driver take the GIL (`driver_turns` times), and pausing without it
-/// between slices.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StageWork {
-    pub tokens: u64,
-    pub gil_wait_ms: f64,
-    pub making_ms: f64,
-    pub driver_ms: f64,
-    pub driver_turns: u64,
-    pub pause_ms: f64,
-}
-
-impl StageWork {
-    /// Adds `other`'s times and counts to these.
-    pub fn add(&mut self, other: &StageWork) {
-        self.tokens += other.tokens;
-        self.gil_wait_ms += other.gil_wait_ms;
-        self.making_ms += other.making_ms;
-        self.driver_ms += other.driver_ms;
-        self.driver_turns += other.driver_turns;
-        self.pause_ms += other.pause_ms;
-    }
 }
 
 /// The claim of a staged prompt ([`PromptStager::stage`]): while it lives,

@@ -7,26 +7,23 @@
 //! more per prompt, paid between two engine steps when the send makes it.
 //! A replay knows each stream's next prompt hundreds of steps before its
 //! send, so [`Stager`] makes those lists on the prefetch thread instead, a
-//! slice at a time. It holds the GIL for at most [`SLICE`] and lets it go
-//! at once, checking every [`CHECK_TOKENS`] tokens, when the driver asks for
-//! it ([`Stager::driver_turn`]: the driver takes the GIL for every step and
-//! send), so the driver waits for the GIL tens of microseconds at most; a
-//! step that takes the GIL back inside vLLM (after a wait on the device)
-//! waits at most one slice. Most of the building falls in the engine's
-//! step, while vLLM waits for the device without the GIL. (Building only
-//! inside steps, in 8k-token slices, was tried and measured worse: fewer
-//! lists were ready in time; docs/benchmarks.md, issue 46.)
+//! slice at a time: it holds the GIL for at most [`SLICE_TOKENS`] tokens
+//! and then pauses without it, so that the driver, which takes the GIL for
+//! every step and send, waits at most one slice. Most of the building falls
+//! in the engine's step, while vLLM waits for the device without the GIL.
+//! (Building only inside steps, in 8k-token slices, was tried and measured
+//! worse: fewer lists were ready in time; docs/benchmarks.md, issue 46.)
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::{ffi, Py, PyAny};
 
-use super::{PromptStager, StageReport, StageWork, Staged};
+use super::{PromptStager, StageReport, Staged};
 use crate::metrics::stats::Summary;
 
 /// Prompts shorter than this are not staged: their list costs tens of
@@ -35,19 +32,14 @@ use crate::metrics::stats::Summary;
 /// `SWAP_MIN_TOKENS`.)
 pub const STAGE_MIN_TOKENS: usize = 1024;
 
-/// The longest a staged list's maker holds the GIL at a time: a step that
-/// takes the GIL back inside vLLM waits at most this long (the null
-/// engine's async step leaves 200 us for it: pyloop.null_core).
-pub const SLICE: Duration = Duration::from_micros(150);
+/// Tokens put into a staged list per hold of the GIL (~1 ms at the 10-20 ns
+/// a token measured here).
+pub const SLICE_TOKENS: usize = 65536;
 
-/// Tokens put into a staged list between two looks at the clock and at the
-/// driver's asks (~20 us at the 10-20 ns a token measured here).
-pub const CHECK_TOKENS: usize = 1024;
-
-/// The pause without the GIL after a slice: long enough for a thread that
-/// was waiting for the GIL to wake and take it (a thread that lets the GIL
-/// go and asks again at once often gets it back first).
-const SLICE_PAUSE: Duration = Duration::from_micros(30);
+/// The pause without the GIL between two slices: long enough for a driver
+/// that was waiting for the GIL to wake and take it (a thread that lets the
+/// GIL go and asks again at once often gets it back first).
+const SLICE_PAUSE: Duration = Duration::from_micros(50);
 
 /// A list of `prompt`'s ids, each the table's shared int (a new int for an
 /// id past the table). `between` runs after every `slice` tokens but the
@@ -77,7 +69,6 @@ pub fn token_list<'py>(
         if i > 0 && i % slice == 0 && !between(py) {
             return Ok(None);
         }
-        prefetch_ahead(table, prompt, i);
         let item = match table.get(t as usize) {
             Some(obj) => obj.clone_ref(py).into_ptr(),
             // SAFETY: a new reference or null with the error set.
@@ -94,38 +85,6 @@ pub fn token_list<'py>(
     Ok(Some(list))
 }
 
-/// Token ids ahead of the one being put: their table slots, then (once a
-/// slot is cached) their int objects, whose reference counts the loop
-/// writes. Each token otherwise costs two dependent cache misses (the
-/// table holds a vocabulary's ints, megabytes, read at random); prefetched,
-/// the misses of tokens a few places apart overlap. A hint only: the list
-/// made is the same.
-#[inline(always)]
-fn prefetch_ahead(table: &[Py<PyAny>], prompt: &[u32], i: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        const SLOT_AHEAD: usize = 32;
-        const OBJECT_AHEAD: usize = 16;
-        // SAFETY: prefetching is a hint that never faults; the slot and
-        // object addresses are read only within the table's bounds.
-        unsafe {
-            if let Some(&t) = prompt.get(i + SLOT_AHEAD) {
-                if let Some(slot) = table.get(t as usize) {
-                    _mm_prefetch::<_MM_HINT_T0>((slot as *const Py<PyAny>).cast());
-                }
-            }
-            if let Some(&t) = prompt.get(i + OBJECT_AHEAD) {
-                if let Some(obj) = table.get(t as usize) {
-                    _mm_prefetch::<_MM_HINT_T0>(obj.as_ptr() as *const i8);
-                }
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (table, prompt, i);
-}
-
 /// Staged lists by (prompt address, length).
 type Lists = Arc<Mutex<HashMap<(usize, usize), Py<PyList>>>>;
 
@@ -134,14 +93,10 @@ type Lists = Arc<Mutex<HashMap<(usize, usize), Py<PyList>>>>;
 pub struct Stager {
     table: Arc<Vec<Py<PyAny>>>,
     lists: Lists,
-    /// Driver calls waiting for the GIL ([`Stager::driver_turn`]).
-    driver_waiting: Arc<AtomicUsize>,
     /// Lists made, and taken by their send ([`PromptStager::report`]).
     made: AtomicU64,
     taken: AtomicU64,
     sends: Mutex<SendTimes>,
-    /// The staging thread's time since the last report.
-    work: Mutex<StageWork>,
 }
 
 /// The sends' costs on the driver's thread, us (a few thousand a replay).
@@ -164,20 +119,10 @@ impl Stager {
         Stager {
             table,
             lists: Arc::default(),
-            driver_waiting: Arc::default(),
             made: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             sends: Mutex::default(),
-            work: Mutex::default(),
         }
-    }
-
-    /// Says the driver is about to take the GIL, until the returned turn is
-    /// dropped (drop it once the GIL is held): a list being staged lets the
-    /// GIL go within [`CHECK_TOKENS`] tokens and waits without it meanwhile.
-    pub fn driver_turn(&self) -> DriverTurn {
-        self.driver_waiting.fetch_add(1, Ordering::SeqCst);
-        DriverTurn(Arc::clone(&self.driver_waiting))
     }
 
     /// Notes one token send's costs (a replay's: a fixed list's prepared
@@ -220,9 +165,6 @@ impl PromptStager for Stager {
             report.made_at_send = t.made_at_send_us.len() as u64;
             report.made_at_send_us = spread(&t.made_at_send_us);
         }
-        if let Ok(mut w) = self.work.lock() {
-            report.staging = std::mem::take(&mut *w);
-        }
         report
     }
 
@@ -230,65 +172,18 @@ impl PromptStager for Stager {
         if prompt.len() < STAGE_MIN_TOKENS {
             return None;
         }
-        let waiting = &self.driver_waiting;
-        let mut work = StageWork { tokens: prompt.len() as u64, ..StageWork::default() };
-        let asked = Instant::now();
         let list = Python::attach(|py| {
-            work.gil_wait_ms = ms(asked.elapsed());
-            let started = Instant::now();
-            let mut held = Instant::now();
-            let list = token_list(py, &self.table, prompt, CHECK_TOKENS, |py| {
-                if waiting.load(Ordering::SeqCst) > 0 {
-                    // Let the driver in, and ask again only once it has
-                    // the GIL (it keeps it for its step or send).
-                    let t = Instant::now();
-                    py.detach(|| {
-                        while waiting.load(Ordering::SeqCst) > 0 {
-                            std::thread::yield_now();
-                        }
-                    });
-                    work.driver_ms += ms(t.elapsed());
-                    work.driver_turns += 1;
-                    held = Instant::now();
-                } else if held.elapsed() >= SLICE {
-                    // Spun, not slept: a sleep this short lasts ~140 us here.
-                    let t = Instant::now();
-                    py.detach(|| {
-                        while t.elapsed() < SLICE_PAUSE {
-                            std::thread::yield_now();
-                        }
-                    });
-                    work.pause_ms += ms(t.elapsed());
-                    held = Instant::now();
-                }
+            token_list(py, &self.table, prompt, SLICE_TOKENS, |py| {
+                py.detach(|| std::thread::sleep(SLICE_PAUSE));
                 true
-            });
-            work.making_ms = ms(started.elapsed()) - work.driver_ms - work.pause_ms;
-            list.map(|list| list.map(Bound::unbind))
+            })
+            .map(|list| list.map(Bound::unbind))
         })
         .ok()??;
-        if let Ok(mut w) = self.work.lock() {
-            w.add(&work);
-        }
         let key = (prompt.as_ptr() as usize, prompt.len());
         self.lists.lock().ok()?.insert(key, list);
         self.made.fetch_add(1, Ordering::Relaxed);
         Some(Staged(Box::new(Claim { lists: Arc::clone(&self.lists), key })))
-    }
-}
-
-/// Milliseconds of `d`.
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// The driver's ask for the GIL ([`Stager::driver_turn`]), withdrawn when
-/// dropped.
-pub struct DriverTurn(Arc<AtomicUsize>);
-
-impl Drop for DriverTurn {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -252,9 +252,7 @@ impl StepEngine for VllmEngine {
         let prepared = self.prepared.get_mut(&key).and_then(Vec::pop);
         let staged = if prepared.is_none() { self.stager.take(prompt) } else { None };
         let asked = Instant::now();
-        let turn = self.stager.driver_turn();
         Python::attach(|py| {
-            drop(turn);
             let gil_wait = asked.elapsed();
             let mut made = None;
             let fixed = prepared.is_some();
@@ -354,9 +352,7 @@ impl StepEngine for VllmEngine {
 
     fn step(&mut self, out: &mut StepOutput) -> Result<()> {
         out.clear();
-        let turn = self.stager.driver_turn();
         Python::attach(|py| {
-            drop(turn);
             let result = self.engine.call_method0(py, intern!(py, "step")).py_context(py)?;
             let result = result.bind(py).cast::<PyTuple>().map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut core_preempted = 0u32;

@@ -503,11 +503,6 @@ fn run_sessions(
                 "[enginebench] replay sends: {} waited for the GIL {}; {} long prompts' lists made at the send, {}",
                 r.sends, us(r.gil_wait_us), r.made_at_send, us(r.made_at_send_us)
             );
-            let w = &r.staging;
-            crate::errln!(
-                "[enginebench] staging thread: {} tokens; {:.0} ms making lists, {:.0} ms letting the driver in ({} times), {:.0} ms pausing between slices, {:.0} ms waiting for the GIL",
-                w.tokens, w.making_ms, w.driver_ms, w.driver_turns, w.pause_ms, w.gil_wait_ms
-            );
         }
         outcome
     })?;

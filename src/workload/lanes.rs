@@ -70,13 +70,6 @@ use crate::protocol::{ReplayPhase, TurnInfo};
 /// Output tokens of primers and warm-up requests.
 pub const WARMUP_MAX_TOKENS: u32 = 1;
 
-/// How many turns of a stream are built ahead of the one sent: a warm-up
-/// turn (one output token) is due again a few steps after its send, too soon
-/// for its next prompt's list to be staged when asked for only then (a
-/// third of an AgentX replay's at 256 sessions were made at their send,
-/// issue 46); two ahead gives each prompt a whole turn more.
-pub const AHEAD_TURNS: usize = 2;
-
 /// A stream's state.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum St {
@@ -433,30 +426,32 @@ impl<'a> LanesReplay<'a> {
         let turns = set.stream_turns(&def);
         let turn = turns[k];
         let pkey = PromptKey { session: session as u32, stream: s as u32, turn: k as u32, marker: tree.marker };
-        // A staged prompt's claim lives to the end of the send.
-        let built = self.prefetch.as_mut().and_then(|p| p.take(&pkey));
-        if built.is_none() {
-            self.synth.build(set, session, s, k, tree.marker, &mut self.buf, &mut self.scratch);
-        }
-        let prompt: &[u32] = built.as_ref().map_or(&self.buf, |(ids, _)| ids);
+        // A staged prompt's claim lives to the end of the send: the buffer
+        // is built into again only after it is dropped.
+        let staged = match self.prefetch.as_mut().and_then(|p| p.take(&pkey)) {
+            Some((built, staged)) => {
+                self.buf = built;
+                staged
+            }
+            None => {
+                self.synth.build(set, session, s, k, tree.marker, &mut self.buf, &mut self.scratch);
+                None
+            }
+        };
         let max_tokens = if phase == ReplayPhase::Measured { turn.max_tokens } else { WARMUP_MAX_TOKENS };
-        let index = admit.send(Request::Tokens { prompt, max_tokens, ignore_eos: self.cfg.ignore_eos }, at)?;
-        drop(built);
+        let index = admit.send(Request::Tokens { prompt: &self.buf, max_tokens, ignore_eos: self.cfg.ignore_eos }, at)?;
+        drop(staged);
         if let Some(p) = self.prefetch.as_mut() {
             // The prompts this send makes known are built off this thread:
-            // the stream's next turns, and the first turn of each subagent
-            // a root turn up to AHEAD_TURNS - 1 on spawns. (An ask already
-            // made, at an earlier send, is not made again.)
+            // the stream's next turn, and the first turn of each subagent
+            // this root turn's completion spawns.
             let marker = if tree.marker.is_some() { MARKER_TOKENS as usize } else { 0 };
-            for ahead in 1..=AHEAD_TURNS {
-                if let Some(next) = turns.get(k + ahead) {
-                    p.ask(PromptKey { turn: (k + ahead) as u32, ..pkey }, next.input as usize + marker);
-                }
+            if let Some(next) = turns.get(k + 1) {
+                p.ask(PromptKey { turn: pkey.turn + 1, ..pkey }, next.input as usize + marker);
             }
             if s == 0 {
-                let anchors = k as u32..(k + AHEAD_TURNS) as u32;
                 for (c, cdef) in set.session_streams(session).iter().enumerate().skip(1) {
-                    if cdef.spawn.is_some_and(|sp| anchors.contains(&sp.anchor)) && tree.streams[c].st == St::Unspawned {
+                    if cdef.spawn.is_some_and(|sp| sp.anchor == k as u32) && tree.streams[c].st == St::Unspawned {
                         let first = set.stream_turns(cdef)[0];
                         p.ask(PromptKey { stream: c as u32, turn: 0, ..pkey }, first.input as usize + marker);
                     }

@@ -12,14 +12,9 @@
 //!
 //! With an engine [`PromptStager`] (the vLLM engine's), the builder also
 //! stages each prompt in the engine's form (a Python list, made a slice at
-//! a time: crate::engine::token_lists), and the send hands that over
-//! (issue 46). Building comes first: a prompt is handed to the driver as
-//! soon as its ids exist, and staged later, oldest first, whenever no
-//! prompt waits to be built; its claim follows it to the driver. (Staging
-//! only prompts built with no backlog left a third of an AgentX replay's
-//! long prompts to be made at their send.) The buffer is shared
-//! ([`Prompt`]): the claim holds it, so its address, the staged list's key,
-//! is never reused while the list may still be taken.
+//! a time: crate::engine::token_lists), and the send
+//! hands that over (issue 46). The buffer and its claim travel together
+//! until the send.
 //!
 //! Held buffers are bounded by a token budget (ready and being built): past
 //! it a turn is built at its send. The builder lowers its priority (nice
@@ -77,32 +72,14 @@ pub struct PrefetchStats {
     pub refused: u64,
 }
 
-/// A prompt's token ids, shared by the driver and the builder that stages it.
-pub type Prompt = Arc<Vec<u32>>;
-
 /// A prompt built ahead: its token ids and, when the engine staged it, the
-/// claim on its staged form (drop it after the send).
-pub type Built = (Prompt, Option<Claim>);
-
-/// The claim of a staged prompt, holding the prompt's buffer so that its
-/// address, the staged form's key, stays the prompt's until the claim is
-/// dropped (fields drop in order: the claim first).
-pub struct Claim {
-    _staged: Staged,
-    _prompt: Prompt,
-}
-
-/// What the builder hands the driver: a prompt's ids as soon as they are
-/// built, its claim once it is staged.
-enum Done {
-    Built(PromptKey, Prompt),
-    Staged(PromptKey, Claim),
-}
+/// claim on its staged form (drop it after the send, before the buffer).
+pub type Built = (Vec<u32>, Option<Staged>);
 
 /// The driver thread's end of the builder (see the module doc).
 pub struct Prefetch {
     jobs: Sender<PromptKey>,
-    built: Receiver<Done>,
+    built: Receiver<(PromptKey, Built)>,
     /// Built and being built, with the tokens each was asked for.
     ready: HashMap<PromptKey, (Built, usize)>,
     pending: HashMap<PromptKey, usize>,
@@ -133,35 +110,18 @@ impl Prefetch {
             crate::telemetry::lower_thread_priority();
             let mut scratch = Vec::new();
             let mut queue = std::collections::VecDeque::new();
-            // Built, handed over, not staged yet: oldest first.
-            let mut unstaged = std::collections::VecDeque::<(PromptKey, Prompt)>::new();
             loop {
                 queue.extend(todo.try_iter());
-                if queue.is_empty() {
-                    if let Some((key, prompt)) = unstaged.pop_front() {
-                        // Only the builder's reference left: sent, or withdrawn.
-                        if Arc::strong_count(&prompt) == 1 {
-                            continue;
-                        }
-                        let claim = stager.as_ref().and_then(|s| s.stage(&prompt));
-                        if let Some(staged) = claim {
-                            let claim = Claim { _staged: staged, _prompt: prompt };
-                            if done.send(Done::Staged(key, claim)).is_err() {
-                                break;
-                            }
-                        }
-                        continue;
-                    }
-                }
                 let Some(key) = queue.pop_front().or_else(|| todo.recv().ok()) else { break };
                 let mut buf = Vec::new();
                 let k = key.turn as usize;
                 synth.build(set, key.session as usize, key.stream as usize, k, key.marker, &mut buf, &mut scratch);
-                let prompt = Arc::new(buf);
-                if stager.is_some() {
-                    unstaged.push_back((key, Arc::clone(&prompt)));
-                }
-                if done.send(Done::Built(key, prompt)).is_err() {
+                // Staging takes longer than building: only with no prompt
+                // waiting to be built (a ramp's backlog would otherwise
+                // leave sends waiting here for theirs).
+                queue.extend(todo.try_iter());
+                let staged = if queue.is_empty() { stager.as_ref().and_then(|s| s.stage(&buf)) } else { None };
+                if done.send((key, (buf, staged))).is_err() {
                     break;
                 }
             }
@@ -197,47 +157,32 @@ impl Prefetch {
     /// being built), else `None`: build it now.
     pub fn take(&mut self, key: &PromptKey) -> Option<Built> {
         self.collect();
-        if let Some((built, tokens)) = self.ready.remove(key) {
+        if let Some((buf, tokens)) = self.ready.remove(key) {
             self.held_tokens -= tokens;
             self.stats.taken += 1;
-            return Some(built);
+            return Some(buf);
         }
         if !self.pending.contains_key(key) {
             self.stats.inline += 1;
             return None;
         }
         self.stats.waited += 1;
-        while let Ok(msg) = self.built.recv() {
-            self.receive(msg);
-            if let Some((built, tokens)) = self.ready.remove(key) {
+        while let Ok((k, buf)) = self.built.recv() {
+            let tokens = self.pending.remove(&k).unwrap_or(0);
+            if k == *key {
                 self.held_tokens -= tokens;
-                return Some(built);
+                return Some(buf);
             }
+            self.ready.insert(k, (buf, tokens));
         }
         None
     }
 
-    /// Moves what the builder finished into `ready` without waiting.
+    /// Moves finished buffers into `ready` without waiting.
     fn collect(&mut self) {
-        while let Ok(msg) = self.built.try_recv() {
-            self.receive(msg);
-        }
-    }
-
-    /// Files one message of the builder: a built prompt as ready, a claim
-    /// with its prompt, or dropped (withdrawing its staged form) when the
-    /// prompt was taken already.
-    fn receive(&mut self, msg: Done) {
-        match msg {
-            Done::Built(k, prompt) => {
-                let tokens = self.pending.remove(&k).unwrap_or(0);
-                self.ready.insert(k, ((prompt, None), tokens));
-            }
-            Done::Staged(k, claim) => {
-                if let Some(((_, slot), _)) = self.ready.get_mut(&k) {
-                    *slot = Some(claim);
-                }
-            }
+        while let Ok((k, buf)) = self.built.try_recv() {
+            let tokens = self.pending.remove(&k).unwrap_or(0);
+            self.ready.insert(k, (buf, tokens));
         }
     }
 
@@ -249,7 +194,7 @@ impl Prefetch {
     /// Bytes of the buffers held ready.
     pub fn memory_bytes(&self) -> usize {
         // A staged Python list holds a pointer per token.
-        self.ready.values().map(|((b, claim), _)| b.capacity() * 4 + claim.as_ref().map_or(0, |_| b.len() * 8)).sum()
+        self.ready.values().map(|((b, staged), _)| b.capacity() * 4 + staged.as_ref().map_or(0, |_| b.len() * 8)).sum()
     }
 }
 
