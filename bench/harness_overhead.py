@@ -613,6 +613,9 @@ def resumed(out, meta, harnesses):
     except (OSError, ValueError) as e:
         print(f"--resume {out}: no finished round to add to ({e}); start a new run with --out", file=sys.stderr)
         sys.exit(2)
+    if not isinstance(rounds, list) or not rounds or not isinstance(old, dict):
+        print(f"--resume {out}: rounds.json holds no finished round; start a new run with --out", file=sys.stderr)
+        sys.exit(2)
     differ = [k for k in meta if k not in ("date", "load", "machine", "resumed") and old.get(k) != meta[k]]
     if rounds[0]["order"] != harnesses:
         differ.append(f"harnesses (the run has {','.join(rounds[0]['order'])})")
