@@ -91,8 +91,9 @@ pub fn token_list<'py>(
 /// whose reference counts the loop writes. Otherwise each token costs two
 /// dependent cache misses (the table holds a vocabulary's ints, megabytes,
 /// read at random); prefetched, the misses of tokens a few places apart
-/// overlap (a list made at the send: p50 ~390 vs ~610 us at 256 AgentX
-/// sessions, issue 46). A hint only: the list made is the same.
+/// overlap (a list made at the send: p50 360-377 vs 566 us at 512 AgentX
+/// sessions on the null engine, issue 46). A hint only: the list made is
+/// the same.
 #[inline(always)]
 fn prefetch_ahead(table: &[Py<PyAny>], prompt: &[u32], i: usize) {
     #[cfg(target_arch = "x86_64")]
