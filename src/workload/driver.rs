@@ -482,6 +482,9 @@ fn drive_admitting<E: StepEngine>(
     // measured as the loop's largest cost after a step that evicted the
     // caches (bench/harness_overhead.py --null-engine --evict-mb).
     let mut arrivals: ChunkedLog<Arrival> = ChunkedLog::default();
+    // The same for the step records: a duration replay runs ~100k steps,
+    // and a Vec of them would copy megabytes between two steps as it grows.
+    let mut steps: ChunkedLog<StepRecord> = ChunkedLog::default();
     let mut backlog = Backlog::default();
     let mut last_step_s = 0.0;
 
@@ -608,16 +611,17 @@ fn drive_admitting<E: StepEngine>(
         let done_now = (finished - before) as u32;
         let mut record = StepRecord::new(started, now - started, &step.stats, delivered, done_now);
         record.spec = step.spec.take();
-        out.steps.push(record);
+        steps.push(record);
         if finished > before {
             on_done(finished);
         }
-        let after = AfterStep { step: out.steps.last().expect("just pushed"), awaiting_first_token, finished };
+        let after = AfterStep { step: steps.last().expect("just pushed"), awaiting_first_token, finished };
         ended_by_hook = !after_step(engine, &after)?;
     }
     for a in arrivals.iter() {
         out.records[a.idx as usize].on_tokens(a.now_s, a.new_tokens);
     }
+    out.steps = steps.into_vec();
     for (r, &done) in out.records.iter_mut().zip(&finished_flags) {
         if done && r.output_tokens == 0 && r.error.is_none() {
             r.error = Some("finished without output tokens".into());
@@ -639,7 +643,7 @@ fn drive_admitting<E: StepEngine>(
 /// step) were one Vec, and its doubling copied the whole log between two
 /// steps: at 2^18 and 2^19 arrivals (4 and 8 MiB) that was the replay's
 /// largest gap, 14 ms at 256 and 28 ms at 512 AgentX sessions on the null
-/// engine (issue 46).
+/// engine (issue 46). The loop's step records go to one too.
 struct ChunkedLog<T> {
     chunks: Vec<Vec<T>>,
 }
@@ -668,6 +672,20 @@ impl<T> ChunkedLog<T> {
     /// The items in the order they were pushed.
     fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flatten()
+    }
+
+    /// The item pushed last; `None` when empty.
+    fn last(&self) -> Option<&T> {
+        self.chunks.last().and_then(|c| c.last())
+    }
+
+    /// The items in push order as one Vec (one copy, after the loop).
+    fn into_vec(self) -> Vec<T> {
+        let mut all = Vec::with_capacity(self.chunks.iter().map(Vec::len).sum());
+        for chunk in self.chunks {
+            all.extend(chunk);
+        }
+        all
     }
 }
 
@@ -770,6 +788,9 @@ mod tests {
         let lens: Vec<usize> = log.chunks.iter().map(Vec::len).collect();
         assert_eq!(lens, [ChunkedLog::<u32>::CHUNK, ChunkedLog::<u32>::CHUNK, 5], "a full chunk is never grown");
         assert!(log.iter().copied().eq(0..n as u32));
+        assert_eq!(log.last(), Some(&(n as u32 - 1)));
+        assert_eq!(log.into_vec(), (0..n as u32).collect::<Vec<_>>());
+        assert_eq!(ChunkedLog::<u32>::default().last(), None);
     }
 
     #[test]
