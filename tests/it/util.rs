@@ -15,9 +15,34 @@ static ENGINE_LOCK: Mutex<()> = Mutex::new(());
 const ENGINE_LOCK_FILE: &str = "/tmp/enginebench-engine-tests.lock";
 
 /// Held while a test's engines run: the in-process lock and the file lock.
+/// On drop it appends `test name, seconds waited, seconds held` to
+/// [`ENGINE_TIMES`], so the suite's slowest engine tests are known from data
+/// (the engine tests run one at a time, so their holds add up to the suite).
 pub struct EngineGuard {
     _thread: MutexGuard<'static, ()>,
     _file: Option<std::fs::File>,
+    asked: std::time::Instant,
+    got: std::time::Instant,
+}
+
+/// Where each engine test's hold is logged: tab-separated `test`,
+/// `wait_s`, `held_s`, one line a test, appended run after run.
+pub const ENGINE_TIMES: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/engine-lock-times.tsv");
+
+impl Drop for EngineGuard {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let name = std::thread::current().name().unwrap_or("?").to_string();
+        let line = format!(
+            "{name}\t{:.1}\t{:.1}\n",
+            (self.got - self.asked).as_secs_f64(),
+            self.got.elapsed().as_secs_f64()
+        );
+        // A log for people reading the suite's time; failing to write it fails no test.
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(ENGINE_TIMES) {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
 }
 
 /// Serialises tests that start an engine, within this test binary and with
@@ -25,13 +50,14 @@ pub struct EngineGuard {
 /// ignored; a lock file that cannot be opened only loses the second part).
 pub fn engine_lock() -> EngineGuard {
     use std::os::fd::AsRawFd;
+    let asked = std::time::Instant::now();
     let thread = ENGINE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let file = std::fs::OpenOptions::new().create(true).append(true).open(ENGINE_LOCK_FILE).ok();
     if let Some(f) = &file {
         // SAFETY: flock on an fd this function owns; released when the file closes.
         unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
     }
-    EngineGuard { _thread: thread, _file: file }
+    EngineGuard { _thread: thread, _file: file, asked, got: std::time::Instant::now() }
 }
 
 /// The repository root.
