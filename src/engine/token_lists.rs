@@ -1,18 +1,20 @@
 //! Token prompts as Python lists: made at the send, or staged ahead on
 //! another thread (issue 46).
 //!
-//! vLLM takes a token prompt as a list of Python ints. [`token_list`] makes
-//! one from a table of shared int objects (one reference-count increment per
-//! token, no new ints). At AgentX's lengths that is still a millisecond or
-//! more per prompt, paid between two engine steps when the send makes it.
-//! A replay knows each stream's next prompt hundreds of steps before its
-//! send, so [`Stager`] makes those lists on the prefetch thread instead, a
-//! slice at a time: it holds the GIL for at most [`SLICE_TOKENS`] tokens
-//! and then pauses without it, so that the driver, which takes the GIL for
-//! every step and send, waits at most one slice. Most of the building falls
-//! in the engine's step, while vLLM waits for the device without the GIL.
-//! (Building only inside steps, in 8k-token slices, was tried and measured
-//! worse: fewer lists were ready in time; docs/benchmarks.md, issue 46.)
+//! vLLM takes a token prompt as a list of Python ints. A [`TokenTable`]
+//! holds one shared int per vocabulary id, and a list is filled with those.
+//! Filled the ordinary way, each item is a reference-count increment on its
+//! int: a write to one of ~50k objects at random, ~16 ns a token, a
+//! millisecond or more per AgentX prompt between two engine steps. The
+//! table's ints carry a large stock of spare references instead
+//! ([`PINNED_REFS`]), and a list takes its items from that stock: filling
+//! it is only pointer stores, gathered from the table, which needs no
+//! object and so no GIL. [`Stager`] fills lists the prompt prefetch thread
+//! stages in that way: it holds the GIL only to allocate the list, so a
+//! staged list never delays an engine step. (Staging with the GIL held, a
+//! slice at a time, cost the device 1-3% of its time at 256-512 AgentX
+//! sessions: the stager's holds fell inside the async step and delayed its
+//! return; docs/benchmarks.md, issue 46.)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,10 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyInt, PyList};
 use pyo3::{ffi, Py, PyAny};
 
-use super::{PromptStager, StageReport, Staged};
+use super::{PromptStager, Reserved, StageReport, Staged};
 use crate::metrics::stats::Summary;
 
 /// Prompts shorter than this are not staged: their list costs tens of
@@ -32,45 +34,164 @@ use crate::metrics::stats::Summary;
 /// `SWAP_MIN_TOKENS`.)
 pub const STAGE_MIN_TOKENS: usize = 1024;
 
-/// Tokens put into a staged list per hold of the GIL (~1 ms at the 10-20 ns
-/// a token measured here).
-pub const SLICE_TOKENS: usize = 65536;
+/// Spare references added to each table int ([`TokenTable::new`]): a list
+/// item taken from the stock is never incremented, and freeing the list
+/// decrements it, so the stock shrinks by one per token sent. 2^56 is 140
+/// years at 16M tokens/s, and a count this large never reaches zero. On
+/// CPython 3.12+ an int whose low 32 count bits wrap becomes immortal
+/// (its count is then never changed), which only keeps it alive too.
+pub const PINNED_REFS: isize = 1 << 56;
 
-/// The pause without the GIL between two slices: long enough for a driver
-/// that was waiting for the GIL to wake and take it (a thread that lets the
-/// GIL go and asks again at once often gets it back first).
-const SLICE_PAUSE: Duration = Duration::from_micros(50);
+/// One shared Python int per token id, the items of every prompt list.
+pub struct TokenTable {
+    ints: Vec<Py<PyAny>>,
+    /// The ints carry [`PINNED_REFS`] spare references (not on a
+    /// free-threaded CPython, whose counts are laid out otherwise).
+    pinned: bool,
+    /// A list's item array is where this module reads it (checked once on
+    /// a probe list), so a list can be filled by pointer stores, off the
+    /// GIL ([`Stager`]).
+    direct: bool,
+}
 
-/// A list of `prompt`'s ids, each the table's shared int (a new int for an
-/// id past the table). `between` runs after every `slice` tokens but the
-/// last (with `usize::MAX`, never); when it says `false` the list is
-/// dropped and `None` returned. The list is not tracked by Python's cyclic
-/// GC: it only holds ints, and a half-made one is then never seen.
+impl TokenTable {
+    /// The ints 0..`vocab`, pinned, and the check of the list layout.
+    ///
+    /// Errors: Python's (memory).
+    pub fn new(py: Python<'_>, vocab: u32) -> PyResult<TokenTable> {
+        let ints: Vec<Py<PyAny>> = (0..vocab).map(|i| PyInt::new(py, i).into_any().unbind()).collect();
+        // A free-threaded CPython keeps two counts per object; loading an
+        // abi3 module there is not supported, but the check is cheap.
+        let gil_disabled = py
+            .import("sys")
+            .and_then(|sys| sys.getattr("_is_gil_enabled"))
+            .and_then(|f| f.call0())
+            .and_then(|v| v.extract::<bool>())
+            .is_ok_and(|enabled| !enabled);
+        let pinned = !gil_disabled;
+        if pinned {
+            for int in &ints {
+                // SAFETY: with the GIL held; a live int of ours.
+                unsafe { pin(int.as_ptr()) };
+            }
+        }
+        let direct = pinned && items_layout_holds(py)?;
+        Ok(TokenTable { ints, pinned, direct })
+    }
+
+    /// Ids in the table.
+    pub fn len(&self) -> usize {
+        self.ints.len()
+    }
+
+    /// Whether the table holds no id.
+    pub fn is_empty(&self) -> bool {
+        self.ints.is_empty()
+    }
+
+    /// Whether every id of `prompt` is in the table.
+    fn covers(&self, prompt: &[u32]) -> bool {
+        let n = self.ints.len();
+        prompt.iter().all(|&t| (t as usize) < n)
+    }
+}
+
+/// Adds [`PINNED_REFS`] to an object's reference count, unless it is
+/// immortal (CPython 3.12+: the count's low 32 bits read as a negative
+/// int32; small ints are).
+///
+/// SAFETY: the GIL is held, `obj` is live, and the interpreter keeps its
+/// count in the object's first word (every CPython but a free-threaded one).
+unsafe fn pin(obj: *mut ffi::PyObject) {
+    let count = obj.cast::<isize>();
+    // SAFETY: the caller's.
+    unsafe {
+        if (*count as i32) < 0 {
+            return;
+        }
+        *count += PINNED_REFS;
+    }
+}
+
+/// The item array of a list: `PyListObject` is `PyObject_VAR_HEAD` and then
+/// `PyObject **ob_item` (CPython 3.10-3.14, not in the stable ABI: checked
+/// on a probe list by [`items_layout_holds`] before it is relied on).
+///
+/// SAFETY: `list` is a live list.
+unsafe fn items_of(list: *mut ffi::PyObject) -> *mut *mut ffi::PyObject {
+    // SAFETY: the caller's; the field follows the variable-size header.
+    unsafe { *list.cast::<u8>().add(std::mem::size_of::<ffi::PyVarObject>()).cast::<*mut *mut ffi::PyObject>() }
+}
+
+/// Whether a two-item list made with the stable ABI has its items where
+/// [`items_of`] reads them.
+fn items_layout_holds(py: Python<'_>) -> PyResult<bool> {
+    let (a, b) = (PyInt::new(py, 1_000_001), PyInt::new(py, 1_000_002));
+    let list = PyList::new(py, [&a, &b])?;
+    // SAFETY: a live list of length 2.
+    let items = unsafe { items_of(list.as_ptr()) };
+    // SAFETY: read only when the pointer is the list's own array: a list
+    // of two has a non-null array, and its first two slots are in bounds.
+    Ok(!items.is_null() && unsafe { *items == a.as_ptr() && *items.add(1) == b.as_ptr() })
+}
+
+/// A new list of `n` empty (null) items, untracked by Python's cyclic GC.
+///
+/// Why untracked: a new list is a young GC container, and every collection
+/// of its generation visits each of its items. A replay's send of ~55k-token
+/// prompts then paid ~1.9 ms, mostly collections walking the prompt lists
+/// sent just before (a Python model of it: 228 such lists cost 169 ms of
+/// collections tracked, 1 ms untracked). A list of ints can hold no
+/// reference cycle, which is all the collector looks for; CPython untracks
+/// tuples and dicts of atomic values itself for the same reason. Reference
+/// counting still frees it; `PyObject_GC_UnTrack` is in the stable ABI, and
+/// list_dealloc's own untrack is a no-op on it. A half-made list is then
+/// never seen by the collector either.
 ///
 /// Errors: Python's, when memory runs out.
-pub fn token_list<'py>(
-    py: Python<'py>,
-    table: &[Py<PyAny>],
-    prompt: &[u32],
-    slice: usize,
-    mut between: impl FnMut(Python<'py>) -> bool,
-) -> PyResult<Option<Bound<'py, PyList>>> {
+fn empty_list(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyList>> {
     // SAFETY: PyList_New gives a new reference (or null with the error set);
     // untracking a tracked object is always allowed with the GIL held.
-    let list = unsafe {
-        let raw = ffi::PyList_New(prompt.len() as ffi::Py_ssize_t);
+    unsafe {
+        let raw = ffi::PyList_New(n as ffi::Py_ssize_t);
         if raw.is_null() {
             return Err(PyErr::fetch(py));
         }
         ffi::PyObject_GC_UnTrack(raw.cast());
-        Bound::from_owned_ptr(py, raw).cast_into_unchecked::<PyList>()
-    };
+        Ok(Bound::from_owned_ptr(py, raw).cast_into_unchecked::<PyList>())
+    }
+}
+
+/// Stores the table's int of each id of `prompt` into `items`, taking each
+/// from the int's spare references (no count is written: no GIL needed).
+///
+/// SAFETY: `items` has room for `prompt.len()` pointers, null until now,
+/// and no other thread can reach it; every id is in `table` (pinned).
+unsafe fn fill_pinned(items: *mut *mut ffi::PyObject, table: &TokenTable, prompt: &[u32]) {
     for (i, &t) in prompt.iter().enumerate() {
-        if i > 0 && i % slice == 0 && !between(py) {
-            return Ok(None);
-        }
-        prefetch_ahead(table, prompt, i);
-        let item = match table.get(t as usize) {
+        prefetch_ahead(&table.ints, prompt, i, false);
+        // SAFETY: the caller's; `i` < prompt.len().
+        unsafe { *items.add(i) = table.ints[t as usize].as_ptr() };
+    }
+}
+
+/// A list of `prompt`'s ids, each the table's shared int (a new int for an
+/// id past the table, never drawn by enginebench), untracked by the GC
+/// ([`empty_list`]).
+///
+/// Errors: Python's, when memory runs out.
+pub fn token_list<'py>(py: Python<'py>, table: &TokenTable, prompt: &[u32]) -> PyResult<Bound<'py, PyList>> {
+    let list = empty_list(py, prompt.len())?;
+    if table.direct && table.covers(prompt) {
+        // SAFETY: the list is new and ours, with `prompt.len()` null items.
+        unsafe { fill_pinned(items_of(list.as_ptr()), table, prompt) };
+        return Ok(list);
+    }
+    for (i, &t) in prompt.iter().enumerate() {
+        prefetch_ahead(&table.ints, prompt, i, !table.pinned);
+        let item = match table.ints.get(t as usize) {
+            // A pinned int's item comes from its stock; otherwise a reference of its own.
+            Some(obj) if table.pinned => obj.as_ptr(),
             Some(obj) => obj.clone_ref(py).into_ptr(),
             // SAFETY: a new reference or null with the error set.
             None => unsafe { ffi::PyLong_FromUnsignedLong(t.into()) },
@@ -83,19 +204,19 @@ pub fn token_list<'py>(
             return Err(PyErr::fetch(py));
         }
     }
-    Ok(Some(list))
+    Ok(list)
 }
 
 /// Starts loading what the ids a little ahead of `i` will need: their
-/// table slots, then (once a slot is likely cached) their int objects,
-/// whose reference counts the loop writes. Otherwise each token costs two
-/// dependent cache misses (the table holds a vocabulary's ints, megabytes,
-/// read at random); prefetched, the misses of tokens a few places apart
-/// overlap (a list made at the send: p50 360-377 vs 566 us at 512 AgentX
-/// sessions on the null engine, issue 46). A hint only: the list made is
-/// the same.
+/// table slots, then (once a slot is likely cached, and only when
+/// `objects`: the int's count will be written) their int objects.
+/// Otherwise each token costs a dependent cache miss or two (the table
+/// holds a vocabulary's ints, read at random); prefetched, the misses of
+/// tokens a few places apart overlap (lists made at the send with
+/// reference increments: p50 360-377 vs 566 us at 512 AgentX sessions on
+/// the null engine, issue 46). A hint only: the list made is the same.
 #[inline(always)]
-fn prefetch_ahead(table: &[Py<PyAny>], prompt: &[u32], i: usize) {
+fn prefetch_ahead(table: &[Py<PyAny>], prompt: &[u32], i: usize, objects: bool) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -107,13 +228,15 @@ fn prefetch_ahead(table: &[Py<PyAny>], prompt: &[u32], i: usize) {
             if let Some(slot) = prompt.get(i + SLOT_AHEAD).and_then(|&t| table.get(t as usize)) {
                 _mm_prefetch::<_MM_HINT_T0>((slot as *const Py<PyAny>).cast());
             }
-            if let Some(obj) = prompt.get(i + OBJECT_AHEAD).and_then(|&t| table.get(t as usize)) {
-                _mm_prefetch::<_MM_HINT_T0>(obj.as_ptr() as *const i8);
+            if objects {
+                if let Some(obj) = prompt.get(i + OBJECT_AHEAD).and_then(|&t| table.get(t as usize)) {
+                    _mm_prefetch::<_MM_HINT_T0>(obj.as_ptr() as *const i8);
+                }
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (table, prompt, i);
+    let _ = (table, prompt, i, objects);
 }
 
 /// Staged lists by (prompt address, length).
@@ -122,7 +245,7 @@ type Lists = Arc<Mutex<HashMap<(usize, usize), Py<PyList>>>>;
 /// The vLLM engine's [`PromptStager`]: lists made off the driver's thread,
 /// waiting for the send that takes them ([`Stager::take`]).
 pub struct Stager {
-    table: Arc<Vec<Py<PyAny>>>,
+    table: Arc<TokenTable>,
     lists: Lists,
     /// Lists made, and taken by their send ([`PromptStager::report`]).
     made: AtomicU64,
@@ -146,7 +269,7 @@ fn spread(xs: &[f64]) -> [f64; 3] {
 
 impl Stager {
     /// A stager over the engine's table of token ints.
-    pub fn new(table: Arc<Vec<Py<PyAny>>>) -> Stager {
+    pub fn new(table: Arc<TokenTable>) -> Stager {
         Stager {
             table,
             lists: Arc::default(),
@@ -199,23 +322,37 @@ impl PromptStager for Stager {
         report
     }
 
-    fn stage(&self, prompt: &[u32]) -> Option<Staged> {
-        if prompt.len() < STAGE_MIN_TOKENS {
+    fn reserve(&self, tokens: usize) -> Option<Reserved> {
+        if tokens < STAGE_MIN_TOKENS || !self.table.direct {
             return None;
         }
-        let list = Python::attach(|py| {
-            token_list(py, &self.table, prompt, SLICE_TOKENS, |py| {
-                py.detach(|| std::thread::sleep(SLICE_PAUSE));
-                true
-            })
-            .map(|list| list.map(Bound::unbind))
-        })
-        .ok()??;
+        // A few microseconds on the driver's thread (the items are
+        // zero-filled pages, touched only by the fill).
+        let list = Python::attach(|py| empty_list(py, tokens).map(Bound::unbind)).ok()?;
+        Some(Reserved(Box::new(Reservation { list, len: tokens })))
+    }
+
+    fn stage(&self, reserved: Reserved, prompt: &[u32]) -> Option<Staged> {
+        let Reservation { list, len } = *reserved.0.downcast::<Reservation>().ok()?;
+        if len != prompt.len() || !self.table.covers(prompt) {
+            // Dropped with null items: freeing it touches no int.
+            return None;
+        }
+        // SAFETY: the list is ours alone (untracked by the GC, held only
+        // here), with `len` null items; the table is pinned and covers the
+        // prompt; the map's lock publishes the stores to the send.
+        unsafe { fill_pinned(items_of(list.as_ptr()), &self.table, prompt) };
         let key = (prompt.as_ptr() as usize, prompt.len());
         self.lists.lock().ok()?.insert(key, list);
         self.made.fetch_add(1, Ordering::Relaxed);
         Some(Staged(Box::new(Claim { lists: Arc::clone(&self.lists), key })))
     }
+}
+
+/// An empty list of `len` null items, reserved on the driver's thread.
+struct Reservation {
+    list: Py<PyList>,
+    len: usize,
 }
 
 /// Withdraws its list when dropped, if the send did not take it.
@@ -226,10 +363,13 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        // A list dropped here without the GIL is released by pyo3 the next
-        // time a thread holds it.
-        if let Ok(mut lists) = self.lists.lock() {
-            lists.remove(&self.key);
-        }
+        let Some(list) = self.lists.lock().ok().and_then(|mut lists| lists.remove(&self.key)) else { return };
+        // Not taken: its items go back to the pinned stock they came from
+        // (nulled, no count written), so freeing it decrements no int. pyo3
+        // frees a list dropped without the GIL the next time a thread holds
+        // it, which may be the driver's thread between two steps.
+        // SAFETY: the list left the map, so it is ours alone, and its
+        // `key.1` items are the table's, taken from the stock.
+        unsafe { std::ptr::write_bytes(items_of(list.as_ptr()), 0, self.key.1) };
     }
 }

@@ -16,11 +16,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 use pyo3::{intern, Py, PyAny};
 
 use super::pyerror::PyResultExt;
-use super::token_lists::{token_list, Stager};
+use super::token_lists::{token_list, Stager, TokenTable};
 use super::PromptStager;
 use crate::protocol::knobs::{KnobReport, KnobRequest};
 use super::{ChatMessage, Completion, Delta, EngineInfo, EngineTiming, Prompt, SpecCounts, StepEngine, StepOutput, StepStats};
@@ -46,8 +46,8 @@ pub struct VllmEngine {
     /// Token requests in flight on the core path, by enginebench id.
     core: HashMap<u64, CoreRequest>,
     /// Python ints 0..vocabulary, shared by every prompt list: a list of n
-    /// token ids is then n reference-count increments, not n new ints.
-    token_objects: Arc<Vec<Py<PyAny>>>,
+    /// token ids is then n pointer stores, not n new ints.
+    token_objects: Arc<TokenTable>,
     /// Replay prompts' lists made on the prefetch thread ([`StepEngine::prompt_stager`]).
     stager: Arc<Stager>,
     /// Requests prepared before a loop ([`StepEngine::prepare_tokens`]), by
@@ -141,8 +141,7 @@ impl VllmEngine {
             let kv_connector = info.kv_connector.is_some();
             let lockstep: bool = engine.getattr("dp_lockstep").and_then(|v| v.extract()).py_context(py)?;
             let vocab = info.vocab_size.unwrap_or(0).max(allowed_token_ids.iter().max().map_or(0, |m| m + 1));
-            let token_objects: Arc<Vec<Py<PyAny>>> =
-                Arc::new((0..vocab).map(|i| PyInt::new(py, i).into_any().unbind()).collect());
+            let token_objects = Arc::new(TokenTable::new(py, vocab).py_context(py)?);
             let stager = Arc::new(Stager::new(Arc::clone(&token_objects)));
             Ok(VllmEngine {
                 engine: engine.unbind(),
@@ -473,22 +472,10 @@ impl VllmEngine {
         Ok(())
     }
 
-    /// A Python list of `prompt`'s ids, made of the shared int objects
-    /// (ids beyond the table, never drawn by enginebench, as new ints),
-    /// untracked by Python's cyclic garbage collector.
-    ///
-    /// Why untracked: a new list is a young GC container, and every
-    /// collection of its generation visits each of its items. A replay's
-    /// send of ~55k-token prompts then paid ~1.9 ms, mostly collections
-    /// walking the prompt lists sent just before (a Python model of it: 228
-    /// such lists cost 169 ms of collections tracked, 1 ms untracked). A list
-    /// of ints can hold no reference cycle, which is all the collector looks
-    /// for; CPython untracks tuples and dicts of atomic values itself for the
-    /// same reason. Reference counting still frees it; `PyObject_GC_UnTrack`
-    /// is in the stable ABI, and list_dealloc's own untrack is a no-op on it.
+    /// A Python list of `prompt`'s ids, made of the table's shared ints
+    /// (crate::engine::token_lists).
     fn prompt_list<'py>(&self, py: Python<'py>, prompt: &[u32]) -> PyResult<Bound<'py, PyList>> {
-        let list = token_list(py, &self.token_objects, prompt, usize::MAX, |_| true)?;
-        Ok(list.expect("a list made in one slice is never given up"))
+        token_list(py, &self.token_objects, prompt)
     }
 
     /// Reads the core path's `EngineCoreOutput`s of one step into `out`

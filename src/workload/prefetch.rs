@@ -10,11 +10,11 @@
 //! the prompt is the same token for token; one still being built is waited
 //! for, one never asked for is built at the send as before.
 //!
-//! With an engine [`PromptStager`] (the vLLM engine's), the builder also
-//! stages each prompt in the engine's form (a Python list, made a slice at
-//! a time: crate::engine::token_lists), and the send
-//! hands that over (issue 46). The buffer and its claim travel together
-//! until the send.
+//! With an engine [`PromptStager`] (the vLLM engine's), the ask also
+//! reserves the prompt's engine form (a Python list, allocated on the
+//! driver's thread), the builder fills it after building the prompt (no GIL:
+//! crate::engine::token_lists), and the send hands that over (issue 46).
+//! The buffer and its claim travel together until the send.
 //!
 //! Held buffers are bounded by a token budget (ready and being built): past
 //! it a turn is built at its send. The builder lowers its priority (nice
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::Scope;
 
-use crate::engine::{PromptStager, Staged};
+use crate::engine::{PromptStager, Reserved, Staged};
 
 use super::sessions::SessionSet;
 use super::synth::Synth;
@@ -78,7 +78,8 @@ pub type Built = (Vec<u32>, Option<Staged>);
 
 /// The driver thread's end of the builder (see the module doc).
 pub struct Prefetch {
-    jobs: Sender<PromptKey>,
+    jobs: Sender<(PromptKey, Option<Reserved>)>,
+    stager: Option<Arc<dyn PromptStager>>,
     built: Receiver<(PromptKey, Built)>,
     /// Built and being built, with the tokens each was asked for.
     ready: HashMap<PromptKey, (Built, usize)>,
@@ -101,26 +102,23 @@ impl Prefetch {
         budget_tokens: usize,
         stager: Option<Arc<dyn PromptStager>>,
     ) -> Prefetch {
-        let (jobs, todo) = channel::<PromptKey>();
+        let (jobs, todo) = channel::<(PromptKey, Option<Reserved>)>();
+        let builder_stager = stager.clone();
         let (done, built) = channel();
         // Named so a per-thread profile of the worker tells it from vLLM's.
         // A thread that cannot start leaves every prompt to be built in line
         // (`take` then finds nothing pending).
         let _ = std::thread::Builder::new().name("eb-prefetch".into()).spawn_scoped(scope, move || {
             crate::telemetry::lower_thread_priority();
+            let stager = builder_stager;
             let mut scratch = Vec::new();
-            let mut queue = std::collections::VecDeque::new();
-            loop {
-                queue.extend(todo.try_iter());
-                let Some(key) = queue.pop_front().or_else(|| todo.recv().ok()) else { break };
+            while let Ok((key, reserved)) = todo.recv() {
                 let mut buf = Vec::new();
                 let k = key.turn as usize;
                 synth.build(set, key.session as usize, key.stream as usize, k, key.marker, &mut buf, &mut scratch);
-                // Staging takes longer than building: only with no prompt
-                // waiting to be built (a ramp's backlog would otherwise
-                // leave sends waiting here for theirs).
-                queue.extend(todo.try_iter());
-                let staged = if queue.is_empty() { stager.as_ref().and_then(|s| s.stage(&buf)) } else { None };
+                // Filling the reserved list is pointer stores, a fraction of
+                // the build: every reserved prompt is staged.
+                let staged = reserved.zip(stager.as_ref()).and_then(|(r, s)| s.stage(r, &buf));
                 if done.send((key, (buf, staged))).is_err() {
                     break;
                 }
@@ -128,6 +126,7 @@ impl Prefetch {
         });
         Prefetch {
             jobs,
+            stager,
             built,
             ready: HashMap::new(),
             pending: HashMap::new(),
@@ -138,7 +137,8 @@ impl Prefetch {
     }
 
     /// Asks for `key`'s prompt (`tokens` long) to be built ahead, unless
-    /// the budget is spent or it is asked for already.
+    /// the budget is spent or it is asked for already; with a stager, its
+    /// engine form is reserved here, on the driver's thread.
     pub fn ask(&mut self, key: PromptKey, tokens: usize) {
         if self.pending.contains_key(&key) || self.ready.contains_key(&key) {
             return;
@@ -147,7 +147,8 @@ impl Prefetch {
             self.stats.refused += 1;
             return;
         }
-        if self.jobs.send(key).is_ok() {
+        let reserved = self.stager.as_ref().and_then(|s| s.reserve(tokens));
+        if self.jobs.send((key, reserved)).is_ok() {
             self.pending.insert(key, tokens);
             self.held_tokens += tokens;
         }
@@ -286,7 +287,12 @@ mod tests {
             crate::engine::StageReport { made: self.staged.load(std::sync::atomic::Ordering::SeqCst) as u64, ..Default::default() }
         }
 
-        fn stage(&self, _prompt: &[u32]) -> Option<Staged> {
+        fn reserve(&self, tokens: usize) -> Option<Reserved> {
+            Some(Reserved(Box::new(tokens)))
+        }
+
+        fn stage(&self, reserved: Reserved, prompt: &[u32]) -> Option<Staged> {
+            assert_eq!(reserved.0.downcast_ref::<usize>(), Some(&prompt.len()), "reserved for the prompt's length");
             self.staged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Some(Staged(Box::new(CountDrop(Arc::clone(&self.dropped)))))
         }
@@ -306,8 +312,8 @@ mod tests {
         });
         assert_eq!(plain, staged, "the same requests, prompts token for token");
         let made = counting.staged.load(std::sync::atomic::Ordering::SeqCst);
-        // Staged only when the builder has no backlog: some, not all.
-        assert!(made > 0, "none of {} staged", plain.len());
+        // Every prompt built ahead is staged: all but those built at the send.
+        assert!(made > plain.len() / 2, "{made} of {} staged", plain.len());
         assert_eq!(counting.dropped.load(std::sync::atomic::Ordering::SeqCst), made, "every claim dropped (sent or withdrawn)");
     }
 }

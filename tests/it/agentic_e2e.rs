@@ -82,14 +82,26 @@ fn trace_replay_prefix_cache_figures_against_caching_off() {
     // worker.log says what every replay send paid on the driver's thread
     // (issue 46): one line per replay point, its sends counted once each.
     let lines = requests(&out);
-    let noted: u64 = std::fs::read_dir(&out)
+    let worker_log: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("worker") && p.extension().is_some_and(|e| e == "log"))
         .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(String::from).collect::<Vec<_>>())
+        .collect();
+    let noted: u64 = worker_log
+        .iter()
         .filter_map(|l| l.split("replay sends: ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
         .sum();
     assert_eq!(noted, lines.len() as u64, "sends in worker.log against requests.jsonl");
+    // The trace's one prompt over 1,024 tokens (s1-growing's fourth turn,
+    // 1,162) is staged: its list filled off the GIL from the pinned ints
+    // (crate::engine::token_lists) and taken by its send, at least at conc 1.
+    // Its tokens must be the trace's: the cache figures above count on them.
+    let taken: u64 = worker_log
+        .iter()
+        .filter_map(|l| l.split("taken by their send: ").nth(1)?.trim().parse::<u64>().ok())
+        .sum();
+    assert!(taken > 0, "no staged prompt was taken by its send");
 
     // The same turn (trace, stream, turn, at conc 1) with and without the
     // cache: turns that hit it start faster.
