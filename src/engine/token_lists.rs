@@ -46,7 +46,7 @@ pub const PINNED_REFS: isize = 1 << 56;
 pub struct TokenTable {
     ints: Vec<Py<PyAny>>,
     /// The ints carry [`PINNED_REFS`] spare references (not on a
-    /// free-threaded CPython, whose counts are laid out otherwise).
+    /// free-threaded CPython build, whose counts are laid out otherwise).
     pinned: bool,
     /// A list's item array is where this module reads it (checked once on
     /// a probe list), so a list can be filled by pointer stores, off the
@@ -60,15 +60,15 @@ impl TokenTable {
     /// Errors: Python's (memory).
     pub fn new(py: Python<'_>, vocab: u32) -> PyResult<TokenTable> {
         let ints: Vec<Py<PyAny>> = (0..vocab).map(|i| PyInt::new(py, i).into_any().unbind()).collect();
-        // A free-threaded CPython keeps two counts per object; loading an
+        // A free-threaded build lays the object header out otherwise (two
+        // counts, whether or not its GIL is on at run time); loading an
         // abi3 module there is not supported, but the check is cheap.
-        let gil_disabled = py
-            .import("sys")
-            .and_then(|sys| sys.getattr("_is_gil_enabled"))
-            .and_then(|f| f.call0())
-            .and_then(|v| v.extract::<bool>())
-            .is_ok_and(|enabled| !enabled);
-        let pinned = !gil_disabled;
+        let free_threaded = py
+            .import("sysconfig")
+            .and_then(|sc| sc.call_method1("get_config_var", ("Py_GIL_DISABLED",)))
+            .and_then(|v| v.extract::<Option<i64>>())
+            .is_ok_and(|v| v == Some(1));
+        let pinned = !free_threaded;
         if pinned {
             for int in &ints {
                 // SAFETY: with the GIL held; a live int of ours.
