@@ -9,12 +9,13 @@
 //! table's ints carry a large stock of spare references instead
 //! ([`PINNED_REFS`]), and a list takes its items from that stock: filling
 //! it is only pointer stores, gathered from the table, which needs no
-//! object and so no GIL. [`Stager`] fills lists the prompt prefetch thread
-//! stages in that way: it holds the GIL only to allocate the list, so a
-//! staged list never delays an engine step. (Staging with the GIL held, a
-//! slice at a time, cost the device 1-3% of its time at 256-512 AgentX
-//! sessions: the stager's holds fell inside the async step and delayed its
-//! return; docs/benchmarks.md, issue 46.)
+//! object and so no GIL. [`Stager`] stages a replay's lists that way: the
+//! driver's thread allocates one when it asks for the prompt (it holds the
+//! GIL between two steps anyway), the prefetch thread fills it without the
+//! GIL, so a staged list never delays an engine step. (Staging with the GIL
+//! held, a slice at a time, cost the device 1-3% of its time at 256-512
+//! AgentX sessions: the stager's holds fell inside the async step and
+//! delayed its return; docs/benchmarks.md, issue 46.)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,16 +78,6 @@ impl TokenTable {
         }
         let direct = pinned && items_layout_holds(py)?;
         Ok(TokenTable { ints, pinned, direct })
-    }
-
-    /// Ids in the table.
-    pub fn len(&self) -> usize {
-        self.ints.len()
-    }
-
-    /// Whether the table holds no id.
-    pub fn is_empty(&self) -> bool {
-        self.ints.is_empty()
     }
 
     /// Whether every id of `prompt` is in the table.
@@ -326,8 +317,10 @@ impl PromptStager for Stager {
         if tokens < STAGE_MIN_TOKENS || !self.table.direct {
             return None;
         }
-        // A few microseconds on the driver's thread (the items are
-        // zero-filled pages, touched only by the fill).
+        // On the driver's thread, in the gap of the send that asked: the
+        // calloc of up to 1.6 MB, ~150 us at p50 at 256 AgentX sessions
+        // (docs/benchmarks.md), against the GIL waits a builder-side
+        // allocation cost the prefetch thread.
         let list = Python::attach(|py| empty_list(py, tokens).map(Bound::unbind)).ok()?;
         Some(Reserved(Box::new(Reservation { list, len: tokens })))
     }

@@ -103,14 +103,13 @@ impl Prefetch {
         stager: Option<Arc<dyn PromptStager>>,
     ) -> Prefetch {
         let (jobs, todo) = channel::<(PromptKey, Option<Reserved>)>();
-        let builder_stager = stager.clone();
+        let builder = stager.clone();
         let (done, built) = channel();
         // Named so a per-thread profile of the worker tells it from vLLM's.
         // A thread that cannot start leaves every prompt to be built in line
         // (`take` then finds nothing pending).
         let _ = std::thread::Builder::new().name("eb-prefetch".into()).spawn_scoped(scope, move || {
             crate::telemetry::lower_thread_priority();
-            let stager = builder_stager;
             let mut scratch = Vec::new();
             while let Ok((key, reserved)) = todo.recv() {
                 let mut buf = Vec::new();
@@ -118,7 +117,7 @@ impl Prefetch {
                 synth.build(set, key.session as usize, key.stream as usize, k, key.marker, &mut buf, &mut scratch);
                 // Filling the reserved list is pointer stores, a fraction of
                 // the build: every reserved prompt is staged.
-                let staged = reserved.zip(stager.as_ref()).and_then(|(r, s)| s.stage(r, &buf));
+                let staged = reserved.zip(builder.as_ref()).and_then(|(r, s)| s.stage(r, &buf));
                 if done.send((key, (buf, staged))).is_err() {
                     break;
                 }
