@@ -86,11 +86,14 @@ mod tests {
     #[test]
     fn forked_child_holds_no_copy() {
         // SAFETY: a fresh pipe; its write end moves to a high fd number no
-        // other test is likely to reuse while this one runs.
+        // other test is likely to reuse while this one runs. Both ends are
+        // close-on-exec from birth: a process another test spawns meanwhile
+        // (the telemetry tests start engines) must not inherit a copy, which
+        // would hold the end-of-file off as long as it lives.
         let (read_end, private) = unsafe {
             let mut fds = [0; 2];
-            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
-            let high = libc::fcntl(fds[1], libc::F_DUPFD, 1000);
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            let high = libc::fcntl(fds[1], libc::F_DUPFD_CLOEXEC, 1000);
             assert!(high >= 1000);
             libc::close(fds[1]);
             (File::from_raw_fd(fds[0]), PrivateFd::new(high).unwrap())

@@ -15,12 +15,15 @@ pub fn stderr_of<T>(f: impl FnOnce() -> T) -> (T, String) {
     let mut fds = [0i32; 2];
     // SAFETY: pipe/dup/dup2/close on fds this function owns; fd 2 is restored
     // before returning. The reader thread drains the pipe so a chatty
-    // library can never block on a full pipe.
+    // library can never block on a full pipe. The pipe and the saved fd 2
+    // are close-on-exec: a process another thread spawns meanwhile must not
+    // keep a write end, which would hold the reader (and this call) open as
+    // long as that process lives.
     unsafe {
-        if libc::pipe(fds.as_mut_ptr()) != 0 {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             return (f(), String::new());
         }
-        let saved = libc::dup(2);
+        let saved = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 0);
         if saved < 0 || libc::dup2(fds[1], 2) < 0 {
             libc::close(fds[0]);
             libc::close(fds[1]);
