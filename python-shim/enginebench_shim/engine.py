@@ -36,6 +36,7 @@ the core's own output objects, so a step costs as little as possible
 outside vLLM.
 """
 
+import copy
 import gc
 import json
 import os
@@ -479,6 +480,8 @@ class Engine:
         # SamplingParams per (max_tokens, ignore_eos): vLLM copies the params
         # of each request it adds, so one object can serve many requests.
         self._token_params = {}
+        # One constructed SamplingParams per ignore_eos, the others copies.
+        self._token_params_like = {}
         # How requests are added and steps run (steppath.py).
         parts, self.step_path_reason = steppath.resolve(self.engine)
         self._path = steppath.CorePath(self, parts) if parts is not None else steppath.EnginePath(self)
@@ -680,7 +683,7 @@ class Engine:
                 max_tokens=max_tokens, ignore_eos=ignore_eos, temperature=0.0, output_kind=self._DELTA,
                 extra_args={"kv_transfer_params": dict(kv_transfer_params)})
             return self._path.add_tokens(rid, token_ids, params)
-        return self._path.add_tokens(rid, token_ids, self._token_params_for(max_tokens, ignore_eos))
+        return self._path.add_tokens(rid, token_ids, self._token_params_for(max_tokens, ignore_eos), shared=True)
 
     def add_prefill(self, rid, token_ids):
         """A P/D prefill request: the prompt, max_tokens 1, greedy, with
@@ -727,14 +730,26 @@ class Engine:
         }
 
     def _token_params_for(self, max_tokens, ignore_eos):
+        """The perf requests' SamplingParams for (max_tokens, ignore_eos),
+        made once. A replay's turns each bring their own max_tokens: a new
+        one is a copy of one made with the same ignore_eos and its
+        max_tokens set, which is all the constructor would do differently
+        (it derives nothing from max_tokens; it checks >= 1, which a copy
+        is only made for), without its checks on the send's path."""
         params = self._token_params.get((max_tokens, ignore_eos))
         if params is None:
-            params = self._token_params[(max_tokens, ignore_eos)] = self._SamplingParams(
-                max_tokens=max_tokens,
-                ignore_eos=ignore_eos,
-                temperature=0.0,
-                output_kind=self._DELTA,
-            )
+            like = self._token_params_like.get(ignore_eos) if max_tokens >= 1 else None
+            if like is not None:
+                params = copy.copy(like)
+                params.max_tokens = max_tokens
+            else:
+                params = self._token_params_like[ignore_eos] = self._SamplingParams(
+                    max_tokens=max_tokens,
+                    ignore_eos=ignore_eos,
+                    temperature=0.0,
+                    output_kind=self._DELTA,
+                )
+            self._token_params[(max_tokens, ignore_eos)] = params
         return params
 
     def prepare_tokens(self, token_ids, max_tokens, ignore_eos):

@@ -60,6 +60,7 @@ so an int32 ndarray (what 0.34's own frontends send over ZMQ) is not accepted
 in-process there.
 """
 
+import copy
 import os
 import sys
 import time
@@ -152,7 +153,7 @@ class EnginePath:
         self.engine = shim.engine
         self.tokens_prompt = shim._TokensPrompt
 
-    def add_tokens(self, rid, token_ids, params):
+    def add_tokens(self, rid, token_ids, params, shared=False):
         self.engine.add_request(str(rid), self.tokens_prompt(prompt_token_ids=token_ids), params)
         return None
 
@@ -216,6 +217,11 @@ class CorePath:
         self.get_output = self.client.get_output
         self.add_request = self.client.add_request
         self.max_model_len = getattr(getattr(self.engine, "model_config", None), "max_model_len", None)
+        # `_token_request` with shared params: the one-token request the
+        # input processor made, by ignore_eos, and its processed params by
+        # (max_tokens, ignore_eos).
+        self._templates = {}
+        self._processed = {}
         # vLLM's Prometheus counters are the spec-decode cross-check's
         # reference: keep feeding them when the engine speculates.
         self.loggers = parts["logger_manager"] if shim.num_speculative_tokens else None
@@ -247,7 +253,7 @@ class CorePath:
     #: given their ids (`_token_request`).
     SWAP_MIN_TOKENS = 1024
 
-    def _token_request(self, rid, token_ids, params):
+    def _token_request(self, rid, token_ids, params, shared=False):
         """vLLM's EngineCoreRequest of a token prompt sent at its send time
         (a replay's turn). On a token prompt, the input processor's only work
         that grows with the prompt is its validation: the length against
@@ -262,12 +268,32 @@ class CorePath:
         (`Engine.allowed_token_ids`), so the check it skips cannot fail. A
         prompt at or over max_model_len, or a vLLM whose request does not
         hold the ids as a list, goes through process_inputs whole (its own
-        error message for the first)."""
+        error message for the first).
+
+        `shared`: `params` are the shim's perf params, which differ only in
+        max_tokens and ignore_eos. Then the input processor runs once per
+        ignore_eos: each send copies that one-token request and sets its
+        id, arrival time, ids, and its processed params, one object per
+        (max_tokens, ignore_eos) shared by all its requests, made by copying
+        the processed ones and setting max_tokens (nothing the processor
+        derives depends on it when it is set). vLLM's engine core and
+        workers only read a request's params (its AsyncLLM shares them the
+        same way once cloned: `skip_clone`). That takes the input processor
+        out of the send: ~300-480 us between two steps at AgentX's 256
+        sessions on these CPUs (mostly its SamplingParams deepcopy, on
+        caches the step had evicted; 67 us in a warm loop), against two
+        copies and four stores. ENGINEBENCH_CHECK_SWAP compares it with the
+        processor's own request too."""
         n = len(token_ids)
         limit = self.max_model_len
         if n >= self.SWAP_MIN_TOKENS and limit and n < limit:
-            req = self.process_inputs(str(rid), self.prompt_of(token_ids[:1]), params,
-                                      supported_tasks=self.supported_tasks)
+            req = self._from_template(rid, params) if shared else None
+            if req is None:
+                req = self.process_inputs(str(rid), self.prompt_of(token_ids[:1]), params,
+                                          supported_tasks=self.supported_tasks)
+                if shared and type(req.prompt_token_ids) is list:
+                    self._templates[params.ignore_eos] = copy.copy(req)
+                    self._processed[(params.max_tokens, params.ignore_eos)] = req.sampling_params
             if type(req.prompt_token_ids) is list:
                 req.prompt_token_ids = token_ids
                 if _CHECK_SWAP:
@@ -280,10 +306,29 @@ class CorePath:
                 return req
         return self.process_inputs(str(rid), self.prompt_of(token_ids), params, supported_tasks=self.supported_tasks)
 
-    def add_tokens(self, rid, token_ids, params):
+    def _from_template(self, rid, params):
+        """A copy of the one-token request made for params' ignore_eos, with
+        rid, the arrival time now and the processed params of params'
+        max_tokens (`_token_request`); None before the first."""
+        template = self._templates.get(params.ignore_eos)
+        if template is None:
+            return None
+        key = (params.max_tokens, params.ignore_eos)
+        processed = self._processed.get(key)
+        if processed is None:
+            processed = self._processed[key] = copy.copy(template.sampling_params)
+            processed.max_tokens = params.max_tokens
+        req = copy.copy(template)
+        req.request_id = str(rid)
+        req.arrival_time = time.time()
+        req.sampling_params = processed
+        return req
+
+    def add_tokens(self, rid, token_ids, params, shared=False):
         """Returns (vLLM's request id, arrival time on time.time()): outputs
-        carry the first, vLLM's TTFT is measured from the second."""
-        req = self._token_request(rid, token_ids, params)
+        carry the first, vLLM's TTFT is measured from the second.
+        `shared`: as in `_token_request`."""
+        req = self._token_request(rid, token_ids, params, shared)
         if self.assign_request_id is not None:
             self.assign_request_id(req)
         self.add_request(req)
