@@ -735,13 +735,21 @@ class Engine:
         one is a copy of one made with the same ignore_eos and its
         max_tokens set, which is all the constructor would do differently
         (it derives nothing from max_tokens; it checks >= 1, which a copy
-        is only made for), without its checks on the send's path."""
+        is only made for), without its checks on the send's path; with
+        ENGINEBENCH_CHECK_SWAP (the tests) each copy is compared with the
+        constructor's."""
         params = self._token_params.get((max_tokens, ignore_eos))
         if params is None:
             like = self._token_params_like.get(ignore_eos) if max_tokens >= 1 else None
             if like is not None:
                 params = copy.copy(like)
                 params.max_tokens = max_tokens
+                if steppath._CHECK_SWAP:
+                    made = self._SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos,
+                                                temperature=0.0, output_kind=self._DELTA)
+                    if made != params:
+                        raise AssertionError(f"max_tokens {max_tokens}: the copied SamplingParams differ "
+                                             f"from the constructor's:\n{params!r}\n{made!r}")
             else:
                 params = self._token_params_like[ignore_eos] = self._SamplingParams(
                     max_tokens=max_tokens,

@@ -276,17 +276,24 @@ class CorePath:
         id, arrival time, ids, and its processed params, one object per
         (max_tokens, ignore_eos) shared by all its requests, made by copying
         the processed ones and setting max_tokens (nothing the processor
-        derives depends on it when it is set). vLLM's engine core and
-        workers only read a request's params (its AsyncLLM shares them the
-        same way once cloned: `skip_clone`). That takes the input processor
-        out of the send: ~300-480 us between two steps at AgentX's 256
-        sessions on these CPUs (mostly its SamplingParams deepcopy, on
-        caches the step had evicted; 67 us in a warm loop), against two
-        copies and four stores. ENGINEBENCH_CHECK_SWAP compares it with the
-        processor's own request too."""
+        derives depends on it when it is set). Sharing is safe for params
+        without extra_args (a KV connector writes its transfer params
+        there) and structured outputs, which only these are (checked):
+        the engine core and workers only read the rest, and vLLM shares
+        one params object among the live children of an n > 1 request the
+        same way (v1/engine/parallel_sampling.py, ParentRequest). That
+        takes the input processor out of the send: ~300-480 us between two
+        steps at AgentX's 256 sessions on these CPUs (mostly its
+        SamplingParams deepcopy, on caches the step had evicted; 67 us in a
+        warm loop), against two copies and four stores.
+        ENGINEBENCH_CHECK_SWAP compares it with the processor's own request
+        too. The template is copied before `assign_request_id` sees it
+        (that sets the external id, which it refuses to set twice)."""
         n = len(token_ids)
         limit = self.max_model_len
         if n >= self.SWAP_MIN_TOKENS and limit and n < limit:
+            shared = (shared and getattr(params, "extra_args", None) is None
+                      and getattr(params, "structured_outputs", None) is None)
             req = self._from_template(rid, params) if shared else None
             if req is None:
                 req = self.process_inputs(str(rid), self.prompt_of(token_ids[:1]), params,

@@ -146,10 +146,12 @@ fn trace_replay_prefix_cache_figures_against_caching_off() {
 /// timestamps in ms, 512-token blocks, a row that repeats a prompt whose last
 /// block is partial) straight from `--trace-file`, its format and unit read
 /// off the file: arrivals as recorded, and the repeated row finds its
-/// partial block cached. A fifth row, added here, is the second long prompt
-/// (1,024 tokens or more) with another output length: the shim makes it
-/// from the first one's request (steppath `_token_request`), which the
-/// tests' ENGINEBENCH_CHECK_SWAP compares with vLLM's input processor's own.
+/// partial block cached. Two rows added here are long prompts (1,024 tokens
+/// or more) with another output length than the first, due together: the
+/// shim makes them from the first one's request and share one processed
+/// SamplingParams (steppath `_token_request`), and the tests'
+/// ENGINEBENCH_CHECK_SWAP compares each with vLLM's input processor's own
+/// (the second while the first, whose params it shares, is in flight).
 #[test]
 fn a_mooncake_trace_from_the_command_line() {
     let _guard = engine_lock();
@@ -157,7 +159,9 @@ fn a_mooncake_trace_from_the_command_line() {
     let fixture = crate::util::repo().join("tests/fixtures/traces/mooncake_shaped.jsonl");
     let trace = dir.path().join("mooncake_shaped.jsonl");
     let mut rows = std::fs::read_to_string(&fixture).unwrap();
-    rows.push_str("{\"timestamp\": 2400, \"input_length\": 1200, \"output_length\": 2, \"hash_ids\": [9001, 9002, 9003]}\n");
+    for isl in [1200, 1300] {
+        rows.push_str(&format!("{{\"timestamp\": 2400, \"input_length\": {isl}, \"output_length\": 2, \"hash_ids\": [9001, 9002, 9003]}}\n"));
+    }
     std::fs::write(&trace, rows).unwrap();
     // A random-workload recipe (its ISL/OSL unused); the trace, its format and
     // unit come from the command line, as with the default recipe.
@@ -167,8 +171,8 @@ fn a_mooncake_trace_from_the_command_line() {
     let o = enginebench(&["run", &recipe, "--trace-file", trace.to_str().unwrap(), "--no-eval", "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let lines = requests(&out);
-    assert_eq!(lines.len(), 5, "{lines:?}");
-    assert_eq!(lines.iter().map(|l| l["output_tokens"].as_u64().unwrap()).collect::<Vec<_>>(), [3, 3, 3, 3, 2], "{lines:?}");
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert_eq!(lines.iter().map(|l| l["output_tokens"].as_u64().unwrap()).collect::<Vec<_>>(), [3, 3, 3, 3, 2, 2], "{lines:?}");
     let sends: Vec<f64> = lines.iter().map(|l| f(&l["send_s"])).collect();
     for (i, recorded) in [0.0, 0.6, 1.2, 1.8].iter().enumerate() {
         let late = sends[i] - sends[0] - recorded;
@@ -184,7 +188,7 @@ fn a_mooncake_trace_from_the_command_line() {
     assert!(cached[2] > 8 + 512, "the repeated partial block is hit: {cached:?}");
     let r = read_json(&out.join("result.json"));
     let c = &r["jobs"][0]["points"][0]["prefix_cache"];
-    assert_eq!(f(&c["theoretical_hit_rate"]), 7.0 / 11.0, "7 hit blocks of 11, by InferenceX's rule: {c}");
+    assert_eq!(f(&c["theoretical_hit_rate"]), 10.0 / 14.0, "10 hit blocks of 14, by InferenceX's rule: {c}");
 }
 
 #[test]
