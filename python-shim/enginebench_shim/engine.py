@@ -745,20 +745,24 @@ class Engine:
                 params = copy.copy(like)
                 params.max_tokens = max_tokens
                 if steppath._CHECK_SWAP:
-                    made = self._SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos,
-                                                temperature=0.0, output_kind=self._DELTA)
+                    made = self._new_token_params(max_tokens, ignore_eos)
                     if made != params:
                         raise AssertionError(f"max_tokens {max_tokens}: the copied SamplingParams differ "
                                              f"from the constructor's:\n{params!r}\n{made!r}")
             else:
-                params = self._token_params_like[ignore_eos] = self._SamplingParams(
-                    max_tokens=max_tokens,
-                    ignore_eos=ignore_eos,
-                    temperature=0.0,
-                    output_kind=self._DELTA,
-                )
+                params = self._token_params_like[ignore_eos] = self._new_token_params(max_tokens, ignore_eos)
             self._token_params[(max_tokens, ignore_eos)] = params
         return params
+
+    def _new_token_params(self, max_tokens, ignore_eos):
+        """A perf request's SamplingParams, constructed: greedy, outputs as
+        per-step deltas."""
+        return self._SamplingParams(
+            max_tokens=max_tokens,
+            ignore_eos=ignore_eos,
+            temperature=0.0,
+            output_kind=self._DELTA,
+        )
 
     def prepare_tokens(self, token_ids, max_tokens, ignore_eos):
         """A perf request made ready before the loop's clock starts (a
