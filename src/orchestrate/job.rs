@@ -363,6 +363,9 @@ struct WorkerWatch<'a> {
     node_telemetry: Vec<TelemetryInfo>,
     /// Merged points waiting for every node's telemetry window.
     pending: std::collections::VecDeque<(crate::protocol::RawPoint, Vec<crate::protocol::RawPoint>)>,
+    /// Data parallel: which rank the failure names when a death and its
+    /// peers' errors race ([`super::dp::blame`]).
+    blame: super::dp::blame::Blame,
 }
 
 /// What the reader threads pass to the watcher.
@@ -407,6 +410,7 @@ impl<'a> WorkerWatch<'a> {
             node_windows: Vec::new(),
             node_telemetry: Vec::new(),
             pending: Default::default(),
+            blame: Default::default(),
         }
     }
 
@@ -490,7 +494,7 @@ impl<'a> WorkerWatch<'a> {
                                 Some(p) => format!("data-parallel rank {rank} (node {}) ended before finishing; every node was stopped", p.node_of_rank(rank as u32)),
                                 None => format!("data-parallel rank {rank} ended before finishing; every rank was stopped"),
                             };
-                            self.fail_rank(rank, message, &pids);
+                            self.on_death(Some(rank), message, &pids);
                         }
                     }
                     (rank, None)
@@ -508,7 +512,7 @@ impl<'a> WorkerWatch<'a> {
                             closed[rank] = true;
                             open -= 1;
                             if !self.ranks.done[rank] && !self.end.interrupted {
-                                self.fail_rank(rank, format!("node {node}'s group ended before data-parallel rank {rank} finished; every node was stopped"), &pids);
+                                self.on_death(Some(rank), format!("node {node}'s group ended before data-parallel rank {rank} finished; every node was stopped"), &pids);
                             }
                         }
                     }
@@ -517,6 +521,9 @@ impl<'a> WorkerWatch<'a> {
                 Err(RecvTimeoutError::Timeout) => (0, None),
                 Err(RecvTimeoutError::Disconnected) => break,
             };
+            if let Some(v) = self.blame.due(Some(Instant::now())) {
+                self.fail_with(v, &pids);
+            }
             self.stop_if_asked(&pids);
             let Some(line) = line else { continue };
             let Ok(msg) = serde_json::from_str::<Message>(&line) else {
@@ -536,6 +543,10 @@ impl<'a> WorkerWatch<'a> {
             }
         }
         self.bar.clear();
+        // Every output closed within a rank's grace: its error stands.
+        if let Some(v) = self.blame.due(None) {
+            self.record_failure(v);
+        }
         let mut nodes = std::mem::take(&mut self.node_telemetry);
         nodes.sort_by(|a, b| a.series_file.cmp(&b.series_file));
         Ok((self.end, nodes))
@@ -560,11 +571,11 @@ impl<'a> WorkerWatch<'a> {
             }
             NodeEvent::Exited { node, rank, ok: false, status } => {
                 let who = rank.map_or(format!("node {node}'s headless follower (vLLM's workers of that node)"), |r| format!("data-parallel rank {r} (node {node})"));
-                self.fail_rank(rank.unwrap_or(0) as usize, format!("{who} ended unexpectedly ({status}); every node was stopped"), pids);
+                self.on_death(rank.map(|r| r as usize), format!("{who} ended unexpectedly ({status}); every node was stopped"), pids);
             }
             NodeEvent::Exited { .. } => {}
             NodeEvent::Telemetry { info, .. } => self.node_telemetry.push(*info),
-            NodeEvent::Failed { message, .. } => self.fail_rank(0, message, pids),
+            NodeEvent::Failed { message, .. } => self.on_death(None, message, pids),
             NodeEvent::Line { .. } | NodeEvent::Closed { .. } => {}
         }
         Ok(())
@@ -621,15 +632,34 @@ impl<'a> WorkerWatch<'a> {
         }
     }
 
-    /// Records rank `rank`'s failure (the first one only) and kills every rank.
-    fn fail_rank(&mut self, rank: usize, message: String, pids: &[u32]) {
-        if self.end.failure.is_none() {
-            self.end.failure = Some(RunError { message, ..RunError::default() });
-            self.end.failed_rank = Some(rank);
+    /// Rank `rank` (`None`: a node's follower or group) ended before
+    /// finishing: the job's failure, unless this process already ended the
+    /// ranks (their deaths are its own doing), naming it over a peer's
+    /// error that came first ([`super::dp::blame`]).
+    fn on_death(&mut self, rank: Option<usize>, message: String, pids: &[u32]) {
+        if self.killed {
+            return;
         }
+        if let Some(v) = self.blame.on_death(rank, message, Instant::now()) {
+            self.fail_with(v, pids);
+        }
+    }
+
+    /// Records the verdict (the first failure only) and kills every rank.
+    fn fail_with(&mut self, v: super::dp::blame::Verdict, pids: &[u32]) {
+        self.record_failure(v);
         if !self.killed {
             self.killed = true;
             self.kill_all(pids);
+        }
+    }
+
+    /// Records the verdict as the job's failure unless one is recorded.
+    fn record_failure(&mut self, v: super::dp::blame::Verdict) {
+        if self.end.failure.is_none() {
+            self.end.bad_input = v.error.bad_input;
+            self.end.failure = Some(v.error);
+            self.end.failed_rank = Some(v.rank);
         }
     }
 
@@ -674,14 +704,9 @@ impl<'a> WorkerWatch<'a> {
                 self.end.got_done = self.ranks.done.iter().all(|d| *d);
             }
             Message::Error { message, traceback, bad_input } => {
-                let message = format!("data-parallel rank {rank}: {message}");
-                if self.end.failure.is_none() {
-                    self.end.bad_input = bad_input;
-                }
-                self.fail_rank(rank, message.clone(), pids);
-                if let Some(f) = self.end.failure.as_mut().filter(|f| f.message == message) {
-                    f.traceback = traceback;
-                    f.bad_input = bad_input;
+                let error = RunError { message: format!("data-parallel rank {rank}: {message}"), traceback, bad_input, ..RunError::default() };
+                if let Some(v) = self.blame.on_error(rank, error, Instant::now()) {
+                    self.fail_with(v, pids);
                 }
             }
             Message::Progress { .. } | Message::Eval { .. } if rank != 0 => {}

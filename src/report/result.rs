@@ -578,7 +578,7 @@ pub struct Gsm8kResult {
 }
 
 /// Why a run failed.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunError {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

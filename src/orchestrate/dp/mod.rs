@@ -30,6 +30,7 @@
 //! share of the concurrency), and rank r keeps `conc / N` in flight (the
 //! first `conc mod N` ranks one more). See [`crate::protocol::DpRank`].
 
+pub mod blame;
 pub mod merge;
 pub mod moe;
 
