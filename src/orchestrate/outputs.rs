@@ -26,6 +26,11 @@ struct RequestLine<'a> {
     requested_output_tokens: u32,
     output_tokens: u32,
     send_s: f64,
+    /// How long the admission budget held the request back before
+    /// add_request (counted in its TTFT and E2EL), ms; absent when it went
+    /// in the gap it became due.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    held_ms: Option<f64>,
     ttft_ms: Option<f64>,
     tpot_ms: Option<f64>,
     e2el_ms: Option<f64>,
@@ -230,6 +235,7 @@ impl OutputFiles {
                 requested_output_tokens: raw.requested_output_lens.get(i).copied().unwrap_or(0),
                 output_tokens: r.output_tokens,
                 send_s: r.send_s,
+                held_ms: (r.held_s > 0.0).then_some(r.held_s * 1000.0),
                 ttft_ms: ms(r.ttft_s()),
                 tpot_ms: ms(r.tpot_s()),
                 e2el_ms: ms(r.e2el_s()),

@@ -15,8 +15,16 @@ pub struct RequestRecord {
     pub input_tokens: u32,
     /// Tokens generated.
     pub output_tokens: u32,
-    /// When the request was handed to the engine (`add_request` called), s.
+    /// When the request was handed to the engine (`add_request` called), s;
+    /// for a request the admission budget held back, the start of the gap
+    /// in which it was first due (see `held_s`).
     pub send_s: f64,
+    /// How long the admission budget held the request back before
+    /// `add_request`, s (0: it went in the gap it became due). Counted in
+    /// TTFT and E2EL, as a server's queue would; vLLM's own clock starts
+    /// after it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_s: f64,
     /// When the step that produced the first token returned, s.
     pub first_token_s: Option<f64>,
     /// When the step that produced the last token returned, s.
@@ -35,6 +43,10 @@ pub struct RequestRecord {
     /// `num_cached_tokens`); absent where the engine does not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u32>,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// The error of a request a stopped loop never sent (Ctrl-C came first):

@@ -431,8 +431,9 @@ impl<E: StepEngine> Admit for Gap<'_, E> {
     fn send(&mut self, req: Request<'_>, due_s: f64) -> Result<usize> {
         let idx = self.out.records.len();
         let rid = self.ids.reserve(1);
-        let send_s = self.backlog.send_s(due_s, self.origin.elapsed().as_secs_f64());
-        let mut record = RequestRecord { send_s, ..RequestRecord::default() };
+        let now_s = self.origin.elapsed().as_secs_f64();
+        let send_s = self.backlog.send_s(due_s, now_s);
+        let mut record = RequestRecord { send_s, held_s: now_s - send_s, ..RequestRecord::default() };
         match req {
             Request::Tokens { prompt, max_tokens, ignore_eos } => {
                 record.input_tokens = prompt.len() as u32;
@@ -893,6 +894,14 @@ mod tests {
         let last = out.records.last().unwrap();
         assert!(added[39] >= 9);
         assert!(last.ttft_s().unwrap() >= out.steps[added[39]].t_s - first_gap);
+        // Each record says how long it was held: nothing for the first
+        // gap's sends, for the others at least the steps before their send.
+        for (r, &g) in out.records.iter().zip(&added) {
+            match g {
+                0 => assert_eq!(r.held_s, 0.0, "{r:?}"),
+                g => assert!(r.held_s >= out.steps[g - 1].t_s - first_gap && r.held_s > 0.0, "{r:?}"),
+            }
+        }
         // No budget: one gap sends the whole burst.
         let (out, added) = run(|_| f64::INFINITY);
         assert!(added.iter().all(|&g| g == 0) && out.records.iter().all(|r| r.ok()));
