@@ -70,6 +70,13 @@ use crate::protocol::{ReplayPhase, TurnInfo};
 /// Output tokens of primers and warm-up requests.
 pub const WARMUP_MAX_TOKENS: u32 = 1;
 
+/// How far into its poll a gap may start a deferred prompt ask
+/// ([`Prefetch::dispatch`]): a gap that sent is past it already (a send
+/// takes ~0.4 ms at 256 AgentX sessions), one that did not starts one
+/// (its own work is ~0.13 ms p50 there), so it stays under the gaps that
+/// send and well under a 5 ms GPU step.
+pub const DISPATCH_WINDOW: std::time::Duration = std::time::Duration::from_micros(100);
+
 /// A stream's state.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum St {
@@ -445,15 +452,18 @@ impl<'a> LanesReplay<'a> {
             // The prompts this send makes known are built off this thread:
             // the stream's next turn, and the first turn of each subagent
             // this root turn's completion spawns.
+            // Measured sends leave the lists' allocation to a later gap
+            // with time to spare (poll); warm-up ones do not wait.
             let marker = if tree.marker.is_some() { MARKER_TOKENS as usize } else { 0 };
+            let defer = phase == ReplayPhase::Measured;
             if let Some(next) = turns.get(k + 1) {
-                p.ask(PromptKey { turn: pkey.turn + 1, ..pkey }, next.input as usize + marker);
+                p.ask(PromptKey { turn: pkey.turn + 1, ..pkey }, next.input as usize + marker, defer);
             }
             if s == 0 {
                 for (c, cdef) in set.session_streams(session).iter().enumerate().skip(1) {
                     if cdef.spawn.is_some_and(|sp| sp.anchor == k as u32) && tree.streams[c].st == St::Unspawned {
                         let first = set.stream_turns(cdef)[0];
-                        p.ask(PromptKey { stream: c as u32, turn: 0, ..pkey }, first.input as usize + marker);
+                        p.ask(PromptKey { stream: c as u32, turn: 0, ..pkey }, first.input as usize + marker, defer);
                     }
                 }
             }
@@ -705,8 +715,10 @@ fn shift_tree(tree: &mut Tree, by: f64) {
     }
 }
 
-impl Schedule for LanesReplay<'_> {
-    fn poll(&mut self, now_s: f64, _in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
+impl LanesReplay<'_> {
+    /// [`Schedule::poll`]'s sends: the due turns, the warm-up stages'
+    /// advance, the system idle cap.
+    fn poll_sends(&mut self, now_s: f64, admit: &mut dyn Admit) -> Result<()> {
         loop {
             if self.deadline().is_some_and(|d| now_s >= d) {
                 self.stop(StopReason::Duration);
@@ -725,6 +737,17 @@ impl Schedule for LanesReplay<'_> {
         }
         self.cap_system_idle(now_s);
         Ok(())
+    }
+}
+
+impl Schedule for LanesReplay<'_> {
+    fn poll(&mut self, now_s: f64, _in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
+        let started = std::time::Instant::now();
+        let result = self.poll_sends(now_s, admit);
+        if let Some(p) = self.prefetch.as_mut() {
+            p.dispatch(started + DISPATCH_WINDOW);
+        }
+        result
     }
 
     fn finished(&mut self, record: usize, now_s: f64, _ok: bool) {

@@ -16,6 +16,14 @@
 //! crate::engine::token_lists), and the send hands that over (issue 46).
 //! The buffer and its claim travel together until the send.
 //!
+//! Reserving a list is a `calloc` of 8 bytes per token (~60 us p50, ~180
+//! us p90 for AgentX's prompts at 256 sessions), on the driver's thread,
+//! between two engine steps. An ask made in a gap that sends (the send
+//! made it known) can be deferred ([`Prefetch::ask`]): it is reserved
+//! and handed to the builder by [`Prefetch::dispatch`] in a later gap
+//! with time to spare (in a replay's measured phase about 9 gaps in 10
+//! send nothing), so the gap that sends does not also allocate.
+//!
 //! Held buffers are bounded by a token budget (ready and being built): past
 //! it a turn is built at its send. The builder lowers its priority (nice
 //! 10): on a CPU engine it shares the cores with the engine's threads, on a
@@ -70,7 +78,17 @@ pub struct PrefetchStats {
     pub inline: u64,
     /// Asks refused because the budget was spent.
     pub refused: u64,
+    /// Of `inline`: deferred asks not yet dispatched when their send came.
+    pub undispatched: u64,
 }
+
+/// Most asks deferred at once ([`Prefetch::ask`]); past it an ask starts
+/// at once. A burst of sends (a replay's handoff: hundreds of turns due
+/// together) would otherwise queue more asks than the gaps that follow can
+/// start before their turns come due, and a turn whose ask did not start
+/// is built whole at its send (at 512 AgentX sessions an unbounded queue
+/// left 210-224 of ~6,000 unstarted, and send gaps of 13-27 ms p99).
+pub const MAX_DEFERRED: usize = 8;
 
 /// A prompt built ahead: its token ids and, when the engine staged it, the
 /// claim on its staged form (drop it after the send, before the buffer).
@@ -84,6 +102,8 @@ pub struct Prefetch {
     /// Built and being built, with the tokens each was asked for.
     ready: HashMap<PromptKey, (Built, usize)>,
     pending: HashMap<PromptKey, usize>,
+    /// Deferred asks, oldest first, with their tokens (held in the budget).
+    deferred: std::collections::VecDeque<(PromptKey, usize)>,
     /// Tokens asked for of the ready buffers and of those being built.
     held_tokens: usize,
     budget_tokens: usize,
@@ -129,6 +149,7 @@ impl Prefetch {
             built,
             ready: HashMap::new(),
             pending: HashMap::new(),
+            deferred: Default::default(),
             held_tokens: 0,
             budget_tokens,
             stats: PrefetchStats::default(),
@@ -137,19 +158,44 @@ impl Prefetch {
 
     /// Asks for `key`'s prompt (`tokens` long) to be built ahead, unless
     /// the budget is spent or it is asked for already; with a stager, its
-    /// engine form is reserved here, on the driver's thread.
-    pub fn ask(&mut self, key: PromptKey, tokens: usize) {
-        if self.pending.contains_key(&key) || self.ready.contains_key(&key) {
+    /// engine form is reserved on the driver's thread: here, or with
+    /// `defer` (and a stager) at a later [`Prefetch::dispatch`].
+    pub fn ask(&mut self, key: PromptKey, tokens: usize, defer: bool) {
+        if self.pending.contains_key(&key) || self.ready.contains_key(&key) || self.deferred.iter().any(|(k, _)| *k == key) {
             return;
         }
         if self.held_tokens + tokens > self.budget_tokens {
             self.stats.refused += 1;
             return;
         }
+        self.held_tokens += tokens;
+        if defer && self.stager.is_some() && self.deferred.len() < MAX_DEFERRED {
+            self.deferred.push_back((key, tokens));
+        } else {
+            self.start(key, tokens);
+        }
+    }
+
+    /// Reserves `key`'s engine form and hands it to the builder.
+    fn start(&mut self, key: PromptKey, tokens: usize) {
         let reserved = self.stager.as_ref().and_then(|s| s.reserve(tokens));
         if self.jobs.send((key, reserved)).is_ok() {
             self.pending.insert(key, tokens);
-            self.held_tokens += tokens;
+        } else {
+            self.held_tokens -= tokens;
+        }
+    }
+
+    /// Starts the oldest deferred ask if the clock is before `until` (none
+    /// when it is past already: a gap that sent). One per call: a list of
+    /// AgentX's size can take a few hundred us to allocate, and gaps
+    /// without a send outnumber the asks ~10 to 1 (measured phase, 256
+    /// sessions).
+    pub fn dispatch(&mut self, until: std::time::Instant) {
+        if std::time::Instant::now() < until
+            && let Some((key, tokens)) = self.deferred.pop_front()
+        {
+            self.start(key, tokens);
         }
     }
 
@@ -161,6 +207,13 @@ impl Prefetch {
             self.held_tokens -= tokens;
             self.stats.taken += 1;
             return Some(buf);
+        }
+        if let Some(i) = self.deferred.iter().position(|(k, _)| k == key) {
+            let (_, tokens) = self.deferred.remove(i).expect("found");
+            self.held_tokens -= tokens;
+            self.stats.inline += 1;
+            self.stats.undispatched += 1;
+            return None;
         }
         if !self.pending.contains_key(key) {
             self.stats.inline += 1;
@@ -243,8 +296,9 @@ mod tests {
                 (reqs, r.stop_prefetch().unwrap(), r.turns().to_vec())
             });
             assert_eq!(plain, ahead, "budget {budget}: the same requests, prompts token for token");
-            let PrefetchStats { taken, waited, inline, refused } = stats;
+            let PrefetchStats { taken, waited, inline, refused, undispatched } = stats;
             assert_eq!(taken + waited + inline, plain.len() as u64, "every send counted once: {stats:?}");
+            assert_eq!(undispatched, 0, "without a stager no ask is deferred: {stats:?}");
             if budget == 0 {
                 assert_eq!(taken + waited, 0, "nothing held past the budget");
                 assert!(refused > 0, "asks over the budget counted: {stats:?}");
@@ -295,6 +349,35 @@ mod tests {
             self.staged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Some(Staged(Box::new(CountDrop(Arc::clone(&self.dropped)))))
         }
+    }
+
+    #[test]
+    fn a_deferred_ask_is_built_once_dispatched_and_inline_before() {
+        let (set, allowed) = small_set();
+        let synth = Synth::new(&allowed, 3);
+        let counting = Arc::new(Counting::default());
+        let key = |turn| PromptKey { session: 0, stream: 0, turn, marker: None };
+        let len = |turn: u32| {
+            let (mut buf, mut scratch) = (Vec::new(), Vec::new());
+            synth.build(&set, 0, 0, turn as usize, None, &mut buf, &mut scratch);
+            buf.len()
+        };
+        let stats = std::thread::scope(|scope| {
+            let mut p = Prefetch::spawn(scope, &set, synth, DEFAULT_BUDGET_TOKENS, Some(Arc::clone(&counting) as Arc<dyn PromptStager>));
+            // Not dispatched (the window is past already): built at the send.
+            p.ask(key(1), len(1), true);
+            p.dispatch(std::time::Instant::now());
+            assert!(p.take(&key(1)).is_none());
+            // Dispatched: built ahead and staged.
+            p.ask(key(2), len(2), true);
+            p.dispatch(std::time::Instant::now() + std::time::Duration::from_secs(1));
+            let (buf, staged) = p.take(&key(2)).expect("built ahead");
+            assert_eq!(buf.len(), len(2));
+            assert!(staged.is_some());
+            assert_eq!(p.held_tokens, 0, "nothing held after both sends");
+            p.stats()
+        });
+        assert_eq!((stats.inline, stats.undispatched, stats.taken + stats.waited), (1, 1, 1), "{stats:?}");
     }
 
     #[test]
