@@ -85,6 +85,9 @@ pub trait PromptStager: Send + Sync {
     /// driver's thread when the prompt is asked for. `None`: it will not be
     /// staged (too short to be worth it, or the engine cannot).
     fn reserve(&self, tokens: usize) -> Option<Reserved>;
+    /// Whether [`PromptStager::reserve`] would reserve a prompt `tokens`
+    /// long (an ask with nothing to reserve has nothing to defer).
+    fn reserves(&self, tokens: usize) -> bool;
     /// Stages `prompt` into `reserved`, for the very buffer a later
     /// [`StepEngine::add_tokens`] will pass (matched by address and
     /// length): that send then hands the staged form over. `None`: not

@@ -313,14 +313,19 @@ impl PromptStager for Stager {
         report
     }
 
+    fn reserves(&self, tokens: usize) -> bool {
+        tokens >= STAGE_MIN_TOKENS && self.table.direct
+    }
+
     fn reserve(&self, tokens: usize) -> Option<Reserved> {
-        if tokens < STAGE_MIN_TOKENS || !self.table.direct {
+        if !self.reserves(tokens) {
             return None;
         }
-        // On the driver's thread, in the gap of the send that asked: the
-        // calloc of up to 1.6 MB, ~150 us at p50 at 256 AgentX sessions
-        // (docs/benchmarks.md), against the GIL waits a builder-side
-        // allocation cost the prefetch thread.
+        // On the driver's thread, between two engine steps (in the gap of
+        // the send that asked, or a later one that sends nothing: the
+        // replay's deferred asks): a calloc of up to 1.6 MB, ~60 us p50 and
+        // ~180 us p90 at 256 AgentX sessions (docs/benchmarks.md), against
+        // the GIL waits a builder-side allocation cost the prefetch thread.
         let list = Python::attach(|py| empty_list(py, tokens).map(Bound::unbind)).ok()?;
         Some(Reserved(Box::new(Reservation { list, len: tokens })))
     }

@@ -13,7 +13,9 @@ use crate::protocol::{EngineTiming, RequestRecord};
 /// One request's TTFT in parts, s. They add up to the harness's TTFT.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TtftParts {
-    /// vLLM's queue time on the prefill engine (SCHEDULED - QUEUED).
+    /// Queueing before the prefill worker computes: the admission
+    /// budget's hold of the request (`RequestRecord::held_s`), then vLLM's
+    /// queue time on the prefill engine (SCHEDULED - QUEUED).
     pub prefill_queue_s: f64,
     /// The rest of the prefill worker's time: compute and the step that
     /// returned the finished output.
@@ -38,12 +40,14 @@ pub fn ttft_parts(r: &RequestRecord, pd: &crate::protocol::pd::PdRequest, decode
     let (to_decode, prefill) = (pd.to_decode_s?, pd.prefill_s?);
     let queue = pd.prefill_queued_s.unwrap_or(0.0).min(prefill);
     let kv_wait = decode.map_or(0.0, |t| t.queued_s);
+    // The proxy's clock (to_decode, prefill) starts at its add, after any
+    // admission hold: the hold is queueing before the prefill engine's.
     Some(TtftParts {
-        prefill_queue_s: queue,
+        prefill_queue_s: r.held_s + queue,
         prefill_compute_s: prefill - queue,
         handoff_s: to_decode - prefill,
         kv_wait_s: kv_wait,
-        first_token_s: ttft - to_decode - kv_wait,
+        first_token_s: ttft - r.held_s - to_decode - kv_wait,
     })
 }
 
@@ -212,5 +216,18 @@ mod tests {
         assert_eq!((s.tput_per_gpu, s.output_tput_per_gpu, s.input_tput_per_gpu), (100.0, 50.0, 150.0));
         let t = s.transfers.unwrap();
         assert_eq!((t.mb_per_s, t.mean_ms), (Some(200.0), Some(10.0)));
+    }
+
+    #[test]
+    fn an_admission_hold_is_queueing_before_the_prefill() {
+        // The same request held 0.1 s before the proxy's add: TTFT 0.6 s,
+        // the hold in the queue part, every other part as without it.
+        let r = RequestRecord { held_s: 0.1, ..record(0.9, 1.5, 96) };
+        let p = PdRequest { prefill_worker: 1, to_decode_s: Some(0.25), prefill_s: Some(0.2), prefill_queued_s: Some(0.05), external_cached_tokens: Some(96), recomputed: false };
+        let t = EngineTiming { rid: 0, ttft_s: 0.25, decode_s: 0.3, queued_s: 0.1, generation_tokens: None };
+        let parts = ttft_parts(&r, &p, Some(&t)).unwrap();
+        let sum = parts.prefill_queue_s + parts.prefill_compute_s + parts.handoff_s + parts.kv_wait_s + parts.first_token_s;
+        assert!((sum - 0.6).abs() < 1e-12, "{parts:?}");
+        assert!((parts.prefill_queue_s - 0.15).abs() < 1e-12 && (parts.first_token_s - 0.15).abs() < 1e-12, "{parts:?}");
     }
 }

@@ -616,6 +616,13 @@ impl<'a> WorkerWatch<'a> {
             self.kill_all(pids);
         }
         if self.deadline.is_some_and(|d| Instant::now() > d) && !self.end.timed_out {
+            // A rank's error waiting out its grace came first: it is the
+            // failure, not the timeout.
+            if let Some(v) = self.blame.due(None) {
+                self.deadline = None;
+                self.fail_with(v, pids);
+                return;
+            }
             self.end.timed_out = true;
             let message = if self.started {
                 let secs = self.plan.point_timeout.map_or(0, |t| t.as_secs());

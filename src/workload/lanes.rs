@@ -70,11 +70,12 @@ use crate::protocol::{ReplayPhase, TurnInfo};
 /// Output tokens of primers and warm-up requests.
 pub const WARMUP_MAX_TOKENS: u32 = 1;
 
-/// How far into its poll a gap may start a deferred prompt ask
-/// ([`Prefetch::dispatch`]): a gap that sent is past it already (a send
-/// takes ~0.4 ms at 256 AgentX sessions), one that did not starts one
-/// (its own work is ~0.13 ms p50 there), so it stays under the gaps that
-/// send and well under a 5 ms GPU step.
+/// How far into its poll a gap that sent nothing may start a deferred
+/// prompt ask ([`Prefetch::dispatch`]: one per gap): a gap without a send
+/// is ~0.13 ms p50 at 256 AgentX sessions, one with a send ~0.6 ms, so
+/// the ask's allocation stays in gaps that are short anyway, well under
+/// a 5 ms GPU step; a poll held up past it (preempted) leaves the ask to
+/// the next.
 pub const DISPATCH_WINDOW: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// A stream's state.
@@ -742,9 +743,13 @@ impl LanesReplay<'_> {
 
 impl Schedule for LanesReplay<'_> {
     fn poll(&mut self, now_s: f64, _in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
-        let started = std::time::Instant::now();
+        let (started, sent) = (std::time::Instant::now(), self.turns.len());
         let result = self.poll_sends(now_s, admit);
-        if let Some(p) = self.prefetch.as_mut() {
+        // A gap that sent has its send's cost; a stopped replay sends no
+        // more (its deferred asks would never be taken).
+        if self.turns.len() == sent && self.stopped.is_none()
+            && let Some(p) = self.prefetch.as_mut()
+        {
             p.dispatch(started + DISPATCH_WINDOW);
         }
         result

@@ -159,7 +159,8 @@ impl Prefetch {
     /// Asks for `key`'s prompt (`tokens` long) to be built ahead, unless
     /// the budget is spent or it is asked for already; with a stager, its
     /// engine form is reserved on the driver's thread: here, or with
-    /// `defer` (and a stager) at a later [`Prefetch::dispatch`].
+    /// `defer` (when the stager would reserve it and fewer than
+    /// [`MAX_DEFERRED`] wait) at a later [`Prefetch::dispatch`].
     pub fn ask(&mut self, key: PromptKey, tokens: usize, defer: bool) {
         if self.pending.contains_key(&key) || self.ready.contains_key(&key) || self.deferred.iter().any(|(k, _)| *k == key) {
             return;
@@ -169,7 +170,7 @@ impl Prefetch {
             return;
         }
         self.held_tokens += tokens;
-        if defer && self.stager.is_some() && self.deferred.len() < MAX_DEFERRED {
+        if defer && self.stager.as_ref().is_some_and(|s| s.reserves(tokens)) && self.deferred.len() < MAX_DEFERRED {
             self.deferred.push_back((key, tokens));
         } else {
             self.start(key, tokens);
@@ -342,6 +343,10 @@ mod tests {
 
         fn reserve(&self, tokens: usize) -> Option<Reserved> {
             Some(Reserved(Box::new(tokens)))
+        }
+
+        fn reserves(&self, _tokens: usize) -> bool {
+            true
         }
 
         fn stage(&self, reserved: Reserved, prompt: &[u32]) -> Option<Staged> {

@@ -11,6 +11,13 @@
 //! [`GRACE`] for a *death* of another rank; a death that comes in that
 //! time is the failure, with the error quoted after it. A death, or an
 //! error of the user's input, is the failure at once.
+//!
+//! Not a death for this: the end of a rank that reported an error itself
+//! (a worker exits after reporting), and the end of a process of no rank
+//! (a spanning engine's follower, which ends with the engine it serves):
+//! while an error waits, these are taken as its consequences. Among ranks
+//! that all reported errors, the first report stands: which of them is
+//! the cause cannot be told from the order they arrive in.
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +48,8 @@ pub struct Verdict {
 #[derive(Debug, Default)]
 pub struct Blame {
     suspect: Option<Suspect>,
+    /// Ranks that reported an error (the suspect's among them).
+    reported: std::collections::BTreeSet<usize>,
 }
 
 impl Blame {
@@ -51,6 +60,7 @@ impl Blame {
         if error.bad_input {
             return Some(Verdict { rank, error });
         }
+        self.reported.insert(rank);
         if self.suspect.is_none() {
             self.suspect = Some(Suspect { rank, error, at: now });
         }
@@ -59,12 +69,12 @@ impl Blame {
 
     /// Rank `rank` (`None`: a process of no rank, a node's headless
     /// follower) ended before finishing, `message` saying how, seen at
-    /// `now`. The suspect's own end is a consequence of its error (a
-    /// worker exits after reporting): `None`, the error keeps waiting.
-    /// Any other death is the verdict, quoting the suspect's error.
+    /// `now`. While an error waits, the end of a rank that reported one or
+    /// of a process of no rank is its consequence: `None`, the error keeps
+    /// waiting. Any other death is the verdict, quoting the waiting error.
     pub fn on_death(&mut self, rank: Option<usize>, message: String, now: Instant) -> Option<Verdict> {
         match self.suspect.take() {
-            Some(s) if rank == Some(s.rank) => {
+            Some(s) if rank.is_none_or(|r| self.reported.contains(&r)) => {
                 self.suspect = Some(s);
                 None
             }
@@ -106,6 +116,18 @@ mod tests {
         assert!(v.error.message.starts_with("data-parallel rank 1 (node 1) ended unexpectedly"), "{}", v.error.message);
         assert!(v.error.message.contains("40 ms before") && v.error.message.contains("a peer rank is gone"), "{}", v.error.message);
         assert_eq!(b.due(None), None, "decided once");
+    }
+
+    #[test]
+    fn ends_of_reporting_ranks_and_followers_are_consequences() {
+        let t0 = Instant::now();
+        let mut b = Blame::default();
+        b.on_error(0, err("data-parallel rank 0: a genuine error"), t0);
+        // Rank 1 noticed the loss of its peer, reported it and exited.
+        b.on_error(1, err("data-parallel rank 1: a peer rank is gone"), t0);
+        assert_eq!(b.on_death(Some(1), "rank 1 ended".into(), t0), None);
+        assert_eq!(b.on_death(None, "node 1's headless follower ended".into(), t0), None);
+        assert_eq!(b.due(None).unwrap().error.message, "data-parallel rank 0: a genuine error");
     }
 
     #[test]
