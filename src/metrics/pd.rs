@@ -187,15 +187,28 @@ mod tests {
         RequestRecord { input_tokens: input, output_tokens: 4, send_s: send, first_token_s: Some(first), last_token_s: Some(first + 0.3), ..RequestRecord::default() }
     }
 
+    /// Prefill 0.2 s (queue 0.05), back at the decode engine at 0.25 s.
+    fn pd_request() -> PdRequest {
+        PdRequest { prefill_worker: 1, to_decode_s: Some(0.25), prefill_s: Some(0.2), prefill_queued_s: Some(0.05), external_cached_tokens: Some(96), recomputed: false }
+    }
+
+    /// Queued 0.1 s on the decode engine for its KV.
+    fn decode_timing() -> EngineTiming {
+        EngineTiming { rid: 0, ttft_s: 0.25, decode_s: 0.3, queued_s: 0.1, generation_tokens: None }
+    }
+
+    fn total(p: &TtftParts) -> f64 {
+        p.prefill_queue_s + p.prefill_compute_s + p.handoff_s + p.kv_wait_s + p.first_token_s
+    }
+
     #[test]
     fn the_parts_add_up_to_ttft_and_throughput_is_per_role() {
         // TTFT 0.5 s: prefill 0.2 (queue 0.05), back at the decode engine at
         // 0.25, queued there 0.1 for its KV, first token 0.15 later.
         let r = record(1.0, 1.5, 96);
-        let p = PdRequest { prefill_worker: 1, to_decode_s: Some(0.25), prefill_s: Some(0.2), prefill_queued_s: Some(0.05), external_cached_tokens: Some(96), recomputed: false };
-        let t = EngineTiming { rid: 0, ttft_s: 0.25, decode_s: 0.3, queued_s: 0.1, generation_tokens: None };
+        let (p, t) = (pd_request(), decode_timing());
         let parts = ttft_parts(&r, &p, Some(&t)).unwrap();
-        let sum = parts.prefill_queue_s + parts.prefill_compute_s + parts.handoff_s + parts.kv_wait_s + parts.first_token_s;
+        let sum = total(&parts);
         assert!((sum - 0.5).abs() < 1e-12, "{parts:?}");
         assert!((parts.handoff_s - 0.05).abs() < 1e-12 && (parts.first_token_s - 0.15).abs() < 1e-12, "{parts:?}");
 
@@ -223,10 +236,9 @@ mod tests {
         // The same request held 0.1 s before the proxy's add: TTFT 0.6 s,
         // the hold in the queue part, every other part as without it.
         let r = RequestRecord { held_s: 0.1, ..record(0.9, 1.5, 96) };
-        let p = PdRequest { prefill_worker: 1, to_decode_s: Some(0.25), prefill_s: Some(0.2), prefill_queued_s: Some(0.05), external_cached_tokens: Some(96), recomputed: false };
-        let t = EngineTiming { rid: 0, ttft_s: 0.25, decode_s: 0.3, queued_s: 0.1, generation_tokens: None };
+        let (p, t) = (pd_request(), decode_timing());
         let parts = ttft_parts(&r, &p, Some(&t)).unwrap();
-        let sum = parts.prefill_queue_s + parts.prefill_compute_s + parts.handoff_s + parts.kv_wait_s + parts.first_token_s;
+        let sum = total(&parts);
         assert!((sum - 0.6).abs() < 1e-12, "{parts:?}");
         assert!((parts.prefill_queue_s - 0.15).abs() < 1e-12 && (parts.first_token_s - 0.15).abs() < 1e-12, "{parts:?}");
     }
