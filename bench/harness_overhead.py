@@ -854,6 +854,21 @@ def report(meta, rounds):
                          f"{verdict} inside [0.99, 1.01]")
             rr = ratio("eb", "py", c)
             lines.append(f"conc {c}: out tok/s eb / py, geometric mean with 95% CI: {ci_text(rr)}")
+            # Which steps differ: the long ones (a prefill's chunk) or the rest.
+            for part, pick in (("long", True), ("short", False)):
+                pr = step_part_ratios(rounds, "eb", "py", c, pick)
+                if pr:
+                    lines.append(f"conc {c}: engine steps over 5x the median ({part}: {'yes' if pick else 'no'}) "
+                                 f"eb / py: {ci_text(pr)}")
+            # Crossover pairs: a round and the next, run in opposite orders.
+            for key, what in (("core_step_us", "mean"), ("core_step_median_us", "median")):
+                pr = abba_pairs(rounds, "eb", "py", c, key)
+                if pr:
+                    ci = ratio_ci(pr)
+                    verdict = ("meets" if ci and 0.99 <= ci[1] and ci[2] <= 1.01 else
+                               "misses" if ci and (ci[2] < 0.99 or ci[1] > 1.01) else "cannot decide")
+                    lines.append(f"conc {c}: {what} engine step eb / py over ABBA pairs of rounds: "
+                                 f"{ci_text(pr, 'pairs')}: {verdict} inside [0.99, 1.01]")
     return "\n".join(lines)
 
 
@@ -949,11 +964,58 @@ def rounds_to_resolve(ratios, within=0.01):
     return ">1000"
 
 
-def ci_text(ratios):
+def ci_text(ratios, unit="rounds"):
     ci = ratio_ci(ratios)
     if ci is None:
         return "-"
-    return f"{ci[0]:.4f} [{ci[1]:.4f}, {ci[2]:.4f}] ({len(ratios)} rounds; {rounds_to_resolve(ratios)} resolve ±1%)"
+    return f"{ci[0]:.4f} [{ci[1]:.4f}, {ci[2]:.4f}] ({len(ratios)} {unit}; {rounds_to_resolve(ratios)} resolve ±1%)"
+
+
+def step_part_ratios(rounds, h1, h2, c, long):
+    """Per-round ratios h1/h2 of the summed engine step times of one part
+    of the steps: those over 5x the median step (`long`: at these fixed
+    lengths, steps that prefill a wave's prompts, ~14x a decode step on
+    the bundled model) or the rest. Both loops run the same requests
+    through the same scheduler, so they have the same steps; a round
+    where the parts' counts differ is left out."""
+    out = []
+    for r in rounds:
+        try:
+            a, b = r[h1][c]["core_steps_ms"], r[h2][c]["core_steps_ms"]
+        except KeyError:
+            continue
+
+        def part(xs):
+            m = statistics.median(xs)
+            return [x for x in xs if (x > 5 * m) == long]
+
+        pa, pb = part(a), part(b)
+        if pa and len(pa) == len(pb):
+            out.append(sum(pa) / sum(pb))
+    return out
+
+
+def abba_pairs(rounds, h1, h2, c, key):
+    """Per-pair ratios h1/h2 of `key` over crossover pairs: rounds 2k-1
+    and 2k when they ran h1 and h2 in opposite orders (AB then BA). A
+    pair's ratio is the geometric mean of its two rounds' ratios, which
+    cancels a drift of the machine's speed linear over the pair (a round
+    alone carries it with the sign of its order). [] when the rounds do
+    not pair so."""
+    import math
+
+    out = []
+    for a, b in zip(rounds[0::2], rounds[1::2]):
+        oa = [h for h in a.get("order", ()) if h in (h1, h2)]
+        ob = [h for h in b.get("order", ()) if h in (h1, h2)]
+        if len(oa) != 2 or oa != ob[::-1]:
+            return []
+        try:
+            ra, rb = (r[h1][c][key] / r[h2][c][key] for r in (a, b))
+        except (KeyError, ZeroDivisionError):
+            return []
+        out.append(math.sqrt(ra * rb))
+    return out
 
 
 def vllm_version(a):

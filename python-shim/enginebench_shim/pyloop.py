@@ -455,7 +455,8 @@ def summary(t0, marks, inner, adds, hooks=(), device=(), gcs=()):
     median, p99, max; see harness_per_step), outside-step() time (the step
     call's own overhead left out), crossing (the step call's time outside
     the engine core's step), the shim's hooks inside the core's step, the
-    mean add_request() time per request, the engine core's mean step time,
+    mean add_request() time per request, the engine core's mean and median
+    step time,
     and the share of the loop's wall time the engine core was not stepping
     (from the first add_request to the last step's end, on the probe's clock);
     with the null engine's device batches (async mode, `device`), the share
@@ -477,6 +478,10 @@ def summary(t0, marks, inner, adds, hooks=(), device=(), gcs=()):
         "window": [start, inner[-1][0] + inner[-1][1]],
         "step_wall_us": wall / n * 1e6,
         "core_step_us": stepping / n * 1e6,
+        # Robust to a step the VM stalled (a noisy host's steal time).
+        "core_step_median_us": statistics.median(d for _, d in inner) * 1e6,
+        # Every step, ms: which steps a loop slows (a prefill's or a decode's).
+        "core_steps_ms": [round(d * 1e3, 3) for _, d in inner],
         "not_stepping": 1.0 - stepping / window if window > 0 else 0.0,
         "harness_us": sum(per) / n * 1e6,
         "harness_median_us": statistics.median(per) * 1e6,
