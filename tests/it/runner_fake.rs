@@ -252,12 +252,17 @@ fn one_repeat_ab_makes_no_performance_gate() {
 fn until_ci_gate_stops_once_every_gated_figure_is_decided() {
     // Steps of 20 ms against 40 ms: about half the throughput in every
     // pair, so two pairs already put the whole CI beyond a 5% regression.
+    // Conc 1 only: a lone request starts at a step's start, so its TTFT is
+    // one step; at conc 2 the second lands anywhere in a step, and with
+    // two pairs (t = 12.7 at one degree of freedom) that jitter on a busy
+    // machine left the TTFT's CI straddling the limit (a CI run: a third
+    // pair was run, rightly).
     let dir = tempfile::tempdir().unwrap();
     let r = recipe(dir.path(), "[variants.slow]\nenv = { ENGINEBENCH_FAKE_ENGINE = \"step_ms=40\" }\n");
     let out = dir.path().join("ab");
     let (o, log) = run("step_ms=20", &[
         "ab", &r, "--baseline", "base", "--candidate", "slow", "--repeats", "2", "--until-ci", "gate", "--max-repeats", "3",
-        "--no-eval", "-o", out.to_str().unwrap(),
+        "--conc", "1", "--no-eval", "-o", out.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1), "a decided regression: FAIL: {log}");
     assert!(log.contains("then more until every gated figure is PASS or FAIL (at most 3)"), "{log}");
