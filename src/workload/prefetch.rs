@@ -27,7 +27,7 @@
 //! The builder takes asks in order, one at a time. A send whose prompt is
 //! still queued (not started: at a replay's handoff hundreds of asks come
 //! at once) claims it and builds it itself: waiting would mean waiting for
-//! every prompt ahead of it (up to 181 ms at 512 AgentX sessions, one gap
+//! every prompt ahead of it (up to 204 ms at 512 AgentX sessions, one gap
 //! a GPU would idle through); the builder then skips it. A prompt the
 //! builder has started is waited for: one build, about a millisecond.
 //!
