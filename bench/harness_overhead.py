@@ -847,28 +847,22 @@ def report(meta, rounds):
                          f"{'meets' if abs(med(st) - 1) <= 0.01 else 'misses'} within 1%")
             # The issue-46 targets: the step ratio's 95% CI inside [0.99, 1.01],
             # out tok/s eb/py >= 0.99 with its CI, over interleaved rounds.
-            ci = ratio_ci(st)
-            verdict = ("meets" if ci and 0.99 <= ci[1] and ci[2] <= 1.01 else
-                       "misses" if ci and (ci[2] < 0.99 or ci[1] > 1.01) else "cannot decide")
             lines.append(f"conc {c}: engine step eb / py, geometric mean with 95% CI: {ci_text(st)}: "
-                         f"{verdict} inside [0.99, 1.01]")
+                         f"{within_1pct(st)} inside [0.99, 1.01]")
             rr = ratio("eb", "py", c)
             lines.append(f"conc {c}: out tok/s eb / py, geometric mean with 95% CI: {ci_text(rr)}")
             # Which steps differ: the long ones (a prefill's chunk) or the rest.
             for part, pick in (("long", True), ("short", False)):
                 pr = step_part_ratios(rounds, "eb", "py", c, pick)
                 if pr:
-                    lines.append(f"conc {c}: engine steps over 5x the median ({part}: {'yes' if pick else 'no'}) "
+                    lines.append(f"conc {c}: engine steps {'over' if pick else 'up to'} 5x the median ({part}) "
                                  f"eb / py: {ci_text(pr)}")
             # Crossover pairs: a round and the next, run in opposite orders.
             for key, what in (("core_step_us", "mean"), ("core_step_median_us", "median")):
                 pr = abba_pairs(rounds, "eb", "py", c, key)
                 if pr:
-                    ci = ratio_ci(pr)
-                    verdict = ("meets" if ci and 0.99 <= ci[1] and ci[2] <= 1.01 else
-                               "misses" if ci and (ci[2] < 0.99 or ci[1] > 1.01) else "cannot decide")
                     lines.append(f"conc {c}: {what} engine step eb / py over ABBA pairs of rounds: "
-                                 f"{ci_text(pr, 'pairs')}: {verdict} inside [0.99, 1.01]")
+                                 f"{ci_text(pr, 'pairs')}: {within_1pct(pr)} inside [0.99, 1.01]")
     return "\n".join(lines)
 
 
@@ -962,6 +956,18 @@ def rounds_to_resolve(ratios, within=0.01):
         if t975(n - 1) * sd / math.sqrt(n) <= target:
             return n
     return ">1000"
+
+
+def within_1pct(ratios):
+    """Issue 46's verdict on a ratio's 95% CI (ratio_ci): "meets" when it
+    lies inside [0.99, 1.01], "misses" when it lies wholly outside, else
+    "cannot decide"."""
+    ci = ratio_ci(ratios)
+    if ci and 0.99 <= ci[1] and ci[2] <= 1.01:
+        return "meets"
+    if ci and (ci[2] < 0.99 or ci[1] > 1.01):
+        return "misses"
+    return "cannot decide"
 
 
 def ci_text(ratios, unit="rounds"):
