@@ -255,8 +255,8 @@ fn until_ci_gate_stops_once_every_gated_figure_is_decided() {
     // Conc 1 only: a lone request starts at a step's start, so its TTFT is
     // one step; at conc 2 the second lands anywhere in a step, and with
     // two pairs (t = 12.7 at one degree of freedom) that jitter on a busy
-    // machine left the TTFT's CI straddling the limit (a CI run: a third
-    // pair was run, rightly).
+    // machine left the TTFT's CI straddling the limit (once, in a full
+    // suite run here: a third pair was run, rightly).
     let dir = tempfile::tempdir().unwrap();
     let r = recipe(dir.path(), "[variants.slow]\nenv = { ENGINEBENCH_FAKE_ENGINE = \"step_ms=40\" }\n");
     let out = dir.path().join("ab");
