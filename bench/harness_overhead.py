@@ -117,6 +117,10 @@ def parse_args():
                    help="--replay-shape agentx: the engine's flags (a context of ~200k tokens; bf16 halves the KV "
                         "cache it must hold: with the null engine the model never runs after start-up)")
     p.add_argument("--replay-kv-space", default="5", help="--replay-shape agentx: VLLM_CPU_KVCACHE_SPACE, GiB")
+    p.add_argument("--glibc-tunables", default=None, metavar="TUNABLES",
+                   help="GLIBC_TUNABLES of every loop's process; default: on the real engine glibc's malloc "
+                        "keeps what it frees (STEADY_MALLOC), with --null-engine glibc's own defaults (the gaps "
+                        "are the harness's own, measured as a user's run has them); '' for glibc's defaults")
     p.add_argument("--baseline", default=None,
                    help="another enginebench binary, run as harness eb0 in every round (before/after a change)")
     p.add_argument("--report", default=None, metavar="DIR", help="only print the tables of a finished run")
@@ -230,6 +234,23 @@ def write_trace(path, a, sessions, turns):
             reqs = [{"t": float(k), "type": "s", "in": a.isl, "out": a.osl, "hash_ids": [0, k + 1],
                      "api_time": 1.0} for k in range(turns)]
             f.write(json.dumps({"id": f"loop-{s}", "block_size": a.isl // 2, "requests": reqs}) + "\n")
+
+
+# glibc's malloc as the benchmark runs it: big blocks (up to 32 MiB, the
+# most mmap_threshold takes on 64-bit) come from the heap, and the heap's top
+# is not given back (trim_threshold 16 GiB). With glibc's defaults the mmap
+# threshold moves with what was freed before (mallopt(3): "dynamic mmap
+# threshold"), so one run of the CPU engine gives a prefill step's 10-25 MiB
+# activations back to the kernel after each use and faults them in again
+# (1.4-1.5 million minor faults in 22 s) and the next run keeps them (0.2
+# million): its 2,048-token prefill steps took 1.3-1.5 s in the first kind
+# of run, 1.0-1.15 s in the second, under either loop (docs/benchmarks.md,
+# 2026-12-06). Fixed thresholds take that coin toss out of the engine-step
+# ratio; both loops run under the same setting.
+STEADY_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184"
+# What a run's meta.json meant by a key it lacks (a run made before the key
+# was added), so --resume compares like with like.
+META_BEFORE = {"glibc_tunables": ""}
 
 
 def run(cmd, env, log, timeout=3600):
@@ -508,6 +529,8 @@ def main():
     if a.null_step_ms and not a.null_engine:
         raise SystemExit("--null-step-ms needs --null-engine")
     step_ms = [float(x) for x in a.null_step_ms.split(",")] if a.null_step_ms else [None]
+    if a.glibc_tunables is None:
+        a.glibc_tunables = "" if a.null_engine else STEADY_MALLOC
     if a.baseline:
         a.baseline = os.path.abspath(a.baseline)
         harnesses.append("eb0")
@@ -525,7 +548,8 @@ def main():
             "vllm": vllm_version(a), "concs": concs, "step_ms": step_ms, "load": os.getloadavg(),
             **{k: getattr(a, k) for k in (
                 "engine_args", "omp_threads", "kv_space", "isl", "osl", "prompts_per_conc", "warmups_per_conc",
-                "null_engine", "evict_mb", "replay", "replay_shape", "replay_sessions", "null_step_mode")}}
+                "null_engine", "evict_mb", "replay", "replay_shape", "replay_sessions", "null_step_mode",
+                "glibc_tunables")}}
     rounds = []
     if a.resume:  # checked before anything in the folder is written
         meta, rounds = resumed(a.out, meta, harnesses)
@@ -553,12 +577,15 @@ def main():
                EB_NULL_STEP_MODE=a.null_step_mode,
                OMP_NUM_THREADS=a.omp_threads, VLLM_CPU_KVCACHE_SPACE=a.kv_space,
                VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONUNBUFFERED="1", ENGINEBENCH_HOME=a.home)
-    for k in ("PYTHONPATH", "EB_STEP_PROBE", "EB_NULL_STEP_MS", "ENGINEBENCH_STEP_PATH"):
+    for k in ("PYTHONPATH", "EB_STEP_PROBE", "EB_NULL_STEP_MS", "ENGINEBENCH_STEP_PATH", "GLIBC_TUNABLES"):
         env.pop(k, None)
+    if a.glibc_tunables:
+        env["GLIBC_TUNABLES"] = a.glibc_tunables
     print(f"harness overhead: {machine}; ISL/OSL {a.isl}/{a.osl}, conc {concs}, "
           f"{a.prompts_per_conc} x conc prompts, {a.warmups_per_conc} x conc warm-ups, "
           f"{a.rounds} rounds; engine args: {a.engine_args}; OMP_NUM_THREADS={a.omp_threads}, "
-          f"VLLM_CPU_KVCACHE_SPACE={a.kv_space}{'; NULL ENGINE' if a.null_engine else ''}"
+          f"VLLM_CPU_KVCACHE_SPACE={a.kv_space}, GLIBC_TUNABLES={a.glibc_tunables or '(glibc defaults)'}"
+          f"{'; NULL ENGINE' if a.null_engine else ''}"
           f"{f', evicting {a.evict_mb} MiB per step' if a.evict_mb else ''}"
           f"{f', step {a.null_step_ms} ms ({a.null_step_mode})' if a.null_step_ms else ''}; out: {a.out}",
           file=sys.stderr)
@@ -616,7 +643,8 @@ def resumed(out, meta, harnesses):
     if not isinstance(rounds, list) or not rounds or not isinstance(old, dict):
         print(f"--resume {out}: rounds.json holds no finished round; start a new run with --out", file=sys.stderr)
         sys.exit(2)
-    differ = [k for k in meta if k not in ("date", "load", "machine", "resumed") and old.get(k) != meta[k]]
+    differ = [k for k in meta if k not in ("date", "load", "machine", "resumed")
+              and old.get(k, META_BEFORE.get(k)) != meta[k]]
     if rounds[0]["order"] != harnesses:
         differ.append(f"harnesses (the run has {','.join(rounds[0]['order'])})")
     if differ:
@@ -764,7 +792,8 @@ def report(meta, rounds):
     lines = [
         f"Harness overhead, {meta['date']}, {meta['machine']}.",
         f"vLLM {meta['vllm']}, bundled SmolLM2-135M, `{meta['engine_args']}`, in-process, "
-        f"OMP_NUM_THREADS={meta['omp_threads']}, VLLM_CPU_KVCACHE_SPACE={meta['kv_space']}; random token-id "
+        f"OMP_NUM_THREADS={meta['omp_threads']}, VLLM_CPU_KVCACHE_SPACE={meta['kv_space']}, "
+        f"GLIBC_TUNABLES={meta.get('glibc_tunables') or '(glibc defaults)'}; random token-id "
         f"prompts, ISL/OSL {meta['isl']}/{meta['osl']}, {meta['prompts_per_conc']} x conc measured and "
         f"{meta['warmups_per_conc']} x conc warm-up requests per point; {len(rounds)} interleaved rounds; "
         "min / median / max over the rounds.",
@@ -883,7 +912,7 @@ def threads_table(rounds, concs, loops=("eb", "eb0", "ebe", "ebq", "ebr", "py", 
                 return med([t["threads"].get(label, {}).get(key, 0) / t["window_s"] for t in runs])
 
             def group(pred, key):
-                return med([sum(v[key] for k, v in t["threads"].items() if pred(k)) / t["window_s"] for t in runs])
+                return med([sum(v.get(key, 0) for k, v in t["threads"].items() if pred(k)) / t["window_s"] for t in runs])
 
             labels = sorted({k for t in runs for k in t["threads"]}, key=lambda k: -rate(k, "cpu_s"))
             engine_rest = [k for k in labels if k.startswith("engine:") and k != "engine:main"]
@@ -895,13 +924,17 @@ def threads_table(rounds, concs, loops=("eb", "eb0", "ebe", "ebq", "ebr", "py", 
                          if rate(k, "cpu_s") >= 0.001 or rate(k, "invol") >= 1]
                 return ", ".join(shown) or "-"
 
+            # Runs before 2026-12-06 did not read the faults.
+            counted = all("minflt" in v for t in runs for v in t["threads"].values())
+            faults = f"{group(lambda k: k.startswith('engine:'), 'minflt'):.0f}" if counted else "-"
             rows.append(
                 f"| {c} | {h} | {med([t['window_s'] for t in runs]):.1f} "
                 f"| {rate('engine:main', 'cpu_s') * 100:.1f}% | {rate('engine:main', 'invol'):.0f} "
                 f"| {rate('engine:main', 'vol'):.0f} "
                 f"| {group(lambda k: k.startswith('engine:') and k != 'engine:main', 'cpu_s') * 100:.1f}% "
                 f"| {group(lambda k: k.startswith('engine:') and k != 'engine:main', 'invol'):.0f} "
-                f"| {named(engine_rest)} | {group(lambda k: not k.startswith('engine:'), 'cpu_s') * 100:.1f}% "
+                f"| {named(engine_rest)} | {faults} "
+                f"| {group(lambda k: not k.startswith('engine:'), 'cpu_s') * 100:.1f}% "
                 f"| {named(others)} |")
     if not rows:
         return []
@@ -910,10 +943,11 @@ def threads_table(rounds, concs, loops=("eb", "eb0", "ebe", "ebq", "ebr", "py", 
             "involuntary = the scheduler took the thread's core for another runnable thread; engine = the "
             "process stepping vLLM (main: the thread that steps it; the rest: OpenMP's team, gloo, ...), "
             "other = every other process of the loop (enginebench's orchestrator); named threads as "
-            "name CPU%/involuntary per s.", "",
+            "name CPU%/involuntary per s; engine faults/s = the engine process's minor page faults "
+            "(memory the allocator had given back, touched again).", "",
             "| conc | loop | window s | engine main CPU | main invol/s | main vol/s | engine rest CPU "
-            "| rest invol/s | engine rest, top | other processes CPU | other, top |",
-            "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
+            "| rest invol/s | engine rest, top | engine faults/s | other processes CPU | other, top |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|", *rows]
 
 
 # Two-sided 95% Student t quantiles t(0.975, df), df = 1..30 (standard

@@ -8,7 +8,10 @@ descendants: enginebench's orchestrator and its worker, or pyloop) every
 time.monotonic (CLOCK_MONOTONIC, the clock of bench/probe's step records).
 `summarize` takes the counters' change over a window (a point's measured
 steps): per thread, CPU time (utime + stime, proc(5) fields 14 and 15, in
-clock ticks), voluntary context switches (the thread waited: I/O, a lock,
+clock ticks), minor page faults (field 10: a page the process touched for
+the first time since the kernel gave it, or since the allocator gave it
+back; each costs the thread that touches it a kernel entry and a zeroed
+page), voluntary context switches (the thread waited: I/O, a lock,
 the GIL, a sleep) and involuntary ones (the scheduler took its core away
 for another runnable thread: with OMP_NUM_THREADS = the cores, every one of
 these on an engine thread stalls OpenMP's team at its next barrier).
@@ -49,12 +52,13 @@ def _tree(root):
 
 
 def _read_thread(pid, tid):
-    """(thread name, CPU ticks, voluntary, involuntary switches)."""
+    """(thread name, CPU ticks, voluntary, involuntary switches, minor faults)."""
     with open(f"/proc/{pid}/task/{tid}/stat") as f:
         stat = f.read()
     name = stat[stat.index("(") + 1:stat.rindex(")")]
     fields = stat.rsplit(")", 1)[1].split()  # fields[0] is proc(5)'s field 3
     ticks = int(fields[11]) + int(fields[12])
+    minflt = int(fields[7])
     vol = invol = 0
     with open(f"/proc/{pid}/task/{tid}/status") as f:
         for line in f:
@@ -62,11 +66,11 @@ def _read_thread(pid, tid):
                 vol = int(line.split()[1])
             elif line.startswith("nonvoluntary_ctxt_switches"):
                 invol = int(line.split()[1])
-    return name, ticks, vol, invol
+    return name, ticks, vol, invol, minflt
 
 
 def snapshot(root):
-    """{(pid, tid): (process name, thread name, ticks, vol, invol)} of the tree."""
+    """{(pid, tid): (process name, thread name, ticks, vol, invol, minflt)} of the tree."""
     snap = {}
     for pid in _tree(root):
         try:
@@ -112,7 +116,7 @@ class Sampler:
 def summarize(samples, window, engine_pid):
     """Each thread's change over `window` = (start, end) on time.monotonic,
     from the first snapshot at or after start to the last at or before end:
-    {"window_s", "threads": {label: {"cpu_s", "vol", "invol"}}} (threads of
+    {"window_s", "threads": {label: {"cpu_s", "vol", "invol", "minflt"}}} (threads of
     one name in one process summed, "n" of them), None without two
     snapshots inside the window (a window shorter than the period)."""
     start, end = window
@@ -121,7 +125,7 @@ def summarize(samples, window, engine_pid):
         return None
     (ta, a), (tb, b) = inside[0], inside[-1]
     threads = {}
-    for key, (pname, name, ticks, vol, invol) in b.items():
+    for key, (pname, name, ticks, vol, invol, minflt) in b.items():
         before = a.get(key)
         if before is None:
             continue  # started inside the window: left out (its start is unknown)
@@ -130,9 +134,10 @@ def summarize(samples, window, engine_pid):
             label = "engine:main" if tid == pid else f"engine:{name}"
         else:
             label = f"{pname}:{name}"
-        t = threads.setdefault(label, {"cpu_s": 0.0, "vol": 0, "invol": 0, "n": 0})
+        t = threads.setdefault(label, {"cpu_s": 0.0, "vol": 0, "invol": 0, "minflt": 0, "n": 0})
         t["cpu_s"] += (ticks - before[2]) * TICK_S
         t["vol"] += vol - before[3]
         t["invol"] += invol - before[4]
+        t["minflt"] += minflt - before[5]
         t["n"] += 1
     return {"window_s": tb - ta, "threads": threads}
