@@ -242,7 +242,7 @@ def write_trace(path, a, sessions, turns):
 # threshold moves with what was freed before (mallopt(3): "dynamic mmap
 # threshold"), so one run of the CPU engine gives a prefill step's 10-25 MiB
 # activations back to the kernel after each use and faults them in again
-# (1.4-1.5 million minor faults in 22 s) and the next run keeps them (0.2
+# (1.4-1.5 million minor faults in 22 s) and the next run keeps them (0.2-0.6
 # million): its 2,048-token prefill steps took 1.3-1.5 s in the first kind
 # of run, 1.0-1.15 s in the second, under either loop (docs/benchmarks.md,
 # 2026-12-06). Fixed thresholds take that coin toss out of the engine-step
