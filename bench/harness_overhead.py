@@ -912,7 +912,7 @@ def threads_table(rounds, concs, loops=("eb", "eb0", "ebe", "ebq", "ebr", "py", 
                 return med([t["threads"].get(label, {}).get(key, 0) / t["window_s"] for t in runs])
 
             def group(pred, key):
-                return med([sum(v.get(key, 0) for k, v in t["threads"].items() if pred(k)) / t["window_s"] for t in runs])
+                return med([sum(v[key] for k, v in t["threads"].items() if pred(k)) / t["window_s"] for t in runs])
 
             labels = sorted({k for t in runs for k in t["threads"]}, key=lambda k: -rate(k, "cpu_s"))
             engine_rest = [k for k in labels if k.startswith("engine:") and k != "engine:main"]
