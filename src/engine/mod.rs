@@ -76,32 +76,21 @@ pub trait StepEngine {
 /// Stages token prompts in an engine's own form on a thread other than the
 /// driver's (issue 46): the vLLM engine's is a Python list of the ids, which
 /// at AgentX's lengths (up to ~200k tokens) takes hundreds of microseconds
-/// to fill, and filled at the send it lengthens the gap between two engine
-/// steps. The driver reserves the form when it asks for a prompt (a list's
-/// allocation needs the GIL, which the driver's thread can take at once
-/// between two steps); the other thread fills it without the GIL.
+/// to allocate and fill, and made at the send it lengthens the gap between
+/// two engine steps. The prefetch thread stages it, allocation included,
+/// without the GIL; the send only wraps what was staged.
 pub trait PromptStager: Send + Sync {
-    /// Reserves the engine's form of a prompt `tokens` long, on the
-    /// driver's thread when the prompt is asked for. `None`: it will not be
-    /// staged (too short to be worth it, or the engine cannot).
-    fn reserve(&self, tokens: usize) -> Option<Reserved>;
-    /// Whether [`PromptStager::reserve`] would reserve a prompt `tokens`
-    /// long (an ask with nothing to reserve has nothing to defer).
-    fn reserves(&self, tokens: usize) -> bool;
-    /// Stages `prompt` into `reserved`, for the very buffer a later
+    /// Stages `prompt` for the very buffer a later
     /// [`StepEngine::add_tokens`] will pass (matched by address and
-    /// length): that send then hands the staged form over. `None`: not
-    /// staged (the reservation was for another length); the send makes it.
-    fn stage(&self, reserved: Reserved, prompt: &[u32]) -> Option<Staged>;
+    /// length): that send then hands the staged form over. Runs on the
+    /// prefetch thread and must not take the GIL. `None`: not staged (too
+    /// short to be worth it, or the engine cannot); the send makes it.
+    fn stage(&self, prompt: &[u32]) -> Option<Staged>;
     /// Prompts staged so far, how many of them their send took, and what
     /// the token sends since the last report (a replay's) paid between two
     /// engine steps.
     fn report(&self) -> StageReport;
 }
-
-/// A reservation of [`PromptStager::reserve`]: the engine's form of a
-/// prompt, not filled yet (dropping it frees it).
-pub struct Reserved(pub Box<dyn std::any::Any + Send>);
 
 /// What a [`PromptStager`] did and what the sends cost the driver's
 /// thread (worker.log says it after a replay, issue 46). Times in us.

@@ -9,13 +9,16 @@
 //! table's ints carry a large stock of spare references instead
 //! ([`PINNED_REFS`]), and a list takes its items from that stock: filling
 //! it is only pointer stores, gathered from the table, which needs no
-//! object and so no GIL. [`Stager`] stages a replay's lists that way: the
-//! driver's thread allocates one when it asks for the prompt (it holds the
-//! GIL between two steps anyway), the prefetch thread fills it without the
-//! GIL, so a staged list never delays an engine step. (Staging with the GIL
-//! held, a slice at a time, cost the device 1-3% of its time at 256-512
-//! AgentX sessions: the stager's holds fell inside the async step and
-//! delayed its return; docs/benchmarks.md, issue 46.)
+//! object and so no GIL. [`Stager`] stages a replay's lists that way, on
+//! the prefetch thread: it allocates the list's item array with Python's
+//! raw allocator (which needs no GIL) and fills it; the send wraps it in a
+//! list object ([`StagedList::into_list`]), a few pointer stores, so a
+//! staged list never delays an engine step. (Staging with the GIL held, a
+//! slice at a time, cost the device 1-3% of its time at 256-512 AgentX
+//! sessions: the stager's holds fell inside the async step and delayed its
+//! return. Allocating the list on the driver's thread when the prompt was
+//! asked for cost ~250 us a prompt there, most of the p99 gap between two
+//! steps at 256 sessions; docs/benchmarks.md, issue 46.)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +29,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList};
 use pyo3::{ffi, Py, PyAny};
 
-use super::{PromptStager, Reserved, StageReport, Staged};
+use super::{PromptStager, StageReport, Staged};
 use crate::metrics::stats::Summary;
 
 /// Prompts shorter than this are not staged: their list costs tens of
@@ -50,9 +53,11 @@ pub struct TokenTable {
     /// free-threaded CPython build, whose counts are laid out otherwise).
     pinned: bool,
     /// A list's item array is where this module reads it (checked once on
-    /// a probe list), so a list can be filled by pointer stores, off the
-    /// GIL ([`Stager`]).
+    /// a probe list), so a list can be filled by pointer stores.
     direct: bool,
+    /// A list can adopt an item array made off the GIL ([`adoption_holds`]),
+    /// so [`Stager`] stages prompts.
+    adopts: bool,
 }
 
 impl TokenTable {
@@ -77,7 +82,8 @@ impl TokenTable {
             }
         }
         let direct = pinned && items_layout_holds(py)?;
-        Ok(TokenTable { ints, pinned, direct })
+        let adopts = direct && adoption_holds(py)?;
+        Ok(TokenTable { ints, pinned, direct, adopts })
     }
 
     /// Whether every id of `prompt` is in the table.
@@ -110,8 +116,26 @@ unsafe fn pin(obj: *mut ffi::PyObject) {
 ///
 /// SAFETY: `list` is a live list.
 unsafe fn items_of(list: *mut ffi::PyObject) -> *mut *mut ffi::PyObject {
+    // SAFETY: the caller's.
+    unsafe { *items_field(list) }
+}
+
+/// Where a list keeps its item array (see [`items_of`]).
+///
+/// SAFETY: `list` is a live list.
+unsafe fn items_field(list: *mut ffi::PyObject) -> *mut *mut *mut ffi::PyObject {
     // SAFETY: the caller's; the field follows the variable-size header.
-    unsafe { *list.cast::<u8>().add(std::mem::size_of::<ffi::PyVarObject>()).cast::<*mut *mut ffi::PyObject>() }
+    unsafe { list.cast::<u8>().add(std::mem::size_of::<ffi::PyVarObject>()).cast() }
+}
+
+/// Where a list keeps its `allocated` count (the item array's capacity):
+/// `PyListObject`'s field after `ob_item` (CPython 3.10-3.14; checked by
+/// [`adoption_holds`]).
+///
+/// SAFETY: `list` is a live list.
+unsafe fn allocated_field(list: *mut ffi::PyObject) -> *mut ffi::Py_ssize_t {
+    // SAFETY: the caller's; the field follows `ob_item`.
+    unsafe { items_field(list).add(1).cast() }
 }
 
 /// Whether a two-item list made with the stable ABI has its items where
@@ -124,6 +148,112 @@ fn items_layout_holds(py: Python<'_>) -> PyResult<bool> {
     // SAFETY: read only when the pointer is the list's own array: a list
     // of two has a non-null array, and its first two slots are in bounds.
     Ok(!items.is_null() && unsafe { *items == a.as_ptr() && *items.add(1) == b.as_ptr() })
+}
+
+// Python's raw-domain allocator: thread-safe with or without the GIL. In the
+// limited API from 3.13 only, but exported by every CPython 3.10+ (declared
+// here for the 3.10 stable ABI the worker is built for).
+unsafe extern "C" {
+    fn PyMem_RawMalloc(size: usize) -> *mut std::ffi::c_void;
+    fn PyMem_RawFree(ptr: *mut std::ffi::c_void);
+}
+
+/// Whether a list can adopt an item array from `PyMem_RawMalloc` as its own
+/// ([`StagedList::into_list`]):
+/// - Python's allocators are its defaults (pymalloc or malloc, no debug
+///   hooks: not a debug build, not `-X dev`, `PYTHONMALLOC` unset or
+///   `pymalloc`/`malloc`). Then `PyMem_Free`, which frees a list's array,
+///   hands a pointer from outside pymalloc's arenas to the raw allocator's
+///   free, as it does for the array of every list over 64 items (pymalloc
+///   serves 512 bytes at most). Debug hooks tag each block with its domain
+///   and abort on a mismatch; mimalloc frees only its own blocks.
+/// - `allocated` lies after `ob_item` (lists of 3 and 5 made by the stable
+///   ABI), and a list made that way reads, grows and frees as Python's own.
+///
+/// Errors: Python's (importing `sys`, memory).
+fn adoption_holds(py: Python<'_>) -> PyResult<bool> {
+    let sys = py.import("sys")?;
+    let debug_build = sys.hasattr("gettotalrefcount")?;
+    let dev_mode: bool = sys.getattr("flags")?.getattr("dev_mode")?.extract()?;
+    let malloc = std::env::var("PYTHONMALLOC").unwrap_or_default();
+    if debug_build || dev_mode || !matches!(malloc.as_str(), "" | "pymalloc" | "malloc") {
+        return Ok(false);
+    }
+    for n in [3, 5] {
+        let list = empty_list(py, n)?;
+        // SAFETY: a live list, made with `n` slots.
+        if unsafe { *allocated_field(list.as_ptr()) } != n as ffi::Py_ssize_t {
+            return Ok(false);
+        }
+    }
+    let (a, b, c) = (PyInt::new(py, 1_000_001), PyInt::new(py, 1_000_002), PyInt::new(py, 1_000_003));
+    let Some(staged) = StagedList::alloc(2) else { return Ok(false) };
+    // SAFETY: room for 2 items; each gets a reference of its own (the list
+    // will release them).
+    unsafe {
+        for (i, item) in [&a, &b].into_iter().enumerate() {
+            ffi::Py_IncRef(item.as_ptr());
+            *staged.items.as_ptr().add(i) = item.as_ptr();
+        }
+    }
+    let list = staged.into_list(py)?;
+    list.append(&c)?;
+    let same = list.len() == 3 && list.get_item(0)?.is(&a) && list.get_item(1)?.is(&b) && list.get_item(2)?.is(&c);
+    // Freed here as Python frees any list: its items released, its (grown)
+    // array given to PyMem_Free.
+    drop(list);
+    Ok(same)
+}
+
+/// An item array of a prompt's list made off the GIL (by [`Stager`], from
+/// the pinned stock), owned until a list adopts it at the send
+/// ([`StagedList::into_list`]). Dropped unadopted, it is freed without
+/// writing any count: its items were never taken from the stock.
+pub struct StagedList {
+    items: std::ptr::NonNull<*mut ffi::PyObject>,
+    len: usize,
+}
+
+// SAFETY: the array is plain memory owned by this value alone; its items are
+// only addresses until a list adopts it (on a thread holding the GIL).
+unsafe impl Send for StagedList {}
+
+impl StagedList {
+    /// An uninitialised array of `len` items from Python's raw allocator
+    /// (no GIL needed); `None` when it has no memory.
+    fn alloc(len: usize) -> Option<StagedList> {
+        let bytes = len.checked_mul(std::mem::size_of::<*mut ffi::PyObject>())?;
+        // SAFETY: the raw allocator may be called from any thread.
+        let items = std::ptr::NonNull::new(unsafe { PyMem_RawMalloc(bytes.max(1)) }.cast())?;
+        Some(StagedList { items, len })
+    }
+
+    /// The list that owns this array: its `ob_item`, `allocated` and size
+    /// set on a new empty list (untracked by the GC, as [`empty_list`]'s),
+    /// a few stores on the driver's thread instead of a calloc and a fill.
+    /// Needs a table that adopts ([`adoption_holds`]) and every item set.
+    ///
+    /// Errors: Python's, when memory runs out (the array is then freed).
+    pub fn into_list<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = empty_list(py, 0)?;
+        let raw = list.as_ptr();
+        // SAFETY: a new empty list of ours (no array to leak); the array
+        // moves into it whole, and list_dealloc frees it (adoption_holds).
+        unsafe {
+            *items_field(raw) = self.items.as_ptr();
+            *allocated_field(raw) = self.len as ffi::Py_ssize_t;
+            (*raw.cast::<ffi::PyVarObject>()).ob_size = self.len as ffi::Py_ssize_t;
+        }
+        std::mem::forget(self);
+        Ok(list)
+    }
+}
+
+impl Drop for StagedList {
+    fn drop(&mut self) {
+        // SAFETY: ours, from PyMem_RawMalloc, adopted by no list.
+        unsafe { PyMem_RawFree(self.items.as_ptr().cast()) }
+    }
 }
 
 /// A new list of `n` empty (null) items, untracked by Python's cyclic GC.
@@ -231,10 +361,10 @@ fn prefetch_ahead(table: &[Py<PyAny>], prompt: &[u32], i: usize, objects: bool) 
 }
 
 /// Staged lists by (prompt address, length).
-type Lists = Arc<Mutex<HashMap<(usize, usize), Py<PyList>>>>;
+type Lists = Arc<Mutex<HashMap<(usize, usize), StagedList>>>;
 
-/// The vLLM engine's [`PromptStager`]: lists made off the driver's thread,
-/// waiting for the send that takes them ([`Stager::take`]).
+/// The vLLM engine's [`PromptStager`]: lists' item arrays made off the
+/// driver's thread, waiting for the send that takes them ([`Stager::take`]).
 pub struct Stager {
     table: Arc<TokenTable>,
     lists: Lists,
@@ -284,8 +414,8 @@ impl Stager {
     }
 
     /// The list staged for `prompt` (this buffer: address and length), if
-    /// any; the send's own.
-    pub fn take(&self, prompt: &[u32]) -> Option<Py<PyList>> {
+    /// any; the send's own ([`StagedList::into_list`] makes it a list).
+    pub fn take(&self, prompt: &[u32]) -> Option<StagedList> {
         let key = (prompt.as_ptr() as usize, prompt.len());
         let list = self.lists.lock().ok()?.remove(&key);
         if list.is_some() {
@@ -313,44 +443,22 @@ impl PromptStager for Stager {
         report
     }
 
-    fn reserves(&self, tokens: usize) -> bool {
-        tokens >= STAGE_MIN_TOKENS && self.table.direct
-    }
-
-    fn reserve(&self, tokens: usize) -> Option<Reserved> {
-        if !self.reserves(tokens) {
+    fn stage(&self, prompt: &[u32]) -> Option<Staged> {
+        if prompt.len() < STAGE_MIN_TOKENS || !self.table.adopts || !self.table.covers(prompt) {
             return None;
         }
-        // On the driver's thread, between two engine steps (in the gap of
-        // the send that asked, or a later one that sends nothing: the
-        // replay's deferred asks): a calloc of up to 1.6 MB, ~60 us p50 and
-        // ~180 us p90 at 256 AgentX sessions (docs/benchmarks.md), against
-        // the GIL waits a builder-side allocation cost the prefetch thread.
-        let list = Python::attach(|py| empty_list(py, tokens).map(Bound::unbind)).ok()?;
-        Some(Reserved(Box::new(Reservation { list, len: tokens })))
-    }
-
-    fn stage(&self, reserved: Reserved, prompt: &[u32]) -> Option<Staged> {
-        let Reservation { list, len } = *reserved.0.downcast::<Reservation>().ok()?;
-        if len != prompt.len() || !self.table.covers(prompt) {
-            // Dropped with null items: freeing it touches no int.
-            return None;
-        }
-        // SAFETY: the list is ours alone (untracked by the GC, held only
-        // here), with `len` null items; the table is pinned and covers the
-        // prompt; the map's lock publishes the stores to the send.
-        unsafe { fill_pinned(items_of(list.as_ptr()), &self.table, prompt) };
+        // The array's allocation and first touch (up to 1.6 MB) happen here,
+        // on the prefetch thread.
+        let staged = StagedList::alloc(prompt.len())?;
+        // SAFETY: a new array of `prompt.len()` items, ours alone; the
+        // table is pinned and covers the prompt; the map's lock publishes
+        // the stores to the send.
+        unsafe { fill_pinned(staged.items.as_ptr(), &self.table, prompt) };
         let key = (prompt.as_ptr() as usize, prompt.len());
-        self.lists.lock().ok()?.insert(key, list);
+        self.lists.lock().ok()?.insert(key, staged);
         self.made.fetch_add(1, Ordering::Relaxed);
         Some(Staged(Box::new(Claim { lists: Arc::clone(&self.lists), key })))
     }
-}
-
-/// An empty list of `len` null items, reserved on the driver's thread.
-struct Reservation {
-    list: Py<PyList>,
-    len: usize,
 }
 
 /// Withdraws its list when dropped, if the send did not take it.
@@ -361,13 +469,8 @@ struct Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let Some(list) = self.lists.lock().ok().and_then(|mut lists| lists.remove(&self.key)) else { return };
-        // Not taken: its items go back to the pinned stock they came from
-        // (nulled, no count written), so freeing it decrements no int. pyo3
-        // frees a list dropped without the GIL the next time a thread holds
-        // it, which may be the driver's thread between two steps.
-        // SAFETY: the list left the map, so it is ours alone, and its
-        // `key.1` items are the table's, taken from the stock.
-        unsafe { std::ptr::write_bytes(items_of(list.as_ptr()), 0, self.key.1) };
+        // Not taken: freed here, no GIL needed and no count written.
+        let staged = self.lists.lock().ok().and_then(|mut lists| lists.remove(&self.key));
+        drop(staged);
     }
 }

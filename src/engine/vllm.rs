@@ -259,7 +259,7 @@ impl StepEngine for VllmEngine {
                 Some(handle) => self.engine.call_method1(py, intern!(py, "add_prepared"), (rid, handle)),
                 None => {
                     let ids = match staged {
-                        Some(list) => list.into_bound(py),
+                        Some(staged) => staged.into_list(py).py_context(py)?,
                         None => {
                             let started = Instant::now();
                             let list = self.prompt_list(py, prompt).py_context(py)?;

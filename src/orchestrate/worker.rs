@@ -492,8 +492,8 @@ fn run_sessions(
         if let Some(s) = replay.stop_prefetch() {
             // In worker.log: whether the driver's thread built prompts itself.
             crate::errln!(
-                "[enginebench] replay prompts: {} built ahead, {} waited for (longest wait {} us), {} built at the send ({} still queued for the builder, {} asks over the budget, {} asks not yet started)",
-                s.taken, s.waited, s.waited_max_us, s.inline, s.claimed, s.refused, s.undispatched
+                "[enginebench] replay prompts: {} built ahead, {} waited for (longest wait {} us), {} built at the send ({} still queued for the builder, {} asks over the budget)",
+                s.taken, s.waited, s.waited_max_us, s.inline, s.claimed, s.refused
             );
         }
         if let Some(r) = stager.as_ref().map(|s| s.report()) {

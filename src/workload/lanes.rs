@@ -70,14 +70,6 @@ use crate::protocol::{ReplayPhase, TurnInfo};
 /// Output tokens of primers and warm-up requests.
 pub const WARMUP_MAX_TOKENS: u32 = 1;
 
-/// How far into its poll a gap that sent nothing may start a deferred
-/// prompt ask ([`Prefetch::dispatch`]: one per gap): a gap without a send
-/// is ~0.13 ms p50 at 256 AgentX sessions, one with a send ~0.6 ms, so
-/// the ask's allocation stays in gaps that are short anyway, well under
-/// a 5 ms GPU step; a poll held up past it (preempted) leaves the ask to
-/// the next.
-pub const DISPATCH_WINDOW: std::time::Duration = std::time::Duration::from_micros(100);
-
 /// A stream's state.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum St {
@@ -453,18 +445,22 @@ impl<'a> LanesReplay<'a> {
             // The prompts this send makes known are built off this thread:
             // the stream's next turn, and the first turn of each subagent
             // this root turn's completion spawns.
-            // Measured sends leave the lists' allocation to a later gap
-            // with time to spare (poll); warm-up ones do not wait.
             let marker = if tree.marker.is_some() { MARKER_TOKENS as usize } else { 0 };
-            let defer = phase == ReplayPhase::Measured;
+            // Whether the turns asked for go in the measured phase: a
+            // warming lane's go there once this send spends its quota.
+            let measured = match phase {
+                ReplayPhase::Measured => true,
+                ReplayPhase::Warmup => l.warmup_left <= 1,
+                ReplayPhase::Primer => l.warmup_left == 0,
+            };
             if let Some(next) = turns.get(k + 1) {
-                p.ask(PromptKey { turn: pkey.turn + 1, ..pkey }, next.input as usize + marker, defer);
+                p.ask(PromptKey { turn: pkey.turn + 1, ..pkey }, next.input as usize + marker, measured);
             }
             if s == 0 {
                 for (c, cdef) in set.session_streams(session).iter().enumerate().skip(1) {
                     if cdef.spawn.is_some_and(|sp| sp.anchor == k as u32) && tree.streams[c].st == St::Unspawned {
                         let first = set.stream_turns(cdef)[0];
-                        p.ask(PromptKey { stream: c as u32, turn: 0, ..pkey }, first.input as usize + marker, defer);
+                        p.ask(PromptKey { stream: c as u32, turn: 0, ..pkey }, first.input as usize + marker, measured);
                     }
                 }
             }
@@ -716,10 +712,8 @@ fn shift_tree(tree: &mut Tree, by: f64) {
     }
 }
 
-impl LanesReplay<'_> {
-    /// [`Schedule::poll`]'s sends: the due turns, the warm-up stages'
-    /// advance, the system idle cap.
-    fn poll_sends(&mut self, now_s: f64, admit: &mut dyn Admit) -> Result<()> {
+impl Schedule for LanesReplay<'_> {
+    fn poll(&mut self, now_s: f64, _in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
         loop {
             if self.deadline().is_some_and(|d| now_s >= d) {
                 self.stop(StopReason::Duration);
@@ -738,21 +732,6 @@ impl LanesReplay<'_> {
         }
         self.cap_system_idle(now_s);
         Ok(())
-    }
-}
-
-impl Schedule for LanesReplay<'_> {
-    fn poll(&mut self, now_s: f64, _in_flight: usize, admit: &mut dyn Admit) -> Result<()> {
-        let (started, sent) = (std::time::Instant::now(), self.turns.len());
-        let result = self.poll_sends(now_s, admit);
-        // A gap that sent has its send's cost; a stopped replay sends no
-        // more (its deferred asks would never be taken).
-        if self.turns.len() == sent && self.stopped.is_none()
-            && let Some(p) = self.prefetch.as_mut()
-        {
-            p.dispatch(started + DISPATCH_WINDOW);
-        }
-        result
     }
 
     fn finished(&mut self, record: usize, now_s: f64, _ok: bool) {

@@ -10,39 +10,35 @@
 //! the prompt is the same token for token; one still being built is waited
 //! for, one never asked for is built at the send as before.
 //!
-//! With an engine [`PromptStager`] (the vLLM engine's), the ask also
-//! reserves the prompt's engine form (a Python list, allocated on the
-//! driver's thread), the builder fills it after building the prompt (no GIL:
+//! With an engine [`PromptStager`] (the vLLM engine's), the builder also
+//! stages the prompt's engine form after building it (a Python list's item
+//! array, allocated and filled without the GIL:
 //! crate::engine::token_lists), and the send hands that over (issue 46).
-//! The buffer and its claim travel together until the send.
+//! The buffer and its claim travel together until the send. An ask costs
+//! the driver's thread a channel send and nothing else.
 //!
-//! Reserving a list is a `calloc` of 8 bytes per token (~60 us p50, ~180
-//! us p90 for AgentX's prompts at 256 sessions), on the driver's thread,
-//! between two engine steps. An ask made in a gap that sends (the send
-//! made it known) can be deferred ([`Prefetch::ask`]): it is reserved
-//! and handed to the builder by [`Prefetch::dispatch`] in a later gap
-//! with time to spare (in a replay's measured phase about 9 gaps in 10
-//! send nothing), so the gap that sends does not also allocate.
-//!
-//! The builder takes asks in order, one at a time. A send whose prompt is
-//! still queued (not started: at a replay's handoff hundreds of asks come
-//! at once) claims it and builds it itself: waiting would mean waiting for
-//! every prompt ahead of it (up to 204 ms at 512 AgentX sessions, one gap
-//! a GPU would idle through); the builder then skips it. A prompt the
-//! builder has started is waited for: one build, about a millisecond.
+//! The builder takes asks one at a time, those for measured turns first
+//! (a replay's handoff sends hundreds of them together, and warm-up turns,
+//! due as soon as the turn before completes, are mostly built at their
+//! send anyway), each kind in order. A send whose prompt is still queued
+//! (not started) claims it and builds it itself: waiting would mean
+//! waiting for every prompt ahead of it (up to 204 ms at 512 AgentX
+//! sessions, one gap a GPU would idle through); the builder then skips it.
+//! A prompt the builder has started is waited for: one build, about a
+//! millisecond.
 //!
 //! Held buffers are bounded by a token budget (ready and being built): past
 //! it a turn is built at its send. The builder lowers its priority (nice
 //! 10): on a CPU engine it shares the cores with the engine's threads, on a
 //! GPU host it takes an idle core.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::Scope;
 
-use crate::engine::{PromptStager, Reserved, Staged};
+use crate::engine::{PromptStager, Staged};
 
 use super::sessions::SessionSet;
 use super::synth::Synth;
@@ -91,17 +87,7 @@ pub struct PrefetchStats {
     pub claimed: u64,
     /// Asks refused because the budget was spent.
     pub refused: u64,
-    /// Of `inline`: deferred asks not yet dispatched when their send came.
-    pub undispatched: u64,
 }
-
-/// Most asks deferred at once ([`Prefetch::ask`]); past it an ask starts
-/// at once. A burst of sends (a replay's handoff: hundreds of turns due
-/// together) would otherwise queue more asks than the gaps that follow can
-/// start before their turns come due, and a turn whose ask did not start
-/// is built whole at its send (at 512 AgentX sessions an unbounded queue
-/// left 210-224 of ~6,000 unstarted, and send gaps of 13-27 ms p99).
-pub const MAX_DEFERRED: usize = 8;
 
 /// A prompt built ahead: its token ids and, when the engine staged it, the
 /// claim on its staged form (drop it after the send, before the buffer).
@@ -111,17 +97,46 @@ pub type Built = (Vec<u32>, Option<Staged>);
 /// or a send that found it still queued (the other then leaves it).
 type Claim = Arc<AtomicBool>;
 
+/// An ask as the builder gets it: whose prompt, its claim, and whether its
+/// turn goes in the measured phase ([`Prefetch::ask`]).
+type Job = (PromptKey, Claim, bool);
+
+/// The builder's asks not started yet: the measured phase's first, each
+/// kind oldest first.
+#[derive(Default)]
+struct Queue {
+    measured: VecDeque<(PromptKey, Claim)>,
+    warmup: VecDeque<(PromptKey, Claim)>,
+}
+
+impl Queue {
+    /// The next ask to build, after taking in every ask sent so far
+    /// (waiting for one when none is queued); `None` once the driver's end
+    /// is dropped.
+    fn next(&mut self, todo: &Receiver<Job>) -> Option<(PromptKey, Claim)> {
+        if self.measured.is_empty() && self.warmup.is_empty() {
+            let job = todo.recv().ok()?;
+            self.push(job);
+        }
+        while let Ok(job) = todo.try_recv() {
+            self.push(job);
+        }
+        self.measured.pop_front().or_else(|| self.warmup.pop_front())
+    }
+
+    fn push(&mut self, (key, claim, measured): Job) {
+        if measured { &mut self.measured } else { &mut self.warmup }.push_back((key, claim));
+    }
+}
+
 /// The driver thread's end of the builder (see the module doc).
 pub struct Prefetch {
-    jobs: Sender<(PromptKey, Option<Reserved>, Claim)>,
-    stager: Option<Arc<dyn PromptStager>>,
+    jobs: Sender<Job>,
     built: Receiver<(PromptKey, Built)>,
     /// Built and being built, with the tokens each was asked for.
     ready: HashMap<PromptKey, (Built, usize)>,
     /// Asked for and not back yet, with their tokens and claims.
     pending: HashMap<PromptKey, (usize, Claim)>,
-    /// Deferred asks, oldest first, with their tokens (held in the budget).
-    deferred: std::collections::VecDeque<(PromptKey, usize)>,
     /// Tokens asked for of the ready buffers and of those being built.
     held_tokens: usize,
     budget_tokens: usize,
@@ -140,8 +155,7 @@ impl Prefetch {
         budget_tokens: usize,
         stager: Option<Arc<dyn PromptStager>>,
     ) -> Prefetch {
-        let (jobs, todo) = channel::<(PromptKey, Option<Reserved>, Claim)>();
-        let builder = stager.clone();
+        let (jobs, todo) = channel::<Job>();
         let (done, built) = channel();
         // Named so a per-thread profile of the worker tells it from vLLM's.
         // A thread that cannot start leaves every prompt to be built in line
@@ -149,18 +163,18 @@ impl Prefetch {
         let _ = std::thread::Builder::new().name("eb-prefetch".into()).spawn_scoped(scope, move || {
             crate::telemetry::lower_thread_priority();
             let mut scratch = Vec::new();
-            while let Ok((key, reserved, claim)) = todo.recv() {
+            let mut queue = Queue::default();
+            while let Some((key, claim)) = queue.next(&todo) {
                 if claim.swap(true, Ordering::AcqRel) {
-                    // Its send came first and built it (`reserved` is freed
-                    // with the GIL's next holder: a list of null items).
+                    // Its send came first and built it.
                     continue;
                 }
                 let mut buf = Vec::new();
                 let k = key.turn as usize;
                 synth.build(set, key.session as usize, key.stream as usize, k, key.marker, &mut buf, &mut scratch);
-                // Filling the reserved list is pointer stores, a fraction of
-                // the build: every reserved prompt is staged.
-                let staged = reserved.zip(builder.as_ref()).and_then(|(r, s)| s.stage(r, &buf));
+                // Staging is an allocation and pointer stores, a fraction
+                // of the build: every prompt the stager takes is staged.
+                let staged = stager.as_ref().and_then(|s| s.stage(&buf));
                 if done.send((key, (buf, staged))).is_err() {
                     break;
                 }
@@ -168,11 +182,9 @@ impl Prefetch {
         });
         Prefetch {
             jobs,
-            stager,
             built,
             ready: HashMap::new(),
             pending: HashMap::new(),
-            deferred: Default::default(),
             held_tokens: 0,
             budget_tokens,
             stats: PrefetchStats::default(),
@@ -180,47 +192,24 @@ impl Prefetch {
     }
 
     /// Asks for `key`'s prompt (`tokens` long) to be built ahead, unless
-    /// the budget is spent or it is asked for already; with a stager, its
-    /// engine form is reserved on the driver's thread: here, or with
-    /// `defer` (when the stager would reserve it and fewer than
-    /// [`MAX_DEFERRED`] wait) at a later [`Prefetch::dispatch`].
-    pub fn ask(&mut self, key: PromptKey, tokens: usize, defer: bool) {
-        if self.pending.contains_key(&key) || self.ready.contains_key(&key) || self.deferred.iter().any(|(k, _)| *k == key) {
+    /// the budget is spent or it is asked for already. `measured`: its turn
+    /// goes in the measured phase; the builder takes those before warm-up
+    /// turns, which are due as soon as the turn before completes and are
+    /// often built at their send anyway: the handoff sends hundreds of
+    /// measured turns at once, and each not built ahead by then is built
+    /// between two measured steps.
+    pub fn ask(&mut self, key: PromptKey, tokens: usize, measured: bool) {
+        if self.pending.contains_key(&key) || self.ready.contains_key(&key) {
             return;
         }
         if self.held_tokens + tokens > self.budget_tokens {
             self.stats.refused += 1;
             return;
         }
-        self.held_tokens += tokens;
-        if defer && self.stager.as_ref().is_some_and(|s| s.reserves(tokens)) && self.deferred.len() < MAX_DEFERRED {
-            self.deferred.push_back((key, tokens));
-        } else {
-            self.start(key, tokens);
-        }
-    }
-
-    /// Reserves `key`'s engine form and hands it to the builder.
-    fn start(&mut self, key: PromptKey, tokens: usize) {
-        let reserved = self.stager.as_ref().and_then(|s| s.reserve(tokens));
         let claim = Claim::default();
-        if self.jobs.send((key, reserved, Arc::clone(&claim))).is_ok() {
+        if self.jobs.send((key, Arc::clone(&claim), measured)).is_ok() {
+            self.held_tokens += tokens;
             self.pending.insert(key, (tokens, claim));
-        } else {
-            self.held_tokens -= tokens;
-        }
-    }
-
-    /// Starts the oldest deferred ask if the clock is before `until` (none
-    /// when it is past already: a gap that sent). One per call: a list of
-    /// AgentX's size can take a few hundred us to allocate, and gaps
-    /// without a send outnumber the asks ~10 to 1 (measured phase, 256
-    /// sessions).
-    pub fn dispatch(&mut self, until: std::time::Instant) {
-        if std::time::Instant::now() < until
-            && let Some((key, tokens)) = self.deferred.pop_front()
-        {
-            self.start(key, tokens);
         }
     }
 
@@ -233,13 +222,6 @@ impl Prefetch {
             self.held_tokens -= tokens;
             self.stats.taken += 1;
             return Some(buf);
-        }
-        if let Some(i) = self.deferred.iter().position(|(k, _)| k == key) {
-            let (_, tokens) = self.deferred.remove(i).expect("found");
-            self.held_tokens -= tokens;
-            self.stats.inline += 1;
-            self.stats.undispatched += 1;
-            return None;
         }
         let Some((tokens, claim)) = self.pending.get(key) else {
             self.stats.inline += 1;
@@ -333,10 +315,9 @@ mod tests {
                 (reqs, r.stop_prefetch().unwrap(), r.turns().to_vec())
             });
             assert_eq!(plain, ahead, "budget {budget}: the same requests, prompts token for token");
-            let PrefetchStats { taken, waited, inline, refused, undispatched, claimed, .. } = stats;
+            let PrefetchStats { taken, waited, inline, refused, claimed, .. } = stats;
             assert_eq!(taken + waited + inline, plain.len() as u64, "every send counted once: {stats:?}");
             assert!(claimed <= inline, "{stats:?}");
-            assert_eq!(undispatched, 0, "without a stager no ask is deferred: {stats:?}");
             if budget == 0 {
                 assert_eq!(taken + waited, 0, "nothing held past the budget");
                 assert!(refused > 0, "asks over the budget counted: {stats:?}");
@@ -383,16 +364,7 @@ mod tests {
             crate::engine::StageReport { made: self.staged.load(std::sync::atomic::Ordering::SeqCst) as u64, ..Default::default() }
         }
 
-        fn reserve(&self, tokens: usize) -> Option<Reserved> {
-            Some(Reserved(Box::new(tokens)))
-        }
-
-        fn reserves(&self, _tokens: usize) -> bool {
-            true
-        }
-
-        fn stage(&self, reserved: Reserved, prompt: &[u32]) -> Option<Staged> {
-            assert_eq!(reserved.0.downcast_ref::<usize>(), Some(&prompt.len()), "reserved for the prompt's length");
+        fn stage(&self, _prompt: &[u32]) -> Option<Staged> {
             self.staged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Some(Staged(Box::new(CountDrop(Arc::clone(&self.dropped)))))
         }
@@ -409,7 +381,7 @@ mod tests {
     }
 
     #[test]
-    fn a_deferred_ask_is_built_once_dispatched_and_inline_before() {
+    fn an_asked_prompt_is_built_and_staged_ahead_and_one_never_asked_at_the_send() {
         let (set, allowed) = small_set();
         let synth = Synth::new(&allowed, 3);
         let counting = Arc::new(Counting::default());
@@ -421,13 +393,8 @@ mod tests {
         };
         let stats = std::thread::scope(|scope| {
             let mut p = Prefetch::spawn(scope, &set, synth, DEFAULT_BUDGET_TOKENS, Some(Arc::clone(&counting) as Arc<dyn PromptStager>));
-            // Not dispatched (the window is past already): built at the send.
-            p.ask(key(1), len(1), true);
-            p.dispatch(std::time::Instant::now());
-            assert!(p.take(&key(1)).is_none());
-            // Dispatched: built ahead and staged.
+            assert!(p.take(&key(1)).is_none(), "never asked for: built at the send");
             p.ask(key(2), len(2), true);
-            p.dispatch(std::time::Instant::now() + std::time::Duration::from_secs(1));
             settle(&mut p);
             let (buf, staged) = p.take(&key(2)).expect("built ahead");
             assert_eq!(buf.len(), len(2));
@@ -435,7 +402,23 @@ mod tests {
             assert_eq!(p.held_tokens, 0, "nothing held after both sends");
             p.stats()
         });
-        assert_eq!((stats.inline, stats.undispatched, stats.taken + stats.waited), (1, 1, 1), "{stats:?}");
+        assert_eq!((stats.inline, stats.claimed, stats.taken + stats.waited), (1, 0, 1), "{stats:?}");
+        assert_eq!(counting.staged.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn the_builder_takes_measured_turns_first_each_kind_in_order() {
+        let key = |turn| PromptKey { session: 0, stream: 0, turn, marker: None };
+        let (jobs, todo) = channel::<Job>();
+        for (turn, measured) in [(1, false), (2, true), (3, false), (4, true)] {
+            jobs.send((key(turn), Claim::default(), measured)).unwrap();
+        }
+        let mut queue = Queue::default();
+        let first = queue.next(&todo).map(|(k, _)| k.turn);
+        jobs.send((key(5), Claim::default(), true)).unwrap();
+        drop(jobs);
+        let rest: Vec<u32> = std::iter::from_fn(|| queue.next(&todo).map(|(k, _)| k.turn)).collect();
+        assert_eq!((first, rest), (Some(2), vec![4, 5, 1, 3]), "measured asks first, then warm-up ones, each oldest first; none after the driver's end is dropped");
     }
 
     /// Stages nothing; says when the builder is in `stage` and holds it
@@ -450,15 +433,7 @@ mod tests {
             Default::default()
         }
 
-        fn reserve(&self, tokens: usize) -> Option<Reserved> {
-            Some(Reserved(Box::new(tokens)))
-        }
-
-        fn reserves(&self, _tokens: usize) -> bool {
-            true
-        }
-
-        fn stage(&self, _reserved: Reserved, _prompt: &[u32]) -> Option<Staged> {
+        fn stage(&self, _prompt: &[u32]) -> Option<Staged> {
             let _ = self.entered.lock().unwrap().send(());
             // Bounded, so that a send that waits fails the test, not hangs it.
             let _ = self.open.lock().unwrap().recv_timeout(std::time::Duration::from_secs(2));
@@ -478,8 +453,8 @@ mod tests {
             let stager = Arc::new(gate) as Arc<dyn PromptStager>;
             let mut p = Prefetch::spawn(scope, &set, synth, DEFAULT_BUDGET_TOKENS, Some(stager));
             // The builder is held on turn 1, so turn 2 stays queued behind it.
-            p.ask(key(1), 100, false);
-            p.ask(key(2), 100, false);
+            p.ask(key(1), 100, true);
+            p.ask(key(2), 100, true);
             entered.recv_timeout(std::time::Duration::from_secs(10)).expect("the builder started turn 1");
             let asked = std::time::Instant::now();
             assert!(p.take(&key(2)).is_none(), "a queued prompt is built at the send");
