@@ -150,33 +150,78 @@ fn items_layout_holds(py: Python<'_>) -> PyResult<bool> {
     Ok(!items.is_null() && unsafe { *items == a.as_ptr() && *items.add(1) == b.as_ptr() })
 }
 
-// Python's raw-domain allocator: thread-safe with or without the GIL. In the
-// limited API from 3.13 only, but exported by every CPython 3.10+ (declared
-// here for the 3.10 stable ABI the worker is built for).
+// Python's raw-domain allocator (thread-safe with or without the GIL), and
+// the allocators installed in each domain. Not in the limited API (the raw
+// allocator is from 3.13), but exported by every CPython 3.10+ on Linux
+// (declared here for the 3.10 stable ABI the worker is built for; on
+// Windows abi3 links python3.dll, which exports neither).
 unsafe extern "C" {
     fn PyMem_RawMalloc(size: usize) -> *mut std::ffi::c_void;
     fn PyMem_RawFree(ptr: *mut std::ffi::c_void);
+    fn PyMem_GetAllocator(domain: std::ffi::c_int, allocator: *mut MemAllocator);
+}
+
+/// CPython's `PyMemAllocatorEx` (public since 3.5): a domain's context
+/// and functions, compared by address only.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq)]
+struct MemAllocator {
+    ctx: *mut std::ffi::c_void,
+    malloc: *const std::ffi::c_void,
+    calloc: *const std::ffi::c_void,
+    realloc: *const std::ffi::c_void,
+    free: *const std::ffi::c_void,
+}
+
+/// The allocator of `PyMemAllocatorDomain` `domain` (0 raw, 1 mem, 2 obj).
+fn allocator(domain: std::ffi::c_int) -> MemAllocator {
+    let mut a = MemAllocator {
+        ctx: std::ptr::null_mut(),
+        malloc: std::ptr::null(),
+        calloc: std::ptr::null(),
+        realloc: std::ptr::null(),
+        free: std::ptr::null(),
+    };
+    // SAFETY: CPython fills the struct; reading the installed allocators
+    // is allowed at any time.
+    unsafe { PyMem_GetAllocator(domain, &mut a) };
+    a
+}
+
+/// Whether `PyMem_Free` (the mem domain's free, which frees a list's
+/// array) frees a block of `PyMem_RawMalloc` as the raw allocator's free
+/// would: under Python's two default configurations, and no other.
+/// - malloc (`PYTHONMALLOC=malloc`): the mem domain is the raw one.
+/// - pymalloc (the default): the mem and object domains are pymalloc, with
+///   no context, and pymalloc hands a block from outside its arenas to the
+///   raw free, as it does for the array of every list over 64 items (it
+///   serves 512 bytes at most). This under-counts `sys.getallocatedblocks()`
+///   by one per list freed so (a statistic only).
+///
+/// Refused: debug hooks (a debug build, `-X dev`, `PYTHONMALLOC=*debug`:
+/// each block is tagged with its domain and a mismatch aborts; their
+/// context is not null), tracemalloc (its hooks would make the raw
+/// allocation wait for the GIL), mimalloc (frees only its own blocks; its
+/// mem and object domains differ), an embedder's own.
+fn default_allocators() -> bool {
+    let (raw, mem, obj) = (allocator(0), allocator(1), allocator(2));
+    let malloc = mem == raw;
+    let pymalloc = mem == obj && mem.ctx.is_null() && raw.ctx.is_null() && mem.malloc != raw.malloc;
+    malloc || pymalloc
 }
 
 /// Whether a list can adopt an item array from `PyMem_RawMalloc` as its own
-/// ([`StagedList::into_list`]):
-/// - Python's allocators are its defaults (pymalloc or malloc, no debug
-///   hooks: not a debug build, not `-X dev`, `PYTHONMALLOC` unset or
-///   `pymalloc`/`malloc`). Then `PyMem_Free`, which frees a list's array,
-///   hands a pointer from outside pymalloc's arenas to the raw allocator's
-///   free, as it does for the array of every list over 64 items (pymalloc
-///   serves 512 bytes at most). Debug hooks tag each block with its domain
-///   and abort on a mismatch; mimalloc frees only its own blocks.
-/// - `allocated` lies after `ob_item` (lists of 3 and 5 made by the stable
-///   ABI), and a list made that way reads, grows and frees as Python's own.
+/// ([`StagedList::into_list`]): Python's allocators are its defaults
+/// ([`default_allocators`]), `allocated` lies after `ob_item` (lists of 3
+/// and 5 made by the stable ABI), and a list made that way reads, grows
+/// and frees as Python's own. Checked once, when the engine starts (an
+/// allocator hooked later, e.g. `tracemalloc.start()`, is not seen: then
+/// the prefetch thread waits for the GIL to allocate, and the lists are
+/// still freed correctly).
 ///
-/// Errors: Python's (importing `sys`, memory).
+/// Errors: Python's (memory).
 fn adoption_holds(py: Python<'_>) -> PyResult<bool> {
-    let sys = py.import("sys")?;
-    let debug_build = sys.hasattr("gettotalrefcount")?;
-    let dev_mode: bool = sys.getattr("flags")?.getattr("dev_mode")?.extract()?;
-    let malloc = std::env::var("PYTHONMALLOC").unwrap_or_default();
-    if debug_build || dev_mode || !matches!(malloc.as_str(), "" | "pymalloc" | "malloc") {
+    if !default_allocators() {
         return Ok(false);
     }
     for n in [3, 5] {
@@ -209,6 +254,9 @@ fn adoption_holds(py: Python<'_>) -> PyResult<bool> {
 /// the pinned stock), owned until a list adopts it at the send
 /// ([`StagedList::into_list`]). Dropped unadopted, it is freed without
 /// writing any count: its items were never taken from the stock.
+///
+/// Invariant: outside this module every item is set (only
+/// [`PromptStager::stage`] hands one out, filled).
 pub struct StagedList {
     items: std::ptr::NonNull<*mut ffi::PyObject>,
     len: usize,
@@ -286,8 +334,9 @@ fn empty_list(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyList>> {
 /// Stores the table's int of each id of `prompt` into `items`, taking each
 /// from the int's spare references (no count is written: no GIL needed).
 ///
-/// SAFETY: `items` has room for `prompt.len()` pointers, null until now,
-/// and no other thread can reach it; every id is in `table` (pinned).
+/// SAFETY: `items` has room for `prompt.len()` pointers, not read until
+/// now (null or uninitialised), and no other thread can reach it; every id
+/// is in `table` (pinned).
 unsafe fn fill_pinned(items: *mut *mut ffi::PyObject, table: &TokenTable, prompt: &[u32]) {
     for (i, &t) in prompt.iter().enumerate() {
         prefetch_ahead(&table.ints, prompt, i, false);

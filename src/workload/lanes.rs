@@ -429,9 +429,9 @@ impl<'a> LanesReplay<'a> {
         // A staged prompt's claim lives to the end of the send: the buffer
         // is built into again only after it is dropped.
         let staged = match self.prefetch.as_mut().and_then(|p| p.take(&pkey)) {
-            Some((built, staged)) => {
-                self.buf = built;
-                staged
+            Some(built) => {
+                self.buf = built.ids;
+                built.staged
             }
             None => {
                 self.synth.build(set, session, s, k, tree.marker, &mut self.buf, &mut self.scratch);

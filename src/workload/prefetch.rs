@@ -90,8 +90,14 @@ pub struct PrefetchStats {
 }
 
 /// A prompt built ahead: its token ids and, when the engine staged it, the
-/// claim on its staged form (drop it after the send, before the buffer).
-pub type Built = (Vec<u32>, Option<Staged>);
+/// claim on its staged form (drop it after the send, before the buffer:
+/// the buffer's address is the claim's key, and a freed buffer's address
+/// can come back for another prompt of the same length).
+pub struct Built {
+    /// Declared first, so dropped first.
+    pub staged: Option<Staged>,
+    pub ids: Vec<u32>,
+}
 
 /// Set by whoever starts building an asked-for prompt first: the builder,
 /// or a send that found it still queued (the other then leaves it).
@@ -175,7 +181,7 @@ impl Prefetch {
                 // Staging is an allocation and pointer stores, a fraction
                 // of the build: every prompt the stager takes is staged.
                 let staged = stager.as_ref().and_then(|s| s.stage(&buf));
-                if done.send((key, (buf, staged))).is_err() {
+                if done.send((key, Built { staged, ids: buf })).is_err() {
                     break;
                 }
             }
@@ -265,8 +271,8 @@ impl Prefetch {
 
     /// Bytes of the buffers held ready.
     pub fn memory_bytes(&self) -> usize {
-        // A staged Python list holds a pointer per token.
-        self.ready.values().map(|((b, staged), _)| b.capacity() * 4 + staged.as_ref().map_or(0, |_| b.len() * 8)).sum()
+        // A staged list's item array holds a pointer per token.
+        self.ready.values().map(|(b, _)| b.ids.capacity() * 4 + b.staged.as_ref().map_or(0, |_| b.ids.len() * 8)).sum()
     }
 }
 
@@ -396,7 +402,7 @@ mod tests {
             assert!(p.take(&key(1)).is_none(), "never asked for: built at the send");
             p.ask(key(2), len(2), true);
             settle(&mut p);
-            let (buf, staged) = p.take(&key(2)).expect("built ahead");
+            let Built { staged, ids: buf } = p.take(&key(2)).expect("built ahead");
             assert_eq!(buf.len(), len(2));
             assert!(staged.is_some());
             assert_eq!(p.held_tokens, 0, "nothing held after both sends");
