@@ -196,14 +196,18 @@ pub fn inspect(path: &Path, origin: Origin, chosen_by: &str) -> Result<Interpret
 
 /// What a program that should have run the probe did instead, in a few
 /// words for an error: its exit status and its last line of stderr (a
-/// failure's reason), else of stdout (a script that printed something else
-/// than the probe's report), else that it printed nothing.
+/// failure's reason; for CPython's fatal errors, e.g. an unknown
+/// `PYTHONMALLOC`, the `Fatal Python error:` line, which names the cause
+/// before the runtime state and any thread dump), else of stdout (a script
+/// that printed something else than the probe's report), else that it
+/// printed nothing.
 fn what_it_said(out: &std::process::Output) -> String {
-    let last = |b: &[u8]| {
+    let reason = |b: &[u8]| {
         let text = String::from_utf8_lossy(b);
-        text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| l.chars().take(200).collect::<String>())
+        let fatal = text.lines().find(|l| l.starts_with("Fatal Python error:"));
+        fatal.or_else(|| text.lines().rev().find(|l| !l.trim().is_empty())).map(|l| l.chars().take(200).collect::<String>())
     };
-    let (err, said) = (last(&out.stderr), last(&out.stdout));
+    let (err, said) = (reason(&out.stderr), reason(&out.stdout));
     match (out.status.success(), err, said) {
         (false, Some(e), _) => format!("{}; {e}", out.status),
         (_, _, Some(o)) => format!("{}, it printed {o:?} instead of the probe's report (Python's version, prefix and packages)", out.status),
@@ -242,4 +246,22 @@ pub fn require_engine_packages(python: &Interpreter) -> Result<()> {
         why.join("; "),
         python.prefix
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn failed(stderr: &str) -> std::process::Output {
+        std::process::Output { status: std::process::ExitStatus::from_raw(1 << 8), stdout: Vec::new(), stderr: stderr.into() }
+    }
+
+    #[test]
+    fn a_fatal_python_error_is_named_by_its_cause_and_other_failures_by_their_last_line() {
+        let fatal = failed("Fatal Python error: preconfig_init_allocator: PYTHONMALLOC: unknown allocator\nPython runtime state: preinitializing\n\n");
+        assert_eq!(what_it_said(&fatal), "exit status: 1; Fatal Python error: preconfig_init_allocator: PYTHONMALLOC: unknown allocator");
+        let raised = failed("Traceback (most recent call last):\n  File \"<string>\", line 1\nImportError: no json\n");
+        assert_eq!(what_it_said(&raised), "exit status: 1; ImportError: no json");
+    }
 }
